@@ -1,0 +1,45 @@
+"""bitlora.gpu: one small async adapter over WebGPU with two backends.
+
+    dev = await bitlora.gpu.get_device()      # browser under Pyodide, else native
+    k = await dev.kernel("hello.wgsl", "axpy")
+    dev.dispatch(k, [x, y], groups=n // 256, params=struct.pack("<fI", a, n))
+    out = await dev.read(y)
+
+Natively, `bitlora.gpu.run(coro)` drives a coroutine to completion.
+"""
+from __future__ import annotations
+
+import asyncio
+import sys
+
+from .device import (Buffer, BufferView, Device, DeviceLost, GPUError, GPUUnavailable, Kernel,
+                     Readback, groups_1d, read_shader)
+
+__all__ = ["Buffer", "BufferView", "Device", "DeviceLost", "GPUError", "GPUUnavailable", "Kernel",
+           "Readback", "get_device", "groups_1d", "read_shader", "run", "IN_BROWSER"]
+
+IN_BROWSER = sys.platform == "emscripten"
+_devices: dict[str, Device] = {}
+
+
+async def get_device(backend: str | None = None, fresh: bool = False) -> Device:
+    """The process-wide device for `backend` ("browser" or "native"; default by platform).
+    `fresh=True` opens a new one (e.g. after the old one was lost)."""
+    backend = backend or ("browser" if IN_BROWSER else "native")
+    dev = _devices.get(backend)
+    if dev is None or fresh:
+        if backend == "browser":
+            from .browser import BrowserBackend
+            dev = Device(await BrowserBackend.open())
+        elif backend == "native":
+            from .native import NativeBackend
+            dev = Device(NativeBackend())
+        else:
+            raise ValueError(f"unknown backend {backend!r}: use 'browser' or 'native'")
+        _devices[backend] = dev
+    return dev
+
+
+def run(coro):
+    """Run a coroutine natively (notebooks: use `await` directly instead)."""
+    return asyncio.run(coro)

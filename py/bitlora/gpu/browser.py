@@ -1,0 +1,167 @@
+"""The browser backend: WebGPU through Pyodide's `js` module, in a Web Worker.
+
+A Worker has no `window`; `js` is the worker's global scope, so `js.navigator.gpu`
+is the entry point. Descriptors are plain JS objects built with `to_js`; bytes
+cross into JS as Uint8Arrays. Errors are collected three ways: error scopes around
+pipeline creation (with the shader compiler's messages), `onuncapturederror` for
+everything else, and the device's `lost` promise.
+"""
+from __future__ import annotations
+
+import js  # noqa: F401 - only importable under Pyodide
+from pyodide.ffi import create_proxy, to_js
+
+from .device import RAISED_LIMITS, GPUError, GPUUnavailable, DeviceLost, MAP_READ, COPY_DST
+
+ENABLE_HINT = (
+    "WebGPU is not available in this browser. Use a recent Chrome, Edge or Safari 26+ "
+    "(Firefox 141+ on Windows), or enable it: chrome://flags/#enable-unsafe-webgpu "
+    "(Linux also needs #enable-vulkan). Headless Chromium needs --enable-unsafe-webgpu."
+)
+
+
+def _obj(d):
+    return to_js(d, dict_converter=js.Object.fromEntries)
+
+
+class BrowserBackend:
+    name = "browser"
+
+    @classmethod
+    async def open(cls, required_features=()):
+        self = cls()
+        gpu = getattr(js.navigator, "gpu", None)
+        if gpu is None or gpu == js.undefined:
+            raise GPUUnavailable(ENABLE_HINT)
+        adapter = await gpu.requestAdapter(_obj({"powerPreference": "high-performance"}))
+        if adapter is None or adapter == js.undefined:
+            raise GPUUnavailable("navigator.gpu returned no adapter: " + ENABLE_HINT)
+        alimits = adapter.limits
+        wanted = {k: getattr(alimits, k) for k in RAISED_LIMITS if getattr(alimits, k, None) is not None}
+        feats = [f for f in required_features if adapter.features.has(f)]
+        try:
+            self.device = await adapter.requestDevice(_obj({"requiredLimits": wanted, "requiredFeatures": feats}))
+        except Exception as e:  # noqa: BLE001 - a JsException
+            raise GPUUnavailable(f"requestDevice failed: {e}") from None
+        info = adapter.info
+        self.adapter_info = {k: str(getattr(info, k, "") or "") for k in ("vendor", "architecture", "device", "description")}
+        self.adapter_info["backend"] = "WebGPU"
+        self.adapter_info["is_fallback"] = bool(getattr(info, "isFallbackAdapter", False))
+        self.features = sorted(str(f) for f in js.Array["from"](self.device.features))
+        dl = self.device.limits
+        names = list(RAISED_LIMITS) + ["minUniformBufferOffsetAlignment", "minStorageBufferOffsetAlignment",
+                                       "maxComputeWorkgroupSizeZ", "maxBindGroups"]
+        self.limits = {k: int(getattr(dl, k)) for k in names if getattr(dl, k, None) is not None}
+        self.queue = self.device.queue
+        self._error = None
+        self._lost = None
+
+        def on_error(event):
+            if self._error is None:
+                self._error = GPUError(f"WebGPU error: {event.error.message}")
+        self._on_error = create_proxy(on_error)
+        self.device.addEventListener("uncapturederror", self._on_error)
+
+        def on_lost(info):
+            self._lost = DeviceLost(f"the GPU device was lost ({info.reason}): {info.message}")
+        self._on_lost = create_proxy(on_lost)
+        self.device.lost.then(self._on_lost)
+        self._staging_pool: dict[int, list] = {}
+        return self
+
+    # buffers
+    def create_buffer(self, size, usage, label):
+        return self.device.createBuffer(_obj({"size": size, "usage": usage, "label": label}))
+
+    def write_buffer(self, handle, offset, mv):
+        arr = js.Uint8Array.new(mv.nbytes)
+        arr.assign(mv)
+        self.queue.writeBuffer(handle, offset, arr)
+
+    def destroy_buffer(self, handle):
+        handle.destroy()
+
+    def acquire_staging(self, size):
+        pool = self._staging_pool.get(size)
+        if pool:
+            return pool.pop()
+        return self.device.createBuffer(_obj({"size": size, "usage": MAP_READ | COPY_DST}))
+
+    def release_staging(self, staging):
+        self._staging_pool.setdefault(int(staging.size), []).append(staging)
+
+    def after_submit(self, staging):
+        # Start mapping now so the promise resolves while Python goes on recording.
+        staging._bitlora_map = staging.mapAsync(MAP_READ)
+
+    async def map_read(self, staging, size):
+        if self._lost is not None:
+            raise self._lost
+        promise = getattr(staging, "_bitlora_map", None)
+        try:
+            await (promise if promise is not None else staging.mapAsync(MAP_READ))
+        except Exception as e:  # noqa: BLE001
+            raise (self._lost or GPUError(f"reading back from the GPU failed: {e}")) from None
+        staging._bitlora_map = None
+        data = js.Uint8Array.new(staging.getMappedRange(0, size)).to_bytes()
+        staging.unmap()
+        return data
+
+    # pipelines
+    async def create_pipeline(self, code, entry, constants, label):
+        dev = self.device
+        dev.pushErrorScope("validation")
+        module = dev.createShaderModule(_obj({"code": code, "label": label}))
+        info = await module.getCompilationInfo()
+        errors = [m for m in info.messages if m.type == "error"]
+        stage = {"module": module, "entryPoint": entry}
+        if constants:
+            stage["constants"] = constants
+        pipeline = dev.createComputePipeline(_obj({"layout": "auto", "compute": stage, "label": label}))
+        err = await dev.popErrorScope()
+        if errors:
+            text = "\n".join(f"{label}:{int(m.lineNum)}:{int(m.linePos)}: {m.message}" for m in errors)
+            raise GPUError(f"WGSL {label}: {text}")
+        if err is not None and err != js.undefined:
+            raise GPUError(f"WGSL {label}: {err.message}")
+        return pipeline, pipeline.getBindGroupLayout(0)
+
+    def create_bind_group(self, layout, bound):
+        entries = [{"binding": i, "resource": {"buffer": h, "offset": o, "size": s}}
+                   for i, (h, o, s) in enumerate(bound)]
+        return self.device.createBindGroup(_obj({"layout": layout, "entries": entries}))
+
+    # recording
+    def create_encoder(self):
+        return self.device.createCommandEncoder()
+
+    def begin_pass(self, encoder):
+        return encoder.beginComputePass()
+
+    def end_pass(self, cpass):
+        cpass.end()
+
+    def dispatch(self, cpass, pipeline, bind_group, groups):
+        cpass.setPipeline(pipeline)
+        cpass.setBindGroup(0, bind_group)
+        cpass.dispatchWorkgroups(*groups)
+
+    def copy(self, encoder, src, src_off, dst, dst_off, size):
+        encoder.copyBufferToBuffer(src, src_off, dst, dst_off, size)
+
+    def clear(self, encoder, handle, offset, size):
+        encoder.clearBuffer(handle, offset, size)
+
+    def submit(self, encoder):
+        if self._lost is not None:
+            raise self._lost
+        self.queue.submit(to_js([encoder.finish()]))
+
+    async def wait_idle(self):
+        await self.queue.onSubmittedWorkDone()
+
+    def take_error(self):
+        if self._lost is not None:
+            return self._lost
+        err, self._error = self._error, None
+        return err

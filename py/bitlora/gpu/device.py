@@ -1,0 +1,294 @@
+"""The one GPU adapter every op goes through, shared by both backends.
+
+A `Device` owns: buffers, compiled kernels (cached per WGSL file, entry point and
+override constants: a pipeline is compiled once), bind groups (cached), a small
+arena of uniform "params" slots, and the command encoder that records the current
+step. Ops call `dispatch()` any number of times; `submit()` sends everything
+recorded as one command buffer. Reads are asynchronous and may be resolved a step
+late (`read_later`), so reading a loss never stalls the next step's submission.
+
+What it is not: a general WebGPU wrapper. No textures, no render pipelines. The
+backend-specific calls (wgpu-py or the browser's `navigator.gpu`) live in
+`native.py` and `browser.py`, behind the handful of methods of `Backend`.
+
+Per-dispatch params: `queue.writeBuffer` lands before the command buffer it is
+submitted with runs, so one uniform buffer reused by two dispatches of the same
+submit would show both the last value. Each dispatch therefore gets its own
+256-byte-aligned slot in a params arena, all uploaded with one write at submit.
+"""
+from __future__ import annotations
+
+import importlib.resources
+import itertools
+from dataclasses import dataclass, field
+
+# GPUBufferUsage / GPUMapMode values from the WebGPU spec (same in both backends).
+MAP_READ, COPY_SRC, COPY_DST, UNIFORM, STORAGE = 0x1, 0x4, 0x8, 0x40, 0x80
+
+# Limits we raise to whatever the adapter offers (WebGPU spec names).
+RAISED_LIMITS = (
+    "maxStorageBufferBindingSize",
+    "maxBufferSize",
+    "maxStorageBuffersPerShaderStage",
+    "maxComputeWorkgroupStorageSize",
+    "maxComputeInvocationsPerWorkgroup",
+    "maxComputeWorkgroupSizeX",
+    "maxComputeWorkgroupSizeY",
+    "maxComputeWorkgroupsPerDimension",
+    "maxUniformBufferBindingSize",
+    "maxBindingsPerBindGroup",
+)
+
+
+class GPUError(RuntimeError):
+    """A WebGPU error: shader compilation, validation, out of memory, lost device."""
+
+
+class GPUUnavailable(GPUError):
+    """No WebGPU adapter: the message says how to get one."""
+
+
+class DeviceLost(GPUError):
+    """The GPU device was lost (driver reset, `device.destroy()`, tab in background)."""
+
+
+_uids = itertools.count(1)
+
+
+@dataclass(eq=False)
+class Buffer:
+    """A GPU buffer. `size` in bytes; `handle` is the backend's object."""
+    handle: object
+    size: int
+    label: str = ""
+    uid: int = field(default_factory=lambda: next(_uids))
+
+    def view(self, offset: int = 0, size: int | None = None) -> "BufferView":
+        return BufferView(self, offset, self.size - offset if size is None else size)
+
+
+@dataclass(frozen=True)
+class BufferView:
+    """A byte range of a buffer, for binding a slice (e.g. one split of a big tensor)."""
+    buffer: Buffer
+    offset: int
+    size: int
+
+
+@dataclass(eq=False)
+class Kernel:
+    """A compiled compute pipeline for one WGSL entry point."""
+    pipeline: object
+    layout: object  # bind group layout 0
+    name: str
+
+
+class Readback:
+    """Bytes that will be available after the GPU gets there: `await rb.get()`."""
+
+    def __init__(self, device: "Device", staging, size: int):
+        self._device, self._staging, self._size = device, staging, size
+        self._data: bytes | None = None
+
+    async def get(self) -> bytes:
+        if self._data is None:
+            dev = self._device
+            if dev._pending_reads and self in dev._pending_reads:
+                dev.submit()
+            self._data = await dev.backend.map_read(self._staging, self._size)
+            dev.backend.release_staging(self._staging)
+            dev._check_errors()
+        return self._data
+
+    def __await__(self):
+        return self.get().__await__()
+
+
+def read_shader(name: str) -> str:
+    """The text of `shaders/<name>` (package data in the wheel and in Pyodide)."""
+    return importlib.resources.files("bitlora.shaders").joinpath(name).read_text()
+
+
+def groups_1d(n_groups: int, max_per_dim: int = 65535) -> tuple[int, int, int]:
+    """Split a 1-D workgroup count over x and y; kernels use wid.x + wid.y * nw.x."""
+    if n_groups <= max_per_dim:
+        return (max(n_groups, 1), 1, 1)
+    y = -(-n_groups // max_per_dim)
+    return (-(-n_groups // y), y, 1)
+
+
+class Device:
+    """The async GPU adapter. Create with `await bitlora.gpu.get_device()`."""
+
+    def __init__(self, backend):
+        self.backend = backend
+        self.name = backend.name  # "native" or "browser"
+        self.adapter_info: dict = backend.adapter_info
+        self.limits: dict = backend.limits
+        self.pipelines_compiled = 0  # tests use this: nothing recompiles after step 1
+        self._kernels: dict = {}
+        self._bind_groups: dict = {}
+        self._encoder = None
+        self._pass = None
+        self._pending_reads: list[Readback] = []
+        # Dispatches wait here until submit (or a copy) because their params slots
+        # live in an arena buffer that may still have to grow; then they are encoded.
+        self._ops: list = []
+        self._params_buf: Buffer | None = None
+        self._params = bytearray()
+        self._align = max(16, int(self.limits.get("minUniformBufferOffsetAlignment", 256)))
+
+    # -- buffers -------------------------------------------------------------
+    def buffer(self, size: int, label: str = "", data=None) -> Buffer:
+        """A storage buffer of `size` bytes (rounded up to 4), zero-filled or `data`."""
+        size = max(4, (int(size) + 3) & ~3)
+        max_size = self.limits.get("maxBufferSize")
+        if max_size and size > max_size:
+            raise GPUError(f"buffer {label!r} needs {size} bytes; this device allows "
+                           f"at most {max_size} (maxBufferSize)")
+        buf = Buffer(self.backend.create_buffer(size, STORAGE | COPY_SRC | COPY_DST, label), size, label)
+        if data is not None:
+            self.write(buf, data)
+        return buf
+
+    def write(self, buf: Buffer, data, offset: int = 0) -> None:
+        """Queue `data` (bytes-like) into `buf` at `offset`; lands before the next submit."""
+        mv = memoryview(data).cast("B")
+        if offset + mv.nbytes > buf.size:
+            raise GPUError(f"write of {mv.nbytes} bytes at {offset} overflows {buf.label!r} ({buf.size} bytes)")
+        if mv.nbytes % 4:
+            mv = memoryview(bytes(mv) + b"\0" * (4 - mv.nbytes % 4))
+        self.backend.write_buffer(buf.handle, offset, mv)
+
+    def destroy(self, buf: Buffer) -> None:
+        self.backend.destroy_buffer(buf.handle)
+
+    # -- kernels -------------------------------------------------------------
+    async def kernel(self, shader: str, entry: str, constants: dict | None = None) -> Kernel:
+        """The pipeline for `entry` in `shaders/<shader>`, compiled on first use only."""
+        key = (shader, entry, tuple(sorted((constants or {}).items())))
+        k = self._kernels.get(key)
+        if k is None:
+            k = await self.compile(read_shader(shader), entry, constants, label=f"{shader}:{entry}")
+            self._kernels[key] = k
+        return k
+
+    async def compile(self, code: str, entry: str, constants: dict | None = None, label: str = "") -> Kernel:
+        """Compile WGSL source; errors raise GPUError with the compiler's message."""
+        pipeline, layout = await self.backend.create_pipeline(code, entry, constants or {}, label or entry)
+        self.pipelines_compiled += 1
+        return Kernel(pipeline, layout, label or entry)
+
+    # -- recording -----------------------------------------------------------
+    def _enc(self):
+        if self._encoder is None:
+            self._encoder = self.backend.create_encoder()
+        return self._encoder
+
+    def _end_pass(self):
+        if self._pass is not None:
+            self.backend.end_pass(self._pass)
+            self._pass = None
+
+    def _param_slot(self, params: bytes) -> BufferView:
+        off = len(self._params)
+        size = (len(params) + 15) & ~15
+        self._params += params + b"\0" * (size - len(params))
+        self._params += b"\0" * ((-len(self._params)) % self._align)
+        return BufferView(None, off, size)  # buffer filled in at bind time
+
+    def dispatch(self, kernel: Kernel, bindings: list, groups, params: bytes | None = None) -> None:
+        """Record one dispatch. With `params`, binding 0 is a uniform holding them and
+        `bindings` (Buffers or BufferViews) follow from binding 1."""
+        entries = []
+        if params is not None:
+            entries.append(self._param_slot(params))
+        for b in bindings:
+            entries.append(b if isinstance(b, BufferView) else BufferView(b, 0, b.size))
+        if isinstance(groups, int):
+            groups = groups_1d(groups, int(self.limits.get("maxComputeWorkgroupsPerDimension", 65535)))
+        self._enc()
+        if self._pass is None:
+            self._pass = self.backend.begin_pass(self._encoder)
+        self._ops.append((kernel, entries, groups))
+
+    def _flush_ops(self) -> None:
+        """Encode the queued dispatches (needs the params arena to be final)."""
+        if not self._ops:
+            return
+        if self._params:
+            need = len(self._params)
+            if self._params_buf is None or self._params_buf.size < need:
+                cap = max(need, 64 * 1024)
+                self._params_buf = Buffer(self.backend.create_buffer(cap, UNIFORM | COPY_DST, "params"), cap, "params")
+                self._bind_groups.clear()
+            self.backend.write_buffer(self._params_buf.handle, 0, memoryview(self._params))
+        for kernel, entries, groups in self._ops:
+            key = (id(kernel), tuple((e.buffer.uid if e.buffer else 0, e.offset, e.size) for e in entries))
+            bg = self._bind_groups.get(key)
+            if bg is None:
+                if len(self._bind_groups) > 8192:
+                    self._bind_groups.clear()
+                bound = [(self._params_buf.handle if e.buffer is None else e.buffer.handle, e.offset, e.size)
+                         for e in entries]
+                bg = self.backend.create_bind_group(kernel.layout, bound)
+                self._bind_groups[key] = bg
+            self.backend.dispatch(self._pass, kernel.pipeline, bg, groups)
+        self._ops = []
+        self._params = bytearray()
+
+    def copy(self, src: Buffer, dst: Buffer, size: int | None = None, src_offset: int = 0, dst_offset: int = 0) -> None:
+        """Record a buffer-to-buffer copy (sizes and offsets multiples of 4)."""
+        self._flush_ops()
+        self._end_pass()
+        self.backend.copy(self._enc(), src.handle, src_offset, dst.handle, dst_offset,
+                          src.size - src_offset if size is None else size)
+
+    def clear(self, buf: Buffer, offset: int = 0, size: int | None = None) -> None:
+        """Record zero-filling of a buffer range."""
+        self._flush_ops()
+        self._end_pass()
+        self.backend.clear(self._enc(), buf.handle, offset, buf.size - offset if size is None else size)
+
+    def read_later(self, buf: Buffer, offset: int = 0, size: int | None = None) -> Readback:
+        """Record a copy of `buf[offset:offset+size]` out of the GPU; resolves after submit."""
+        size = buf.size - offset if size is None else size
+        self._flush_ops()
+        self._end_pass()
+        staging = self.backend.acquire_staging(size)
+        self.backend.copy(self._enc(), buf.handle, offset, staging, 0, size)
+        rb = Readback(self, staging, size)
+        self._pending_reads.append(rb)
+        return rb
+
+    async def read(self, buf: Buffer, offset: int = 0, size: int | None = None) -> bytes:
+        """Submit what is recorded and return the bytes of `buf` (a full round trip)."""
+        return await self.read_later(buf, offset, size).get()
+
+    def submit(self) -> None:
+        """Send everything recorded since the last submit as one command buffer."""
+        self._flush_ops()
+        self._end_pass()
+        if self._encoder is not None:
+            self.backend.submit(self._encoder)
+            self._encoder = None
+        for rb in self._pending_reads:
+            self.backend.after_submit(rb._staging)
+        self._pending_reads = []
+        self._check_errors()
+
+    async def sync(self) -> None:
+        """Submit and wait until the GPU has finished all of it."""
+        self.submit()
+        await self.backend.wait_idle()
+        self._check_errors()
+
+    def _check_errors(self) -> None:
+        err = self.backend.take_error()
+        if err is not None:
+            raise err
+
+    def describe(self) -> str:
+        info = self.adapter_info
+        name = info.get("description") or info.get("device") or info.get("vendor") or "unknown adapter"
+        return f"{name} [{self.name}, {info.get('backend', '') or info.get('architecture', '')}]".replace(", ]", "]")

@@ -1,0 +1,141 @@
+"""The native backend: wgpu-py (wgpu-native) on Vulkan, Metal or D3D12.
+
+Here the calls block: wgpu-py's synchronous API is used inside the async methods,
+so the same `await`-based code above runs unchanged under CPython's asyncio.
+"""
+from __future__ import annotations
+
+import wgpu
+
+from .device import RAISED_LIMITS, GPUError, GPUUnavailable, MAP_READ, COPY_DST
+
+
+def _hyphen(name: str) -> str:
+    """maxStorageBufferBindingSize -> max-storage-buffer-binding-size (wgpu-py's keys)."""
+    return "".join("-" + c.lower() if c.isupper() else c for c in name)
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("-")
+    return head + "".join(w[:1].upper() + w[1:] for w in rest)
+
+
+def _pick_adapter():
+    """Prefer a real GPU over a CPU one, and Vulkan/Metal/D3D12 over OpenGL."""
+    adapters = wgpu.gpu.enumerate_adapters_sync()
+    if not adapters:
+        raise GPUUnavailable("wgpu found no GPU adapter. Install a Vulkan driver "
+                             "(on Debian: apt-get install mesa-vulkan-drivers) or use a machine with a GPU.")
+
+    def rank(a):
+        info = a.info
+        return (info.get("backend_type") == "OpenGL", info.get("adapter_type") == "CPU")
+
+    return sorted(adapters, key=rank)[0]
+
+
+class NativeBackend:
+    name = "native"
+
+    def __init__(self, required_features=()):
+        adapter = _pick_adapter()
+        alimits = adapter.limits
+        wanted = {_hyphen(k): alimits[_hyphen(k)] for k in RAISED_LIMITS if _hyphen(k) in alimits}
+        feats = [f for f in required_features if f in adapter.features]
+        self._error = None
+        try:
+            self.device = adapter.request_device_sync(required_limits=wanted, required_features=feats)
+        except Exception as e:  # noqa: BLE001 - wgpu raises several types here
+            raise GPUUnavailable(f"could not open a device on {adapter.info.get('device')}: {e}") from e
+        info = adapter.info
+        self.adapter_info = {
+            "vendor": info.get("vendor", ""), "architecture": info.get("architecture", ""),
+            "device": info.get("device", ""), "description": info.get("description", ""),
+            "backend": info.get("backend_type", ""), "adapter_type": info.get("adapter_type", ""),
+        }
+        self.features = sorted(self.device.features)
+        self.limits = {_camel(k): v for k, v in self.device.limits.items()}
+        self.queue = self.device.queue
+        self._staging_pool: dict[int, list] = {}
+
+    # buffers
+    def create_buffer(self, size, usage, label):
+        try:
+            return self.device.create_buffer(size=size, usage=usage, label=label)
+        except Exception as e:  # noqa: BLE001
+            raise GPUError(f"could not allocate buffer {label!r} of {size} bytes: {e}") from e
+
+    def write_buffer(self, handle, offset, mv):
+        self.queue.write_buffer(handle, offset, mv)
+
+    def destroy_buffer(self, handle):
+        handle.destroy()
+
+    def acquire_staging(self, size):
+        pool = self._staging_pool.get(size)
+        if pool:
+            return pool.pop()
+        return self.device.create_buffer(size=size, usage=MAP_READ | COPY_DST)
+
+    def release_staging(self, staging):
+        self._staging_pool.setdefault(staging.size, []).append(staging)
+
+    def after_submit(self, staging):
+        pass
+
+    async def map_read(self, staging, size):
+        staging.map_sync(wgpu.MapMode.READ, 0, size)
+        data = bytes(staging.read_mapped(0, size))
+        staging.unmap()
+        return data
+
+    # pipelines
+    async def create_pipeline(self, code, entry, constants, label):
+        try:
+            module = self.device.create_shader_module(code=code, label=label)
+            stage = {"module": module, "entry_point": entry}
+            if constants:
+                stage["constants"] = constants
+            pipeline = self.device.create_compute_pipeline(layout="auto", compute=stage, label=label)
+        except wgpu.GPUError as e:
+            raise GPUError(f"WGSL {label}: {e.message if hasattr(e, 'message') else e}") from None
+        return pipeline, pipeline.get_bind_group_layout(0)
+
+    def create_bind_group(self, layout, bound):
+        entries = [{"binding": i, "resource": {"buffer": h, "offset": o, "size": s}}
+                   for i, (h, o, s) in enumerate(bound)]
+        return self.device.create_bind_group(layout=layout, entries=entries)
+
+    # recording
+    def create_encoder(self):
+        return self.device.create_command_encoder()
+
+    def begin_pass(self, encoder):
+        return encoder.begin_compute_pass()
+
+    def end_pass(self, cpass):
+        cpass.end()
+
+    def dispatch(self, cpass, pipeline, bind_group, groups):
+        cpass.set_pipeline(pipeline)
+        cpass.set_bind_group(0, bind_group)
+        cpass.dispatch_workgroups(*groups)
+
+    def copy(self, encoder, src, src_off, dst, dst_off, size):
+        encoder.copy_buffer_to_buffer(src, src_off, dst, dst_off, size)
+
+    def clear(self, encoder, handle, offset, size):
+        encoder.clear_buffer(handle, offset, size)
+
+    def submit(self, encoder):
+        try:
+            self.queue.submit([encoder.finish()])
+        except wgpu.GPUError as e:
+            raise GPUError(f"submit failed: {e}") from None
+
+    async def wait_idle(self):
+        self.queue.on_submitted_work_done_sync()
+
+    def take_error(self):
+        err, self._error = self._error, None
+        return err

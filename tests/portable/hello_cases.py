@@ -1,0 +1,37 @@
+"""Portable cases for the foundation: the hello kernel and WGSL error reporting."""
+import array
+
+from bitlora import gpu
+from bitlora.ops.hello import axpy
+
+
+async def case_adapter(dev):
+    """The adapter is real: its description names hardware or SwiftShader/lavapipe."""
+    return {"backend": dev.name, "info": dev.adapter_info, "limits": dev.limits}
+
+
+async def case_axpy(dev, n=1000, a=2.0):
+    x = dev.buffer(4 * n, "x", data=array.array("f", [float(i % 97) for i in range(n)]))
+    y = dev.buffer(4 * n, "y", data=array.array("f", [1.0] * n))
+    await axpy(dev, a, x, y, n)
+    await axpy(dev, 0.5, x, y, n)  # a second dispatch in the same submit, other params
+    out = array.array("f")
+    out.frombytes(await dev.read(y))
+    return list(out)
+
+
+async def case_syntax_error(dev):
+    try:
+        await dev.compile("@compute @workgroup_size(1) fn main( {", "main", label="broken.wgsl")
+    except gpu.GPUError as e:
+        return str(e)
+    raise AssertionError("a WGSL syntax error did not raise")
+
+
+async def case_compile_once(dev):
+    """Asking for the same kernel again does not compile again."""
+    await dev.kernel("hello.wgsl", "axpy")
+    before = dev.pipelines_compiled
+    for _ in range(3):
+        await dev.kernel("hello.wgsl", "axpy")
+    return dev.pipelines_compiled - before

@@ -1,0 +1,30 @@
+"""The foundation: one kernel and WGSL error reporting, natively and in the browser."""
+import pytest
+
+
+def test_adapter_is_real(run_case, backend):
+    r = run_case("hello_cases", "case_adapter")
+    info = " ".join(str(v) for v in r["info"].values()).lower()
+    assert r["backend"] == backend
+    assert info.strip(), "the adapter describes nothing"
+    if backend == "browser":
+        # Chromium here runs WebGPU on SwiftShader; on a real machine, a GPU vendor.
+        assert "mock" not in info and ("swiftshader" in info or r["info"]["vendor"]), r["info"]
+    assert r["limits"]["maxStorageBufferBindingSize"] >= 128 * 1024 * 1024
+
+
+@pytest.mark.parametrize("n", [1, 255, 257, 100_003])
+def test_axpy(run_case, n):
+    out = run_case("hello_cases", "case_axpy", n=n)
+    want = [2.0 * (i % 97) + 1.0 + 0.5 * (i % 97) for i in range(n)]
+    assert out == want
+
+
+def test_wgsl_syntax_error_raises_with_compiler_message(run_case):
+    msg = run_case("hello_cases", "case_syntax_error")
+    assert "broken.wgsl" in msg
+    assert "expected" in msg.lower(), msg  # the compiler's own words (naga / Tint)
+
+
+def test_kernel_compiled_once(run_case):
+    assert run_case("hello_cases", "case_compile_once") == 0
