@@ -10,6 +10,7 @@ Natively, `bitlora.gpu.run(coro)` drives a coroutine to completion.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import sys
 
 from .device import (Buffer, BufferView, Device, DeviceLost, GPUError, GPUUnavailable, Kernel,
@@ -41,5 +42,14 @@ async def get_device(backend: str | None = None, fresh: bool = False) -> Device:
 
 
 def run(coro):
-    """Run a coroutine natively (notebooks: use `await` directly instead)."""
-    return asyncio.run(coro)
+    """Run a coroutine to completion from synchronous native code.
+
+    Where an event loop is already running in this thread (Jupyter, Playwright's
+    sync API) the coroutine runs on a helper thread with its own loop; the native
+    backend's objects may be used from any thread."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="bitlora-run") as pool:
+        return pool.submit(asyncio.run, coro).result()

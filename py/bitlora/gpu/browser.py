@@ -24,6 +24,11 @@ def _obj(d):
     return to_js(d, dict_converter=js.Object.fromEntries)
 
 
+def _missing(x) -> bool:
+    """JS null or undefined (Pyodide maps them to JsNull / None / js.undefined)."""
+    return x is None or type(x).__name__ == "JsNull" or x == js.undefined
+
+
 class BrowserBackend:
     name = "browser"
 
@@ -31,10 +36,10 @@ class BrowserBackend:
     async def open(cls, required_features=()):
         self = cls()
         gpu = getattr(js.navigator, "gpu", None)
-        if gpu is None or gpu == js.undefined:
+        if _missing(gpu):
             raise GPUUnavailable(ENABLE_HINT)
         adapter = await gpu.requestAdapter(_obj({"powerPreference": "high-performance"}))
-        if adapter is None or adapter == js.undefined:
+        if _missing(adapter):
             raise GPUUnavailable("navigator.gpu returned no adapter: " + ENABLE_HINT)
         alimits = adapter.limits
         wanted = {k: getattr(alimits, k) for k in RAISED_LIMITS if getattr(alimits, k, None) is not None}
@@ -47,7 +52,7 @@ class BrowserBackend:
         self.adapter_info = {k: str(getattr(info, k, "") or "") for k in ("vendor", "architecture", "device", "description")}
         self.adapter_info["backend"] = "WebGPU"
         self.adapter_info["is_fallback"] = bool(getattr(info, "isFallbackAdapter", False))
-        self.features = sorted(str(f) for f in js.Array["from"](self.device.features))
+        self.features = sorted(str(f) for f in getattr(js.Array, "from")(self.device.features))
         dl = self.device.limits
         names = list(RAISED_LIMITS) + ["minUniformBufferOffsetAlignment", "minStorageBufferOffsetAlignment",
                                        "maxComputeWorkgroupSizeZ", "maxBindGroups"]
@@ -122,7 +127,7 @@ class BrowserBackend:
         if errors:
             text = "\n".join(f"{label}:{int(m.lineNum)}:{int(m.linePos)}: {m.message}" for m in errors)
             raise GPUError(f"WGSL {label}: {text}")
-        if err is not None and err != js.undefined:
+        if not _missing(err):
             raise GPUError(f"WGSL {label}: {err.message}")
         return pipeline, pipeline.getBindGroupLayout(0)
 

@@ -1,0 +1,124 @@
+"""Drive bitlora inside Pyodide in headless Chromium (real WebGPU), from CPython.
+
+Used by the tests (the same portable case runs natively and here) and by
+`bitlora train --backend browser`. Starts the local server on a free loopback
+port, launches Chromium through Playwright (`executable_path`: Playwright cannot
+download its own browsers here), opens harness.html and waits for the worker's
+Python to be ready. `run(code)` executes Python (top-level await allowed) in the
+worker and returns the value of its last expression, which must be a str.
+Every wait has a timeout that fails loudly with the browser's recent console.
+"""
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import shutil
+
+from .server import Server
+
+# WebGPU on a machine without a GPU: SwiftShader's Vulkan; the rest keeps a
+# sandboxed, offline Chromium from reaching out.
+CHROMIUM_FLAGS = [
+    "--enable-unsafe-webgpu", "--enable-unsafe-swiftshader", "--use-webgpu-adapter=swiftshader",
+    "--enable-features=Vulkan", "--use-vulkan=swiftshader", "--no-sandbox",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--no-first-run", "--disable-quic",
+]
+
+
+class BrowserError(RuntimeError):
+    """Python raised inside the browser, or the browser did not answer in time."""
+
+
+def find_chromium() -> str:
+    for cand in (os.environ.get("BITLORA_CHROMIUM"), "/usr/bin/chromium", shutil.which("chromium"),
+                 shutil.which("chromium-browser"), shutil.which("google-chrome")):
+        if cand and pathlib.Path(cand).exists():
+            return cand
+    raise BrowserError("no Chromium found: install it (Debian: apt-get install chromium) "
+                       "or set BITLORA_CHROMIUM to its path")
+
+
+class BrowserSession:
+    def __init__(self, boot_timeout_s: float = 180.0, gpu_flags: bool = True):
+        self.boot_timeout_s = boot_timeout_s
+        self.gpu_flags = gpu_flags
+        self.console: list[str] = []
+        self.server = self._pw = self.browser = self.page = None
+
+    def start(self) -> "BrowserSession":
+        from playwright.sync_api import sync_playwright
+
+        self.server = Server(port=0).start()
+        self._pw = sync_playwright().start()
+        flags = CHROMIUM_FLAGS if self.gpu_flags else [f for f in CHROMIUM_FLAGS if "webgpu" not in f]
+        self.browser = self._pw.chromium.launch(executable_path=find_chromium(), args=flags, headless=True)
+        self.page = self.new_page()
+        self.page.goto(self.server.url + "harness.html")
+        self._await_js("window.bitlora.ready.then(() => 'ready')", self.boot_timeout_s, "Pyodide boot")
+        return self
+
+    def new_page(self):
+        page = self.browser.new_page()
+        page.on("console", lambda m: self._log(f"[{m.type}] {m.text}"))
+        page.on("pageerror", lambda e: self._log(f"[pageerror] {e}"))
+        return page
+
+    def _log(self, line: str) -> None:
+        self.console.append(line)
+        del self.console[:-200]
+
+    def _await_js(self, expr: str, timeout_s: float, what: str):
+        ms = int(timeout_s * 1000)
+        script = (f"() => Promise.race([({expr}), new Promise((_, reject) => "
+                  f"setTimeout(() => reject(new Error('{what}: no answer after {timeout_s:.0f} s')), {ms}))])")
+        try:
+            return self.page.evaluate(script)
+        except Exception as e:  # noqa: BLE001 - playwright.Error and friends
+            raise BrowserError(f"{what} failed: {e}\n--- browser console ---\n" + "\n".join(self.console[-40:])) from None
+
+    def run(self, code: str, timeout_s: float = 600.0) -> str:
+        """Run Python in the worker; return its last expression (a str)."""
+        ms = int(timeout_s * 1000)
+        res = self.page.evaluate("([code, ms]) => window.bitlora.run(code, ms)", [code, ms])
+        if not res.get("ok"):
+            raise BrowserError("Python in the browser failed:\n" + str(res.get("error"))
+                               + "\n--- browser console ---\n" + "\n".join(self.console[-20:]))
+        return res.get("value")
+
+    def run_case(self, path: pathlib.Path, name: str, kwargs: dict | None = None, timeout_s: float = 600.0):
+        """Run `async def <name>(dev, **kwargs)` from a portable module file in the worker."""
+        path = pathlib.Path(path)
+        mod = path.stem
+        code = (
+            "import importlib, json, pathlib, sys\n"
+            "_dir = pathlib.Path('/home/pyodide/portable')\n"
+            "_dir.mkdir(parents=True, exist_ok=True)\n"
+            f"(_dir / {mod + '.py'!r}).write_text({path.read_text()!r})\n"
+            "if str(_dir) not in sys.path: sys.path.insert(0, str(_dir))\n"
+            "importlib.invalidate_caches()\n"
+            f"_m = importlib.reload(importlib.import_module({mod!r}))\n"
+            "from bitlora import gpu\n"
+            "_dev = await gpu.get_device()\n"
+            f"json.dumps(await _m.{name}(_dev, **json.loads({json.dumps(kwargs or {})!r})))\n"
+        )
+        return json.loads(self.run(code, timeout_s))
+
+    def close(self) -> None:
+        for closer in (lambda: self.browser and self.browser.close(), lambda: self._pw and self._pw.stop(),
+                       lambda: self.server and self.server.close()):
+            try:
+                closer()
+            except Exception:  # noqa: BLE001 - best effort on the way out
+                pass
+
+    def __enter__(self):
+        try:
+            return self.start()
+        except BaseException:
+            self.close()
+            raise
+
+    def __exit__(self, *exc):
+        self.close()

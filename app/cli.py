@@ -1,0 +1,81 @@
+"""The `bitlora` command line.
+
+    bitlora serve [--host 127.0.0.1] [--port 8765]   the web app, Pyodide and the wheel
+    bitlora bench optim --params N                    optimizer step benchmark (native)
+    bitlora info                                      the native GPU adapter and its limits
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def cmd_serve(args) -> int:
+    from .server import MissingAssets, Server
+
+    try:
+        server = Server(host=args.host, port=args.port, quiet=args.quiet)
+    except MissingAssets as e:
+        print(f"bitlora serve: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        print(f"bitlora serve: cannot listen on {args.host}:{args.port}: {e.strerror or e}", file=sys.stderr)
+        return 2
+    print(f"bitlora: serving the app at {server.url}  (Ctrl+C to stop)", flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.httpd.server_close()
+    return 0
+
+
+def cmd_info(args) -> int:
+    from bitlora import gpu
+
+    dev = gpu.run(gpu.get_device("native"))
+    print(json.dumps({"adapter": dev.adapter_info, "limits": dev.limits}, indent=2))
+    return 0
+
+
+def cmd_bench(args) -> int:
+    try:
+        from bitlora import bench
+    except ImportError as e:
+        print(f"bitlora bench: benchmarks unavailable ({e})", file=sys.stderr)
+        return 2
+    return bench.run_cli(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="bitlora", description="LoRA finetuning of BitNet b1.58 on WebGPU.")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    s = sub.add_parser("serve", help="serve the web app on this machine")
+    s.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback only)")
+    s.add_argument("--port", type=int, default=8765, help="TCP port (0 picks a free one; default 8765)")
+    s.add_argument("--quiet", action="store_true", help="do not log requests")
+    s.set_defaults(func=cmd_serve)
+
+    s = sub.add_parser("info", help="show the native GPU adapter and its limits")
+    s.set_defaults(func=cmd_info)
+
+    s = sub.add_parser("bench", help="benchmarks that print figures")
+    s.add_argument("what", choices=["optim"], help="what to measure")
+    s.add_argument("--params", type=int, default=1 << 24, help="number of f32 parameters (default 2^24)")
+    s.add_argument("--tensors", type=int, default=200, help="how many tensors they are split into")
+    s.add_argument("--iters", type=int, default=50, help="timed steps")
+    s.add_argument("--torch", action="store_true", help="also time torch clip_grad_norm_ + AdamW")
+    s.set_defaults(func=cmd_bench)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,74 @@
+// worker.js — the dedicated Web Worker that hosts Pyodide and bitlora.
+//
+// Boots Pyodide from this server (never a CDN), installs micropip/packaging from
+// local wheels, then the bitlora wheel that `bitlora serve` built from the tree.
+// Messages in:  {type: "run", id, code}   run Python (async), answer with its result
+//               {type: <other>, ...}       handed to bitlora.webapp.dispatch(msg)
+// Messages out: {type: "boot", stage, text} while starting; {type: "ready", version};
+//               {type: "result", id, ok, value | error}; whatever Python posts.
+import { loadPyodide } from "/pyodide/pyodide.mjs";
+
+const post = (msg) => self.postMessage(msg);
+let pyodide = null;
+
+async function boot() {
+  post({ type: "boot", stage: "pyodide", text: "Loading Python (Pyodide)…" });
+  pyodide = await loadPyodide({
+    indexURL: new URL("/pyodide/", self.location.href).href,
+    stdout: (text) => post({ type: "log", level: "info", text }),
+    stderr: (text) => post({ type: "log", level: "error", text }),
+  });
+  post({ type: "boot", stage: "packages", text: "Installing packages…" });
+  // Pure-Python wheels fetched from PyPI at set-up; loaded by URL because their
+  // hashes differ from the rebuilt ones named in pyodide-lock.json.
+  const base = new URL("/pyodide/", self.location.href).href;
+  await pyodide.loadPackage([base + "micropip-0.11.1-py3-none-any.whl",
+                             base + "packaging-26.1-py3-none-any.whl"]);
+  const meta = await (await fetch("/bitlora.json")).json();
+  const micropip = pyodide.pyimport("micropip");
+  await micropip.install.callKwargs(new URL(meta.wheel, self.location.href).href, { deps: false });
+  micropip.destroy();
+  pyodide.runPython("import bitlora.webapp");
+  post({ type: "ready", version: meta.version });
+}
+
+const booted = boot().catch((err) => {
+  post({ type: "fatal", text: `Python failed to start: ${err && err.message ? err.message : err}` });
+  throw err;
+});
+
+async function runCode(msg) {
+  const globals = pyodide.globals.get("dict")();
+  try {
+    const value = await pyodide.runPythonAsync(msg.code, { globals });
+    const out = value && typeof value.toJs === "function" ? String(value) : value;
+    post({ type: "result", id: msg.id, ok: true, value: out === undefined ? null : out });
+  } catch (err) {
+    post({ type: "result", id: msg.id, ok: false, error: String(err && err.message ? err.message : err) });
+  } finally {
+    globals.destroy();
+  }
+}
+
+self.onmessage = async (event) => {
+  const msg = event.data;
+  try {
+    await booted;
+  } catch {
+    return;
+  }
+  if (!msg || typeof msg.type !== "string") {
+    post({ type: "error", text: "worker: message without a type" });
+  } else if (msg.type === "run") {
+    await runCode(msg);
+  } else {
+    const dispatch = pyodide.pyimport("bitlora.webapp").dispatch;
+    try {
+      await dispatch(pyodide.toPy(msg));
+    } catch (err) {
+      post({ type: "error", text: String(err && err.message ? err.message : err), request: msg.type });
+    } finally {
+      dispatch.destroy();
+    }
+  }
+};
