@@ -1,0 +1,185 @@
+// grad_norm.wgsl — global gradient norm, clip factor and in-place gradient scaling
+// over the gradient arena: every trainable tensor in one flat f32 buffer g[n].
+//
+// Layout (built by bitlora.optim.ParamArena): tensors start on 64-float boundaries,
+// padding is zero, n is a multiple of 64. The arena is cut into blocks, each inside
+// one tensor and at most 4096 vec4 long:
+//   blocks[nb]  vec2<u32> (start4, count4)        in vec4 units
+//   tensors[nt] vec2<u32> (first_block, end_block)
+//
+// Math (torch.nn.utils.clip_grad_norm_ on the loss-normalised gradient s*g, s = 1/num_target_tokens):
+//   sumsq = sum over all tensors and elements of (s*g)^2      (two passes, no float atomics)
+//   norm  = sqrt(sumsq)                                       (returned: the pre-clip norm)
+//   clip  = min(1, max_norm / (norm + 1e-6))                  (1 when max_norm <= 0: no clipping)
+//   gmul  = s * clip                                          (AdamW multiplies every g by it)
+// A non-finite sumsq (a NaN or Inf gradient) skips the step: skip = 1, skipped += 1,
+// gmul = 0; adamw.wgsl then leaves parameters and moments alone (AMP GradScaler's rule).
+//
+// State (storage, 16 words; adamw.wgsl declares the same struct):
+//   sumsq f32 | norm f32 | clip f32 | gmul f32 | skip u32 | skipped u32 | step u32 |
+//   step_size f32 | bc2_sqrt f32 | pad x7
+//
+// Entry points (dispatch rule after the bindings):
+// sumsq_blocks:     0 params {scale} | 1 g[n/4] vec4 read | 2 blocks[nb] read | 3 partial[nb] write
+//                   one workgroup per block (split over x, y): partial[b] = sum_b (scale*g)^2
+// sumsq_finish:     0 params {nb, scale, max_norm} | 1 partial[nb] read | 2 state read_write
+//                   one workgroup: sumsq, norm, clip, gmul, skip as above
+// sumsq_per_tensor: 0 params {nt} | 1 partial[nb] read | 2 tensors[nt] read | 3 tsumsq[nt] write
+//                   one workgroup per tensor (logging only; not part of the fused step)
+// sumsq_accumulate: 0 params {nb} | 1 partial[nb] read | 2 acc[1] read_write
+//                   one workgroup: acc[0] += sum of partial (the seed's accumulator)
+// clip_from_acc:    0 params {max_norm} | 1 acc[1] read | 2 state read_write
+//                   one workgroup: norm = sqrt(acc[0]), clip as above into state
+// scale_const:      0 params {factor, n4} | 1 g[n/4] vec4 read_write      ceil(n4/256) workgroups
+// scale_by_clip:    0 params {n4} | 1 g[n/4] vec4 read_write | 2 state read ceil(n4/256) workgroups
+
+struct State {
+    sumsq: f32, norm: f32, clip: f32, gmul: f32,
+    skip: u32, skipped: u32, step: u32, step_size: f32,
+    bc2_sqrt: f32, pad0: u32, pad1: u32, pad2: u32, pad3: u32, pad4: u32, pad5: u32, pad6: u32,
+};
+
+const WG: u32 = 256u;
+var<workgroup> sh: array<f32, WG>;
+
+// Sum of x over the workgroup; every invocation gets the total (call in uniform control flow).
+fn wg_sum(lid: u32, x: f32) -> f32 {
+    sh[lid] = x;
+    workgroupBarrier();
+    for (var s = WG / 2u; s > 0u; s = s >> 1u) {
+        if (lid < s) { sh[lid] += sh[lid + s]; }
+        workgroupBarrier();
+    }
+    let total = sh[0];
+    workgroupBarrier();
+    return total;
+}
+
+// WGSL has no isinf/isnan: an all-ones exponent means Inf or NaN.
+fn is_finite(x: f32) -> bool {
+    return (bitcast<u32>(x) & 0x7f800000u) != 0x7f800000u;
+}
+
+fn clip_factor(norm: f32, max_norm: f32) -> f32 {
+    if (max_norm <= 0.0) { return 1.0; }
+    return min(1.0, max_norm / (norm + 1e-6));
+}
+
+// ---------------------------------------------------------------- pass 1
+struct BlocksParams { scale: f32 };
+@group(0) @binding(0) var<uniform> bp: BlocksParams;
+@group(0) @binding(1) var<storage, read> g_in: array<vec4<f32>>;
+@group(0) @binding(2) var<storage, read> blocks: array<vec2<u32>>;
+@group(0) @binding(3) var<storage, read_write> partial_out: array<f32>;
+
+@compute @workgroup_size(WG)
+fn sumsq_blocks(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>,
+                @builtin(num_workgroups) nw: vec3<u32>) {
+    let b = wid.x + wid.y * nw.x;
+    if (b >= arrayLength(&blocks)) { return; }  // uniform per workgroup
+    let blk = blocks[b];
+    var acc = 0.0;
+    for (var i = lid.x; i < blk.y; i += WG) {
+        let x = g_in[blk.x + i] * bp.scale;
+        acc += dot(x, x);
+    }
+    let total = wg_sum(lid.x, acc);
+    if (lid.x == 0u) { partial_out[b] = total; }
+}
+
+// ---------------------------------------------------------------- pass 2
+struct FinishParams { nb: u32, scale: f32, max_norm: f32 };
+@group(0) @binding(0) var<uniform> fp: FinishParams;
+@group(0) @binding(1) var<storage, read> partial_in: array<f32>;
+@group(0) @binding(2) var<storage, read_write> state: State;
+
+@compute @workgroup_size(WG)
+fn sumsq_finish(@builtin(local_invocation_id) lid: vec3<u32>) {
+    var acc = 0.0;
+    for (var i = lid.x; i < fp.nb; i += WG) { acc += partial_in[i]; }
+    let sumsq = wg_sum(lid.x, acc);
+    if (lid.x == 0u) {
+        let norm = sqrt(sumsq);
+        state.sumsq = sumsq;
+        state.norm = norm;
+        if (is_finite(sumsq)) {
+            let clip = clip_factor(norm, fp.max_norm);
+            state.clip = clip;
+            state.gmul = fp.scale * clip;
+            state.skip = 0u;
+        } else {
+            state.clip = 0.0;
+            state.gmul = 0.0;
+            state.skip = 1u;
+            state.skipped += 1u;
+        }
+    }
+}
+
+// ---------------------------------------------------------------- per-tensor sums (logging)
+struct TensorParams { nt: u32 };
+@group(0) @binding(0) var<uniform> tp: TensorParams;
+@group(0) @binding(1) var<storage, read> partial_t: array<f32>;
+@group(0) @binding(2) var<storage, read> tensors: array<vec2<u32>>;
+@group(0) @binding(3) var<storage, read_write> tsumsq: array<f32>;
+
+@compute @workgroup_size(WG)
+fn sumsq_per_tensor(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>,
+                    @builtin(num_workgroups) nw: vec3<u32>) {
+    let t = wid.x + wid.y * nw.x;
+    if (t >= tp.nt) { return; }
+    let r = tensors[t];
+    var acc = 0.0;
+    for (var i = r.x + lid.x; i < r.y; i += WG) { acc += partial_t[i]; }
+    let total = wg_sum(lid.x, acc);
+    if (lid.x == 0u) { tsumsq[t] = total; }
+}
+
+// ---------------------------------------------------------------- the seed's separate operations
+struct AccParams { nb: u32 };
+@group(0) @binding(0) var<uniform> ap: AccParams;
+@group(0) @binding(1) var<storage, read> partial_a: array<f32>;
+@group(0) @binding(2) var<storage, read_write> acc_rw: array<f32>;
+
+@compute @workgroup_size(WG)
+fn sumsq_accumulate(@builtin(local_invocation_id) lid: vec3<u32>) {
+    var acc = 0.0;
+    for (var i = lid.x; i < ap.nb; i += WG) { acc += partial_a[i]; }
+    let total = wg_sum(lid.x, acc);
+    if (lid.x == 0u) { acc_rw[0] = acc_rw[0] + total; }
+}
+
+struct ClipParams { max_norm: f32 };
+@group(0) @binding(0) var<uniform> cp: ClipParams;
+@group(0) @binding(1) var<storage, read> acc_in: array<f32>;
+@group(0) @binding(2) var<storage, read_write> clip_state: State;
+
+@compute @workgroup_size(1)
+fn clip_from_acc() {
+    let sumsq = acc_in[0];
+    let norm = sqrt(sumsq);
+    clip_state.sumsq = sumsq;
+    clip_state.norm = norm;
+    clip_state.clip = clip_factor(norm, cp.max_norm);
+}
+
+struct ScaleParams { factor: f32, n4: u32 };
+@group(0) @binding(0) var<uniform> sp: ScaleParams;
+@group(0) @binding(1) var<storage, read_write> g_rw: array<vec4<f32>>;
+
+@compute @workgroup_size(WG)
+fn scale_const(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>) {
+    let i = gid.x + gid.y * nw.x * WG;
+    if (i < sp.n4) { g_rw[i] = g_rw[i] * sp.factor; }
+}
+
+struct ScaleClipParams { n4: u32 };
+@group(0) @binding(0) var<uniform> scp: ScaleClipParams;
+@group(0) @binding(1) var<storage, read_write> g_clip: array<vec4<f32>>;
+@group(0) @binding(2) var<storage, read> scale_state: State;
+
+@compute @workgroup_size(WG)
+fn scale_by_clip(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>) {
+    let i = gid.x + gid.y * nw.x * WG;
+    if (i < scp.n4) { g_clip[i] = g_clip[i] * scale_state.clip; }
+}
