@@ -1,33 +1,373 @@
-// app.js — the page: starts the Python worker and shows what it reports.
+// app.js — the page. It moves messages between the controls and the Python worker,
+// and draws what the worker reports. No math here: Python does the work.
+//
+// Page -> worker: hello, load-model, load-data, train, pause, resume, stop,
+//                 generate, export, resume-checkpoint, discard-checkpoint, estimate.
+// Worker -> page: boot, ready, fatal, log, defaults, hello, progress, model-info,
+//                 data-info, train-state, step, generated, export, checkpoint,
+//                 error, gpu-error (each handled below; unknown types are reported).
+import uPlot from "/vendor/uplot/uPlot.esm.js";
 import { PyWorker } from "./client.js";
 
 const $ = (id) => document.getElementById(id);
-const status = $("status");
+const SETTINGS_KEY = "bitlora.settings.v1";
 
-function setStatus(text, isError = false) {
-  status.textContent = text;
-  status.classList.toggle("error", isError);
+// ---------------------------------------------------------------- status, log
+function setStatus(text, kind = "") {
+  const el = $("status");
+  el.textContent = text;
+  el.className = kind;
 }
 
+function log(text, level = "info") {
+  const el = $("log");
+  const line = `[${new Date().toLocaleTimeString()}] ${text}\n`;
+  el.append(document.createTextNode(line));
+  if (el.childNodes.length > 2000) el.removeChild(el.firstChild);
+  el.scrollTop = el.scrollHeight;
+  if (level === "error") console.error(text);
+}
+
+function banner(text, action = null) {
+  $("banner-text").textContent = text;
+  const btn = $("banner-action");
+  btn.hidden = !action;
+  if (action) {
+    btn.textContent = action.label;
+    btn.onclick = () => { $("banner").hidden = true; action.run(); };
+  }
+  $("banner").hidden = false;
+}
+$("banner-close").onclick = () => { $("banner").hidden = true; };
+
+function showError(where, text) {
+  setStatus(`${where}: ${text}`, "error");
+  log(`${where}: ${text}`, "error");
+}
+
+// ---------------------------------------------------------------- settings
+let defaults = null;
+
+function readSettings() {
+  const form = $("settings");
+  const out = {};
+  for (const el of form.elements) {
+    if (!el.name || el.name === "target") continue;
+    if (el.type === "checkbox") out[el.name] = el.checked;
+    else if (el.type === "number") out[el.name] = el.value === "" ? null : Number(el.value);
+    else out[el.name] = el.value;
+  }
+  out.target_modules = [...form.querySelectorAll("input[name=target]:checked")].map((el) => el.value);
+  return out;
+}
+
+function writeSettings(values) {
+  const form = $("settings");
+  for (const el of form.elements) {
+    if (!el.name) continue;
+    if (el.name === "target") el.checked = (values.target_modules || []).includes(el.value);
+    else if (!(el.name in values)) continue;
+    else if (el.type === "checkbox") el.checked = Boolean(values[el.name]);
+    else el.value = values[el.name] ?? "";
+  }
+}
+
+function saveSettings() {
+  try { localStorage.setItem(SETTINGS_KEY, JSON.stringify(readSettings())); } catch { /* private mode */ }
+}
+
+$("settings").addEventListener("change", () => { saveSettings(); requestEstimate(); });
+$("reset-settings").onclick = () => { if (defaults) { writeSettings(defaults); saveSettings(); requestEstimate(); } };
+
+// ---------------------------------------------------------------- charts
+const charts = {};
+function makeChart(id, label, color, opts = {}) {
+  const el = $(id);
+  const width = Math.max(240, el.clientWidth || 320);
+  const plot = new uPlot({
+    width, height: 180,
+    scales: { x: { time: false }, ...(opts.scales || {}) },
+    axes: [{ label: opts.xLabel || "step" }, { size: 60 }],
+    series: [{ label: opts.xLabel || "step" }, { label, stroke: color, width: 2, ...(opts.series || {}) }],
+    legend: { show: false },
+  }, [[], []], el);
+  charts[id] = { plot, x: [], y: [] };
+  return plot;
+}
+
+function pushPoint(id, x, y) {
+  const c = charts[id];
+  c.x.push(x); c.y.push(y);
+}
+
+let redrawQueued = false;
+function redrawCharts() {
+  if (redrawQueued) return;
+  redrawQueued = true;
+  requestAnimationFrame(() => {
+    redrawQueued = false;
+    for (const id of ["chart-loss", "chart-grad", "chart-lr", "chart-tps"]) {
+      charts[id].plot.setData([charts[id].x, charts[id].y]);
+    }
+  });
+}
+
+function resetCharts(points = []) {
+  for (const id of ["chart-loss", "chart-grad", "chart-lr", "chart-tps"]) { charts[id].x = []; charts[id].y = []; }
+  for (const p of points) addStepPoint(p);
+  redrawCharts();
+}
+
+function addStepPoint(m) {
+  pushPoint("chart-loss", m.step, m.loss);
+  pushPoint("chart-grad", m.step, m.grad_norm);
+  pushPoint("chart-lr", m.step, m.lr);
+  pushPoint("chart-tps", m.step, m.tokens_per_s);
+}
+
+let histPlot = null;
+function drawHistogram(hist) {
+  const el = $("length-hist");
+  if (histPlot) histPlot.destroy();
+  histPlot = new uPlot({
+    width: Math.max(240, el.clientWidth || 320), height: 160,
+    scales: { x: { time: false } },
+    axes: [{ label: "tokens per record" }, { label: "records", size: 50 }],
+    series: [{}, { label: "records", fill: "rgba(59,110,245,0.5)", stroke: "#3b6ef5",
+                   paths: uPlot.paths.bars({ size: [0.9, 100] }) }],
+    legend: { show: false },
+  }, [hist.edges, hist.counts], el);
+}
+
+// ---------------------------------------------------------------- model & data
+function renderKV(dl, pairs) {
+  dl.replaceChildren();
+  for (const [k, v] of pairs) {
+    const dt = document.createElement("dt"); dt.textContent = k;
+    const dd = document.createElement("dd"); dd.textContent = String(v);
+    dl.append(dt, dd);
+  }
+}
+
+function renderPreview(records) {
+  const table = $("data-preview");
+  table.replaceChildren();
+  const cols = ["#", "instruction", "input", "output"];
+  const head = table.createTHead().insertRow();
+  for (const c of cols) { const th = document.createElement("th"); th.textContent = c; th.scope = "col"; head.append(th); }
+  const body = table.createTBody();
+  records.forEach((r, i) => {
+    const row = body.insertRow();
+    for (const c of cols) row.insertCell().textContent = c === "#" ? String(r.index ?? i) : String(r[c] ?? "");
+  });
+}
+
+function renderInvalid(invalid) {
+  const box = $("invalid-records");
+  const list = $("invalid-list");
+  list.replaceChildren();
+  box.hidden = invalid.length === 0;
+  for (const item of invalid.slice(0, 500)) {
+    const li = document.createElement("li");
+    li.textContent = `record ${item.index}: ${item.reason}`;
+    list.append(li);
+  }
+  box.querySelector("summary").textContent = `Invalid records (${invalid.length}, skipped)`;
+}
+
+let modelReady = false;
+let dataReady = false;
+let trainState = "idle";
+
+function updateButtons() {
+  const busy = trainState === "running" || trainState === "paused" || trainState === "starting";
+  $("train").disabled = !(modelReady && dataReady) || busy;
+  $("pause").disabled = trainState !== "running";
+  $("resume").disabled = trainState !== "paused";
+  $("stop").disabled = !busy;
+  $("generate").disabled = !modelReady || trainState === "running";
+  $("export").disabled = !hasAdapter;
+  for (const id of ["load-demo-model", "model-file", "model-folder", "model-url-load",
+                    "load-demo-data", "data-file", "data-url-load"]) $(id).disabled = busy;
+}
+let hasAdapter = false;
+
+function loadModel(msg) {
+  modelReady = false; updateButtons();
+  $("model-progress").hidden = false;
+  $("model-progress").value = 0;
+  py.send({ type: "load-model", ...msg });
+}
+
+function loadData(msg) {
+  dataReady = false; updateButtons();
+  py.send({ type: "load-data", ...msg });
+}
+
+$("load-demo-model").onclick = () => loadModel({ source: "demo" });
+$("model-file").onchange = (e) => { const f = e.target.files[0]; if (f) loadModel({ source: "file", file: f, name: f.name }); };
+$("model-folder").onchange = (e) => {
+  const files = [...e.target.files];
+  if (files.length) loadModel({ source: "folder", files, names: files.map((f) => f.name) });
+};
+$("model-url-load").onclick = () => { const url = $("model-url").value.trim(); if (url) loadModel({ source: "url", url }); };
+$("load-demo-data").onclick = () => loadData({ source: "demo" });
+$("data-file").onchange = (e) => { const f = e.target.files[0]; if (f) loadData({ source: "file", file: f, name: f.name }); };
+$("data-url-load").onclick = () => { const url = $("data-url").value.trim(); if (url) loadData({ source: "url", url }); };
+
+function requestEstimate() {
+  if (modelReady) py.send({ type: "estimate", config: readSettings() });
+}
+
+// ---------------------------------------------------------------- training
+let trainStart = 0;
+$("train").onclick = () => {
+  saveSettings();
+  trainState = "starting"; updateButtons();
+  resetCharts();
+  trainStart = performance.now();
+  py.send({ type: "train", config: readSettings() });
+};
+$("pause").onclick = () => py.send({ type: "pause" });
+$("resume").onclick = () => py.send({ type: "resume" });
+$("stop").onclick = () => py.send({ type: "stop" });
+$("export").onclick = () => py.send({ type: "export" });
+$("generate").onclick = () => {
+  $("gen-base").textContent = "…"; $("gen-adapted").textContent = "…";
+  py.send({ type: "generate", instruction: $("prompt").value, input: $("prompt-input").value,
+            max_new_tokens: Number($("max-new-tokens").value), temperature: Number($("temperature").value) });
+};
+
+function download(name, bytes) {
+  const url = URL.createObjectURL(new Blob([bytes]));
+  const a = document.createElement("a");
+  a.href = url; a.download = name;
+  document.body.append(a); a.click(); a.remove();
+  setTimeout(() => URL.revokeObjectURL(url), 10000);
+}
+
+function fmtTime(s) {
+  if (!isFinite(s) || s < 0) return "—";
+  const m = Math.floor(s / 60), sec = Math.round(s % 60);
+  return m ? `${m} min ${sec} s` : `${sec} s`;
+}
+
+// ---------------------------------------------------------------- worker messages
 const handlers = {
-  boot: (msg) => setStatus(msg.text),
-  ready: () => { setStatus("Python ready; running a WGSL kernel on WebGPU…"); py.send({ type: "hello", n: 8 }); },
-  fatal: (msg) => setStatus(msg.text, true),
-  "gpu-error": (msg) => setStatus(msg.text, true),
-  error: (msg) => setStatus(`Error: ${msg.text}`, true),
-  log: (msg) => console.log(`[py] ${msg.text}`),
+  boot: (m) => setStatus(m.text),
+  ready: (m) => {
+    setStatus(`Python ready (bitlora ${m.version}). Checking the GPU…`);
+    py.send({ type: "hello", n: 8 });
+  },
+  fatal: (m) => showError("Start-up failed", m.text),
+  log: (m) => log(m.text, m.level),
   result: () => {},
-  hello: (msg) => {
-    $("adapter").textContent = msg.adapter;
-    $("binding-limit").textContent = `${(msg.limits.maxStorageBufferBindingSize / 2 ** 20).toFixed(0)} MiB`;
-    $("kernel-result").textContent = `x = [${msg.x.join(", ")}]\ny = [${msg.y.join(", ")}]`;
-    setStatus("WebGPU works: the kernel ran in the worker.");
+  defaults: (m) => {
+    defaults = m.config;
+    let saved = null;
+    try { saved = JSON.parse(localStorage.getItem(SETTINGS_KEY) || "null"); } catch { saved = null; }
+    writeSettings({ ...defaults, ...(saved || {}) });
+  },
+  hello: (m) => {
+    renderKV($("gpu-info"), [["GPU adapter", m.adapter],
+      ["Max storage binding", `${(m.limits.maxStorageBufferBindingSize / 2 ** 20).toFixed(0)} MiB`],
+      ["Max buffer", `${(m.limits.maxBufferSize / 2 ** 20).toFixed(0)} MiB`],
+      ["Storage buffers per stage", m.limits.maxStorageBuffersPerShaderStage]]);
+    $("kernel-result").textContent = `x = [${m.x.join(", ")}]  y = [${m.y.join(", ")}]`;
+    setStatus("WebGPU works: the kernel ran in the worker. Load a model and a dataset, then Train.");
+  },
+  "gpu-error": (m) => {
+    showError("WebGPU", m.text);
+    banner(m.text);
+  },
+  progress: (m) => {
+    const bar = $(m.what === "model" ? "model-progress" : "train-progress");
+    if (m.what === "model") {
+      bar.hidden = false;
+      bar.max = m.total || 1; bar.value = m.done;
+      const mb = (x) => (x / 2 ** 20).toFixed(1);
+      $("model-progress-text").textContent = m.total
+        ? `${mb(m.done)} / ${mb(m.total)} MB (${((100 * m.done) / m.total).toFixed(0)} %) ${m.text || ""}` : (m.text || "");
+    }
+  },
+  "model-info": (m) => {
+    modelReady = true;
+    renderKV($("model-info"), m.rows);
+    $("model-progress-text").textContent = "Loaded.";
+    setStatus(`Model loaded: ${m.name}.`);
+    log(`model loaded: ${m.name}`);
+    updateButtons();
+    requestEstimate();
+  },
+  "data-info": (m) => {
+    dataReady = m.valid > 0;
+    $("data-summary").textContent = `${m.name}: ${m.total} records, ${m.valid} usable, ${m.invalid.length} invalid.`;
+    renderPreview(m.preview);
+    renderInvalid(m.invalid);
+    if (m.histogram) drawHistogram(m.histogram);
+    setStatus(m.valid > 0 ? `Dataset loaded: ${m.valid} usable records.` : "The dataset has no usable records.",
+              m.valid > 0 ? "" : "error");
+    updateButtons();
+  },
+  estimate: (m) => {
+    const el = $("memory-estimate");
+    el.textContent = m.text;
+    el.className = m.fits ? "muted" : "warning";
+    if (!m.fits) banner(m.text);
+  },
+  "train-state": (m) => {
+    trainState = m.state;
+    if (m.has_adapter !== undefined) hasAdapter = m.has_adapter;
+    updateButtons();
+    const words = { running: "Training…", paused: "Paused.", stopped: "Stopped.", done: "Training finished.",
+                    failed: "Training failed.", starting: "Preparing training…", idle: "Ready." };
+    setStatus(m.text || words[m.state] || m.state, m.state === "failed" ? "error" : "");
+    if (m.history) resetCharts(m.history);
+  },
+  step: (m) => {
+    addStepPoint(m);
+    redrawCharts();
+    const bar = $("train-progress");
+    bar.max = m.total_steps; bar.value = m.step;
+    $("train-progress-text").textContent =
+      `step ${m.step} / ${m.total_steps} · loss ${m.loss.toFixed(4)} · ETA ${fmtTime(m.eta_s)}`;
+    if (m.skipped) log(`step ${m.step}: non-finite gradients, step skipped (${m.skipped} so far)`, "error");
+    if (m.step % 10 === 0 || m.step === 1) {
+      log(`step ${m.step}: loss ${m.loss.toFixed(4)}, grad norm ${m.grad_norm.toFixed(3)}, lr ${m.lr.toExponential(2)}, ${m.tokens_per_s.toFixed(0)} tok/s`);
+    }
+  },
+  generated: (m) => {
+    $("gen-base").textContent = m.base;
+    $("gen-adapted").textContent = m.adapted ?? "(no adapter yet: train first)";
+    setStatus("Generated.");
+  },
+  export: (m) => {
+    for (const f of m.files) download(f.name, f.bytes);
+    log(`exported ${m.files.map((f) => f.name).join(", ")}`);
+  },
+  checkpoint: (m) => {
+    if (m.available) {
+      banner(`A training checkpoint from ${m.saved_at} (step ${m.step} of ${m.total_steps}) is in this browser's storage.`,
+             { label: "Resume training", run: () => { trainState = "starting"; updateButtons(); py.send({ type: "resume-checkpoint" }); } });
+    }
+    if (m.saved) log(`checkpoint saved at step ${m.step}`);
+  },
+  error: (m) => {
+    showError(m.where || "Error", m.text);
+    if (m.where === "model") { $("model-progress").hidden = true; $("model-progress-text").textContent = ""; }
+    updateButtons();
   },
 };
 
 const py = new PyWorker((msg) => {
   const handler = handlers[msg.type];
   if (handler) handler(msg);
-  else console.warn("unknown message from worker", msg);
+  else log(`unknown message from the worker: ${String(msg.type)}`, "error");
 });
-py.ready.catch((err) => setStatus(err.message, true));
+py.ready.catch((err) => showError("Start-up failed", err.message));
+
+makeChart("chart-loss", "loss", "#d9480f");
+makeChart("chart-grad", "grad norm", "#5f3dc4");
+makeChart("chart-lr", "lr", "#2b8a3e");
+makeChart("chart-tps", "tokens/s", "#1864ab");
+updateButtons();

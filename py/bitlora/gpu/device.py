@@ -289,6 +289,8 @@ class Device:
             raise err
 
     def describe(self) -> str:
+        """A one-line name for the adapter, e.g. 'google swiftshader (browser, WebGPU)'."""
         info = self.adapter_info
-        name = info.get("description") or info.get("device") or info.get("vendor") or "unknown adapter"
-        return f"{name} [{self.name}, {info.get('backend', '') or info.get('architecture', '')}]".replace(", ]", "]")
+        name = info.get("description") or info.get("device") or " ".join(
+            x for x in (info.get("vendor"), info.get("architecture")) if x) or "unknown adapter"
+        return f"{name} ({self.name}, {info.get('backend') or '?'})"
