@@ -1,0 +1,424 @@
+// backward.wgsl — backward entry points of the frozen network's kernel families
+// (rmsnorm, bitlinear, linear, ffn gating, rope, attention). Each entry point's
+// bindings are self-contained (own module-scope variables), so each can move into
+// its family's file unchanged. Layouts are row-major f32 unless marked u32/i32.
+// "accumulate" (a u32 param) selects dx = ... (0) or dx += ... (1), so several
+// input-gradient contributions (q, k, v projections; LoRA; the residual stream) add
+// into one buffer without temporaries. Frozen weights get no weight gradient.
+//
+// rmsnorm_backward   y = w * x * rstd,  rstd[n] = 1 / sqrt(mean_c x[n, c]^2 + eps)
+//   dx = rstd * (w*dy - x * rstd^2 * mean_c(w*dy*x))
+//   0 params {N, C, accumulate} | 1 dy[N, C] read | 2 x[N, C] read | 3 w[C] read |
+//   4 rstd[N] read | 5 dx[N, C] read_write
+//   dispatch: one workgroup (256) per row: N workgroups split over x, y
+//
+// bitlinear_backward_input   y = actquant(x) Wq^T, Wq = t[O, I] * scale (ternary)
+//   Straight-through estimator at both quantisers (HF's ActQuant / WeightQuant
+//   backward return the gradient unchanged), so dx = dy Wq = scale * dy t.
+//   t comes from w_packed[O, ceil(I/16)] u32 (formats/tensors.py: weight (o, i) is
+//   code (word >> 2*(i%16)) & 3 of word o*ceil(I/16) + i/16, t = code - 1).
+//   0 params {N, I, O, scale, accumulate} | 1 dy[N, O] read | 2 w_packed[O, I/16] read |
+//   3 dx[N, I] read_write
+//   dispatch: groups (ceil(ceil(I/16) / 16), ceil(N/16)); a workgroup (256) owns 16
+//   rows x 16 words (256 columns) of dx, one thread per (row, word).
+//
+// linear_backward_input   y = x W^T with a dense float W[O, I] (lm_head / tied
+//   embedding, W = E[V, C]): dx = scale * dy W
+//   0 params {N, I, O, scale, accumulate} | 1 dy[N, O] read | 2 w[O, I] read |
+//   3 dx[N, I] read_write
+//   dispatch: groups (ceil(I/16), ceil(N/16)); 16x16 threads, one per dx element.
+//
+// relu2_gating_backward   h = relu(g)^2 * u  (BitNet's MLP, before ffn_sub_norm)
+//   dg = 2 relu(g) u dh,  du = relu(g)^2 dh   (overwrite)
+//   0 params {count = N*F} | 1 dh[N, F] read | 2 g[N, F] read | 3 u[N, F] read |
+//   4 dg[N, F] write | 5 du[N, F] write
+//   dispatch: ceil(N*F / 256) workgroups split over x, y
+//
+// rope_backward   (HF rotate_half RoPE; forward y = x cos + rotate_half(x) sin)
+//   the inverse rotation, in place: for j < D/2, with c = cos[t, j], s = sin[t, j],
+//   t = n % T (positions 0..T-1 in each sequence):
+//     dx[j] = dy[j] c + dy[j + D/2] s,   dx[j + D/2] = dy[j + D/2] c - dy[j] s
+//   0 params {N, T, H, D} | 1 g[N, H*D] read_write (dy in, dx out) |
+//   2 cos[T, D/2] read | 3 sin[T, D/2] read
+//   (H is the head count of this tensor: H for q, Hkv for k)
+//   dispatch: ceil(N*H*D/2 / 256) workgroups split over x, y
+//
+// attention_backward_dq, attention_backward_dkv   causal softmax attention with GQA,
+//   all positions of all sequences at once. Inputs are post-RoPE q[N, H*D],
+//   k[N, Hkv*D], v[N, Hkv*D] and dout[N, H*D]; query head h reads KV head
+//   h / (H/Hkv) (HF repeat_kv). Nothing from the forward is needed: the softmax is
+//   recomputed (P[i, j] = exp(s[i, j] - lse[i]), s = scale * q_i . k_j, j <= i).
+//     dP = dout_i . v_j,   Dsum_i = sum_j P dP,   dS = P (dP - Dsum_i)
+//     dq_i = scale * sum_j dS k_j,   dk_j = scale * sum_{h in group, i >= j} dS q_i,
+//     dv_j = sum_{h in group, i >= j} P dout_i
+//   Pass 1 (dq) also writes stats[N, H, 2] = (lse, Dsum) for pass 2.
+//   Padding: sequences are right-padded; causal masking alone keeps every valid row
+//   exact, and a padded row gets no gradient when its dout is zero (masked loss).
+//   D <= 256.
+//   attention_backward_dq:
+//     0 params {B, T, H, Hkv, D, scale} | 1 dout[N, H*D] read | 2 q read | 3 k read |
+//     4 v read | 5 dq[N, H*D] write | 6 stats[N, H, 2] write
+//     dispatch: one workgroup (64) per (n, h): N*H workgroups split over x, y
+//   attention_backward_dkv:
+//     0 params (same) | 1 dout read | 2 q read | 3 k read | 4 v read |
+//     5 stats[N, H, 2] read | 6 dk[N, Hkv*D] write | 7 dv[N, Hkv*D] write
+//     dispatch: one workgroup (64) per (n, kv head): N*Hkv workgroups split over x, y
+
+const WG: u32 = 256u;
+
+// ============================================================================ rmsnorm
+struct NormParams { n: u32, c: u32, accumulate: u32 };
+@group(0) @binding(0) var<uniform> rn_p: NormParams;
+@group(0) @binding(1) var<storage, read> rn_dy: array<f32>;
+@group(0) @binding(2) var<storage, read> rn_x: array<f32>;
+@group(0) @binding(3) var<storage, read> rn_w: array<f32>;
+@group(0) @binding(4) var<storage, read> rn_rstd: array<f32>;
+@group(0) @binding(5) var<storage, read_write> rn_dx: array<f32>;
+var<workgroup> rn_sh: array<f32, WG>;
+
+@compute @workgroup_size(WG)
+fn rmsnorm_backward(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>,
+                    @builtin(num_workgroups) nw: vec3<u32>) {
+    let lid = lid3.x;
+    let n = wid.x + wid.y * nw.x;
+    if (n >= rn_p.n) { return; }
+    let C = rn_p.c;
+    let base = n * C;
+    var acc = 0.0;
+    for (var c = lid; c < C; c += WG) { acc += rn_w[c] * rn_dy[base + c] * rn_x[base + c]; }
+    rn_sh[lid] = acc;
+    workgroupBarrier();
+    for (var s = WG / 2u; s > 0u; s = s >> 1u) {
+        if (lid < s) { rn_sh[lid] += rn_sh[lid + s]; }
+        workgroupBarrier();
+    }
+    let r = rn_rstd[n];
+    let k = r * r * rn_sh[0] / f32(C);
+    for (var c = lid; c < C; c += WG) {
+        let g = r * (rn_w[c] * rn_dy[base + c] - rn_x[base + c] * k);
+        if (rn_p.accumulate != 0u) { rn_dx[base + c] = rn_dx[base + c] + g; } else { rn_dx[base + c] = g; }
+    }
+}
+
+// ============================================================================ bitlinear
+struct LinParams { n: u32, i: u32, o: u32, scale: f32, accumulate: u32 };
+@group(0) @binding(0) var<uniform> bl_p: LinParams;
+@group(0) @binding(1) var<storage, read> bl_dy: array<f32>;
+@group(0) @binding(2) var<storage, read> bl_w: array<u32>;
+@group(0) @binding(3) var<storage, read_write> bl_dx: array<f32>;
+var<workgroup> bl_dy_sh: array<array<f32, 16>, 16>;  // [row][o]
+var<workgroup> bl_w_sh: array<array<u32, 16>, 16>;   // [o][word]
+
+@compute @workgroup_size(WG)
+fn bitlinear_backward_input(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
+    let lid = lid3.x;
+    let r = lid / 16u;   // row in tile
+    let c = lid % 16u;   // word in tile
+    let W = (bl_p.i + 15u) / 16u;
+    let n = wid.y * 16u + r;
+    let word = wid.x * 16u + c;
+    var acc: array<f32, 16>;
+    for (var b = 0u; b < 16u; b++) { acc[b] = 0.0; }
+    for (var o0 = 0u; o0 < bl_p.o; o0 += 16u) {
+        let o_ld = o0 + c;      // this thread loads dy[n, o0 + c] ...
+        var dv = 0.0;
+        if (n < bl_p.n && o_ld < bl_p.o) { dv = bl_dy[n * bl_p.o + o_ld]; }
+        bl_dy_sh[r][c] = dv;
+        let o_w = o0 + r;       // ... and word (o0 + r, word); padding code 1 = zero weight
+        var wv = 0x55555555u;
+        if (o_w < bl_p.o && word < W) { wv = bl_w[o_w * W + word]; }
+        bl_w_sh[r][c] = wv;
+        workgroupBarrier();
+        for (var oo = 0u; oo < 16u; oo++) {
+            let d = bl_dy_sh[r][oo];
+            let wd = bl_w_sh[oo][c];
+            for (var b = 0u; b < 16u; b++) {
+                acc[b] += d * (f32((wd >> (2u * b)) & 3u) - 1.0);
+            }
+        }
+        workgroupBarrier();
+    }
+    if (n >= bl_p.n) { return; }
+    for (var b = 0u; b < 16u; b++) {
+        let i = word * 16u + b;
+        if (i < bl_p.i) {
+            let g = bl_p.scale * acc[b];
+            let j = n * bl_p.i + i;
+            if (bl_p.accumulate != 0u) { bl_dx[j] = bl_dx[j] + g; } else { bl_dx[j] = g; }
+        }
+    }
+}
+
+// ============================================================================ dense linear
+@group(0) @binding(0) var<uniform> ln_p: LinParams;
+@group(0) @binding(1) var<storage, read> ln_dy: array<f32>;
+@group(0) @binding(2) var<storage, read> ln_w: array<f32>;
+@group(0) @binding(3) var<storage, read_write> ln_dx: array<f32>;
+var<workgroup> ln_dy_sh: array<array<f32, 16>, 16>;  // [row][o]
+var<workgroup> ln_w_sh: array<array<f32, 16>, 16>;   // [o][col]
+
+@compute @workgroup_size(16, 16)
+fn linear_backward_input(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
+    let c = lid.x;
+    let r = lid.y;
+    let n = wid.y * 16u + r;
+    let i = wid.x * 16u + c;
+    var acc = 0.0;
+    for (var o0 = 0u; o0 < ln_p.o; o0 += 16u) {
+        var dv = 0.0;
+        if (n < ln_p.n && o0 + c < ln_p.o) { dv = ln_dy[n * ln_p.o + o0 + c]; }
+        ln_dy_sh[r][c] = dv;
+        var wv = 0.0;
+        if (o0 + r < ln_p.o && i < ln_p.i) { wv = ln_w[(o0 + r) * ln_p.i + i]; }
+        ln_w_sh[r][c] = wv;
+        workgroupBarrier();
+        for (var oo = 0u; oo < 16u; oo++) { acc += ln_dy_sh[r][oo] * ln_w_sh[oo][c]; }
+        workgroupBarrier();
+    }
+    if (n >= ln_p.n || i >= ln_p.i) { return; }
+    let g = ln_p.scale * acc;
+    let j = n * ln_p.i + i;
+    if (ln_p.accumulate != 0u) { ln_dx[j] = ln_dx[j] + g; } else { ln_dx[j] = g; }
+}
+
+// ============================================================================ relu^2 gating
+struct GateParams { count: u32 };
+@group(0) @binding(0) var<uniform> gt_p: GateParams;
+@group(0) @binding(1) var<storage, read> gt_dh: array<f32>;
+@group(0) @binding(2) var<storage, read> gt_g: array<f32>;
+@group(0) @binding(3) var<storage, read> gt_u: array<f32>;
+@group(0) @binding(4) var<storage, read_write> gt_dg: array<f32>;
+@group(0) @binding(5) var<storage, read_write> gt_du: array<f32>;
+
+@compute @workgroup_size(WG)
+fn relu2_gating_backward(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>,
+                         @builtin(num_workgroups) nw: vec3<u32>) {
+    let k = (wid.x + wid.y * nw.x) * WG + lid.x;
+    if (k >= gt_p.count) { return; }
+    let a = max(gt_g[k], 0.0);
+    let dh = gt_dh[k];
+    gt_dg[k] = 2.0 * a * gt_u[k] * dh;
+    gt_du[k] = a * a * dh;
+}
+
+// ============================================================================ rope
+struct RopeParams { n: u32, t: u32, h: u32, d: u32 };
+@group(0) @binding(0) var<uniform> rp_p: RopeParams;
+@group(0) @binding(1) var<storage, read_write> rp_g: array<f32>;
+@group(0) @binding(2) var<storage, read> rp_cos: array<f32>;
+@group(0) @binding(3) var<storage, read> rp_sin: array<f32>;
+
+@compute @workgroup_size(WG)
+fn rope_backward(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>,
+                 @builtin(num_workgroups) nw: vec3<u32>) {
+    let half = rp_p.d / 2u;
+    let k = (wid.x + wid.y * nw.x) * WG + lid.x;  // = (n * H + h) * D/2 + j
+    if (k >= rp_p.n * rp_p.h * half) { return; }
+    let j = k % half;
+    let nh = k / half;
+    let t = (nh / rp_p.h) % rp_p.t;
+    let c = rp_cos[t * half + j];
+    let s = rp_sin[t * half + j];
+    let i0 = nh * rp_p.d + j;
+    let a = rp_g[i0];
+    let b = rp_g[i0 + half];
+    rp_g[i0] = a * c + b * s;
+    rp_g[i0 + half] = b * c - a * s;
+}
+
+// ============================================================================ attention
+struct AttParams { b: u32, t: u32, h: u32, hkv: u32, d: u32, scale: f32 };
+const WA: u32 = 64u;
+const MAXD: u32 = 256u;
+const NEG_BIG: f32 = -3.0e38;
+var<workgroup> at_row0: array<f32, MAXD>;   // q_i (dq pass) or k_j (dkv pass)
+var<workgroup> at_row1: array<f32, MAXD>;   // dout_i (dq pass) or v_j (dkv pass)
+var<workgroup> at_ra: array<f32, WA>;
+var<workgroup> at_rb: array<f32, WA>;
+
+fn at_sum(lid: u32, v: f32) -> f32 {
+    at_ra[lid] = v;
+    workgroupBarrier();
+    for (var s = WA / 2u; s > 0u; s = s >> 1u) {
+        if (lid < s) { at_ra[lid] += at_ra[lid + s]; }
+        workgroupBarrier();
+    }
+    let total = at_ra[0];
+    workgroupBarrier();
+    return total;
+}
+
+@group(0) @binding(0) var<uniform> aq_p: AttParams;
+@group(0) @binding(1) var<storage, read> aq_do: array<f32>;
+@group(0) @binding(2) var<storage, read> aq_q: array<f32>;
+@group(0) @binding(3) var<storage, read> aq_k: array<f32>;
+@group(0) @binding(4) var<storage, read> aq_v: array<f32>;
+@group(0) @binding(5) var<storage, read_write> aq_dq: array<f32>;
+@group(0) @binding(6) var<storage, read_write> aq_stats: array<f32>;
+
+fn aq_dot_k(row: u32, D: u32) -> f32 {   // q_i . k[row], q_i in at_row0
+    var s = 0.0;
+    for (var d = 0u; d < D; d++) { s += at_row0[d] * aq_k[row + d]; }
+    return s;
+}
+fn aq_dot_v(row: u32, D: u32) -> f32 {   // dout_i . v[row], dout_i in at_row1
+    var s = 0.0;
+    for (var d = 0u; d < D; d++) { s += at_row1[d] * aq_v[row + d]; }
+    return s;
+}
+
+@compute @workgroup_size(WA)
+fn attention_backward_dq(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>,
+                         @builtin(num_workgroups) nw: vec3<u32>) {
+    let p = aq_p;
+    let lid = lid3.x;
+    let D = p.d;
+    let kidx = wid.x + wid.y * nw.x;      // = n * H + h
+    if (kidx >= p.b * p.t * p.h) { return; }
+    let n = kidx / p.h;
+    let h = kidx % p.h;
+    let t = n % p.t;
+    let first = n - t;                    // row of position 0 of this sequence
+    let g = h / (p.h / p.hkv);
+    let qoff = kidx * D;                  // = n * H*D + h*D
+    let kv_stride = p.hkv * D;
+    let kv_col = g * D;
+    for (var d = lid; d < D; d += WA) { at_row0[d] = aq_q[qoff + d]; at_row1[d] = aq_do[qoff + d]; }
+    workgroupBarrier();
+
+    // sweep 1: lse over keys 0..t (online max / sum per thread, then combine)
+    var m = NEG_BIG;
+    var l = 0.0;
+    for (var j = lid; j <= t; j += WA) {
+        let s = p.scale * aq_dot_k((first + j) * kv_stride + kv_col, D);
+        if (s > m) { l = l * exp(m - s) + 1.0; m = s; } else { l += exp(s - m); }
+    }
+    at_ra[lid] = m;
+    at_rb[lid] = l;
+    workgroupBarrier();
+    for (var s = WA / 2u; s > 0u; s = s >> 1u) {
+        if (lid < s) {
+            let m1 = at_ra[lid];
+            let m2 = at_ra[lid + s];
+            let mm = max(m1, m2);
+            at_rb[lid] = at_rb[lid] * exp(m1 - mm) + at_rb[lid + s] * exp(m2 - mm);
+            at_ra[lid] = mm;
+        }
+        workgroupBarrier();
+    }
+    let lse = at_ra[0] + log(at_rb[0]);
+    workgroupBarrier();
+
+    // sweep 2: Dsum = sum_j P dP
+    var di = 0.0;
+    for (var j = lid; j <= t; j += WA) {
+        let row = (first + j) * kv_stride + kv_col;
+        di += exp(p.scale * aq_dot_k(row, D) - lse) * aq_dot_v(row, D);
+    }
+    let dsum = at_sum(lid, di);
+
+    // sweep 3: dq = scale * sum_j dS_j k_j, 64 keys at a time
+    var acc: array<f32, 4>;   // d = lid + 64 e
+    for (var e = 0u; e < 4u; e++) { acc[e] = 0.0; }
+    for (var j0 = 0u; j0 <= t; j0 += WA) {
+        let j = j0 + lid;
+        var ds = 0.0;
+        if (j <= t) {
+            let row = (first + j) * kv_stride + kv_col;
+            let pr = exp(p.scale * aq_dot_k(row, D) - lse);
+            ds = pr * (aq_dot_v(row, D) - dsum);
+        }
+        at_rb[lid] = ds;
+        workgroupBarrier();
+        let cnt = min(WA, t + 1u - j0);
+        for (var e = 0u; e < 4u; e++) {
+            let d = lid + e * WA;
+            if (d < D) {
+                var a = 0.0;
+                for (var jj = 0u; jj < cnt; jj++) { a += at_rb[jj] * aq_k[(first + j0 + jj) * kv_stride + kv_col + d]; }
+                acc[e] += a;
+            }
+        }
+        workgroupBarrier();
+    }
+    for (var e = 0u; e < 4u; e++) {
+        let d = lid + e * WA;
+        if (d < D) { aq_dq[qoff + d] = p.scale * acc[e]; }
+    }
+    if (lid == 0u) { aq_stats[2u * kidx] = lse; aq_stats[2u * kidx + 1u] = dsum; }
+}
+
+@group(0) @binding(0) var<uniform> ak_p: AttParams;
+@group(0) @binding(1) var<storage, read> ak_do: array<f32>;
+@group(0) @binding(2) var<storage, read> ak_q: array<f32>;
+@group(0) @binding(3) var<storage, read> ak_k: array<f32>;
+@group(0) @binding(4) var<storage, read> ak_v: array<f32>;
+@group(0) @binding(5) var<storage, read> ak_stats: array<f32>;
+@group(0) @binding(6) var<storage, read_write> ak_dk: array<f32>;
+@group(0) @binding(7) var<storage, read_write> ak_dv: array<f32>;
+
+@compute @workgroup_size(WA)
+fn attention_backward_dkv(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>,
+                          @builtin(num_workgroups) nw: vec3<u32>) {
+    let p = ak_p;
+    let lid = lid3.x;
+    let D = p.d;
+    let kidx = wid.x + wid.y * nw.x;      // = n * Hkv + g   (n: the key's row)
+    if (kidx >= p.b * p.t * p.hkv) { return; }
+    let n = kidx / p.hkv;
+    let g = kidx % p.hkv;
+    let j = n % p.t;
+    let first = n - j;
+    let rep = p.h / p.hkv;
+    let q_stride = p.h * D;
+    let kvoff = kidx * D;
+    for (var d = lid; d < D; d += WA) { at_row0[d] = ak_k[kvoff + d]; at_row1[d] = ak_v[kvoff + d]; }
+    workgroupBarrier();
+
+    var acck: array<f32, 4>;
+    var accv: array<f32, 4>;
+    for (var e = 0u; e < 4u; e++) { acck[e] = 0.0; accv[e] = 0.0; }
+    for (var r = 0u; r < rep; r++) {
+        let h = g * rep + r;
+        for (var i0 = j; i0 < p.t; i0 += WA) {
+            let i = i0 + lid;
+            var pr = 0.0;
+            var ds = 0.0;
+            if (i < p.t) {
+                let qrow = (first + i) * q_stride + h * D;
+                var s = 0.0;
+                var dp = 0.0;
+                for (var d = 0u; d < D; d++) {
+                    s += ak_q[qrow + d] * at_row0[d];
+                    dp += ak_do[qrow + d] * at_row1[d];
+                }
+                let st = 2u * ((first + i) * p.h + h);
+                pr = exp(p.scale * s - ak_stats[st]);
+                ds = pr * (dp - ak_stats[st + 1u]);
+            }
+            at_ra[lid] = pr;
+            at_rb[lid] = ds;
+            workgroupBarrier();
+            let cnt = min(WA, p.t - i0);
+            for (var e = 0u; e < 4u; e++) {
+                let d = lid + e * WA;
+                if (d < D) {
+                    var av = 0.0;
+                    var ak = 0.0;
+                    for (var ii = 0u; ii < cnt; ii++) {
+                        let qrow = (first + i0 + ii) * q_stride + h * D + d;
+                        av += at_ra[ii] * ak_do[qrow];
+                        ak += at_rb[ii] * ak_q[qrow];
+                    }
+                    accv[e] += av;
+                    acck[e] += ak;
+                }
+            }
+            workgroupBarrier();
+        }
+    }
+    for (var e = 0u; e < 4u; e++) {
+        let d = lid + e * WA;
+        if (d < D) { ak_dk[kvoff + d] = p.scale * acck[e]; ak_dv[kvoff + d] = accv[e]; }
+    }
+}

@@ -1,0 +1,195 @@
+// lora.wgsl — the LoRA branch of one adapted projection, as PEFT computes it:
+//   y[N, O] += scale * B( A( dropout(x) ) ),  scale = alpha / R,
+//   A[R, I], B[O, R] trainable f32; x[N, I] is the layer input BEFORE the BitLinear
+//   activation quantiser (REFERENCE.md §1).
+// Forward keeps u[N, R] = dropout(x) A^T for the backward.
+//
+// Dropout (PEFT's nn.Dropout on the branch input only): element (n, i) is kept when
+//   hash(seed, step, n * I + i) >= keep_threshold,   keep_threshold = floor(p * 2^32)
+// and a kept element is multiplied by keep_scale = 1 / (1 - p). The hash is counter
+// based (below, `dropout_hash`), so forward and backward regenerate the same mask on
+// the GPU from two u32s, and nothing random is uploaded. The caller makes `seed`
+// differ per (run, layer, module) and `step` per micro-batch. p = 0: threshold 0,
+// keep_scale 1, every element kept.
+//
+// Backward (dy[N, O] is the gradient of the projection's output):
+//   dB[O, R] += scale * dy^T u                       (lora_grad_b)
+//   du[N, R]  = scale * dy B                         (lora_grad_u, overwrite)
+//   dA[R, I] += du^T dropout(x)                      (lora_grad_a)
+//   dx[N, I] += keep(n, i) * keep_scale * (du A)     (lora_grad_x: adds into the layer
+//                                                     input gradient, base path included)
+// Trainable-parameter gradients accumulate (micro-batches); every output element has
+// exactly one writer; the sums over N are serial loops of one invocation (no atomics).
+//
+// Entry points (all: 0 params uniform LoraParams, shared by the wrapper):
+//   params {N, I, O, R, scale, keep_threshold, keep_scale, seed, step}
+// lora_down:   1 x[N, I] read | 2 a[R, I] read | 3 u[N, R] write
+//              one workgroup (64) per (n, r): N*R workgroups split over x, y
+// lora_up:     1 u[N, R] read | 2 b[O, R] read | 3 y[N, O] read_write (+=)
+//              one invocation per (n, o): ceil(N*O / 256) workgroups
+// lora_grad_b: 1 dy[N, O] read | 2 u[N, R] read | 3 db[O, R] read_write (+=)
+//              one invocation per (r, o), loops over n: ceil(R*O / 256) workgroups
+// lora_grad_u: 1 dy[N, O] read | 2 b[O, R] read | 3 du[N, R] write
+//              one workgroup (64) per (n, r): N*R workgroups
+// lora_grad_a: 1 du[N, R] read | 2 x[N, I] read | 3 da[R, I] read_write (+=)
+//              one invocation per (r, i), loops over n: ceil(R*I / 256) workgroups
+// lora_grad_x: 1 du[N, R] read | 2 a[R, I] read | 3 dx[N, I] read_write (+=)
+//              one invocation per (n, i): ceil(N*I / 256) workgroups
+
+struct LoraParams {
+    n: u32, i: u32, o: u32, r: u32,
+    scale: f32, keep_threshold: u32, keep_scale: f32, seed: u32,
+    step: u32,
+};
+
+const WG: u32 = 256u;
+const WR: u32 = 64u;  // workgroup of the reductions over I or O
+var<workgroup> red: array<f32, WR>;
+
+// PCG output permutation of one LCG step: a good 32-bit integer hash.
+fn pcg(v: u32) -> u32 {
+    let s = v * 747796405u + 2891336453u;
+    let w = ((s >> ((s >> 28u) + 4u)) ^ s) * 277803737u;
+    return (w >> 22u) ^ w;
+}
+
+fn dropout_hash(seed: u32, step: u32, idx: u32) -> u32 {
+    return pcg(idx ^ pcg(seed ^ pcg(step)));
+}
+
+// dropout(x)[n, i] / x[n, i]: 0 or keep_scale
+fn keep_factor(p: LoraParams, idx: u32) -> f32 {
+    if (p.keep_threshold == 0u) { return 1.0; }
+    return select(0.0, p.keep_scale, dropout_hash(p.seed, p.step, idx) >= p.keep_threshold);
+}
+
+fn red_sum(lid: u32, v: f32) -> f32 {
+    red[lid] = v;
+    workgroupBarrier();
+    for (var s = WR / 2u; s > 0u; s = s >> 1u) {
+        if (lid < s) { red[lid] += red[lid + s]; }
+        workgroupBarrier();
+    }
+    return red[0];
+}
+
+// ---------------------------------------------------------------------------- forward
+@group(0) @binding(0) var<uniform> p_down: LoraParams;
+@group(0) @binding(1) var<storage, read> down_x: array<f32>;
+@group(0) @binding(2) var<storage, read> down_a: array<f32>;
+@group(0) @binding(3) var<storage, read_write> down_u: array<f32>;
+
+@compute @workgroup_size(WR)
+fn lora_down(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>,
+             @builtin(num_workgroups) nw: vec3<u32>) {
+    let p = p_down;
+    let k = wid.x + wid.y * nw.x;  // = n * R + r
+    if (k >= p.n * p.r) { return; }
+    let n = k / p.r;
+    let r = k % p.r;
+    var acc = 0.0;
+    for (var i = lid3.x; i < p.i; i += WR) {
+        let idx = n * p.i + i;
+        acc += down_x[idx] * keep_factor(p, idx) * down_a[r * p.i + i];
+    }
+    let total = red_sum(lid3.x, acc);
+    if (lid3.x == 0u) { down_u[k] = total; }
+}
+
+@group(0) @binding(0) var<uniform> p_up: LoraParams;
+@group(0) @binding(1) var<storage, read> up_u: array<f32>;
+@group(0) @binding(2) var<storage, read> up_b: array<f32>;
+@group(0) @binding(3) var<storage, read_write> up_y: array<f32>;
+
+@compute @workgroup_size(WG)
+fn lora_up(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>,
+           @builtin(num_workgroups) nw: vec3<u32>) {
+    let p = p_up;
+    let k = (wid.x + wid.y * nw.x) * WG + lid3.x;  // = n * O + o
+    if (k >= p.n * p.o) { return; }
+    let n = k / p.o;
+    let o = k % p.o;
+    var acc = 0.0;
+    for (var r = 0u; r < p.r; r++) { acc += up_u[n * p.r + r] * up_b[o * p.r + r]; }
+    up_y[k] = up_y[k] + p.scale * acc;
+}
+
+// ---------------------------------------------------------------------------- backward
+@group(0) @binding(0) var<uniform> p_gb: LoraParams;
+@group(0) @binding(1) var<storage, read> gb_dy: array<f32>;
+@group(0) @binding(2) var<storage, read> gb_u: array<f32>;
+@group(0) @binding(3) var<storage, read_write> gb_db: array<f32>;
+
+@compute @workgroup_size(WG)
+fn lora_grad_b(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>,
+               @builtin(num_workgroups) nw: vec3<u32>) {
+    let p = p_gb;
+    let k = (wid.x + wid.y * nw.x) * WG + lid3.x;  // = r * O + o (o fastest: dy reads coalesce)
+    if (k >= p.r * p.o) { return; }
+    let r = k / p.o;
+    let o = k % p.o;
+    var acc = 0.0;
+    for (var n = 0u; n < p.n; n++) { acc += gb_dy[n * p.o + o] * gb_u[n * p.r + r]; }
+    let j = o * p.r + r;
+    gb_db[j] = gb_db[j] + p.scale * acc;
+}
+
+@group(0) @binding(0) var<uniform> p_gu: LoraParams;
+@group(0) @binding(1) var<storage, read> gu_dy: array<f32>;
+@group(0) @binding(2) var<storage, read> gu_b: array<f32>;
+@group(0) @binding(3) var<storage, read_write> gu_du: array<f32>;
+
+@compute @workgroup_size(WR)
+fn lora_grad_u(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>,
+               @builtin(num_workgroups) nw: vec3<u32>) {
+    let p = p_gu;
+    let k = wid.x + wid.y * nw.x;  // = n * R + r
+    if (k >= p.n * p.r) { return; }
+    let n = k / p.r;
+    let r = k % p.r;
+    var acc = 0.0;
+    for (var o = lid3.x; o < p.o; o += WR) { acc += gu_dy[n * p.o + o] * gu_b[o * p.r + r]; }
+    let total = red_sum(lid3.x, acc);
+    if (lid3.x == 0u) { gu_du[k] = p.scale * total; }
+}
+
+@group(0) @binding(0) var<uniform> p_ga: LoraParams;
+@group(0) @binding(1) var<storage, read> ga_du: array<f32>;
+@group(0) @binding(2) var<storage, read> ga_x: array<f32>;
+@group(0) @binding(3) var<storage, read_write> ga_da: array<f32>;
+
+@compute @workgroup_size(WG)
+fn lora_grad_a(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>,
+               @builtin(num_workgroups) nw: vec3<u32>) {
+    let p = p_ga;
+    let k = (wid.x + wid.y * nw.x) * WG + lid3.x;  // = r * I + i
+    if (k >= p.r * p.i) { return; }
+    let r = k / p.i;
+    let i = k % p.i;
+    var acc = 0.0;
+    for (var n = 0u; n < p.n; n++) {
+        let idx = n * p.i + i;
+        acc += ga_du[n * p.r + r] * ga_x[idx] * keep_factor(p, idx);
+    }
+    ga_da[k] = ga_da[k] + acc;
+}
+
+@group(0) @binding(0) var<uniform> p_gx: LoraParams;
+@group(0) @binding(1) var<storage, read> gx_du: array<f32>;
+@group(0) @binding(2) var<storage, read> gx_a: array<f32>;
+@group(0) @binding(3) var<storage, read_write> gx_dx: array<f32>;
+
+@compute @workgroup_size(WG)
+fn lora_grad_x(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>,
+               @builtin(num_workgroups) nw: vec3<u32>) {
+    let p = p_gx;
+    let k = (wid.x + wid.y * nw.x) * WG + lid3.x;  // = n * I + i
+    if (k >= p.n * p.i) { return; }
+    let n = k / p.i;
+    let i = k % p.i;
+    let f = keep_factor(p, k);
+    if (f == 0.0) { return; }
+    var acc = 0.0;
+    for (var r = 0u; r < p.r; r++) { acc += gx_du[n * p.r + r] * gx_a[r * p.i + i]; }
+    gx_dx[k] = gx_dx[k] + f * acc;
+}

@@ -1,0 +1,142 @@
+"""Portable cases for the backward kernels (shaders/backward.wgsl, lora.wgsl,
+cross_entropy.wgsl): each uploads the inputs it is given (lists of floats / ints),
+records the op, and returns the outputs as lists. The pytest side (tests/test_backward.py)
+builds the inputs and compares with numpy / torch. Standard library + bitlora only.
+"""
+import array
+
+from bitlora.ops import backward as bw
+from bitlora.ops import cross_entropy as ce
+from bitlora.ops import lora
+
+
+def _f32(dev, vals, label):
+    return dev.buffer(4 * max(len(vals), 1), label, data=array.array("f", vals) if vals else None)
+
+
+def _u32(dev, vals, label):
+    return dev.buffer(4 * max(len(vals), 1), label, data=array.array("I", vals))
+
+
+def _i32(dev, vals, label):
+    return dev.buffer(4 * max(len(vals), 1), label, data=array.array("i", vals))
+
+
+async def _get(dev, buf, n):
+    out = array.array("f")
+    out.frombytes(await dev.read(buf, 0, 4 * n))
+    return list(out)
+
+
+async def case_cross_entropy(dev, logits, targets, N, V, grad_scale, loss_sum0=0.0):
+    lg = _f32(dev, logits, "logits")
+    tg = _i32(dev, targets, "targets")
+    ls = dev.buffer(4 * N, "losses")
+    sm = _f32(dev, [loss_sum0], "loss_sum")
+    await ce.cross_entropy_forward_backward(dev, lg, tg, ls, N, V, grad_scale)
+    await ce.cross_entropy_sum(dev, ls, sm, N)
+    return {"dlogits": await _get(dev, lg, N * V), "losses": await _get(dev, ls, N),
+            "loss_sum": (await _get(dev, sm, 1))[0]}
+
+
+async def case_lora(dev, x, a, b, dy, y0, da0, db0, dx0, N, I, O, R, scale, p=0.0, seed=0, step=0):
+    s = lora.LoraShape(N, I, O, R, scale, p, seed, step)
+    bx, ba, bb, bdy = _f32(dev, x, "x"), _f32(dev, a, "a"), _f32(dev, b, "b"), _f32(dev, dy, "dy")
+    by, bda, bdb, bdx = _f32(dev, y0, "y"), _f32(dev, da0, "da"), _f32(dev, db0, "db"), _f32(dev, dx0, "dx")
+    bu, bdu = dev.buffer(4 * N * R, "u"), dev.buffer(4 * N * R, "du")
+    await lora.lora_forward(dev, s, bx, ba, bb, bu, by)
+    await lora.lora_backward(dev, s, bdy, bx, ba, bb, bu, bda, bdb, bdu, bdx)
+    return {"y": await _get(dev, by, N * O), "u": await _get(dev, bu, N * R), "da": await _get(dev, bda, R * I),
+            "db": await _get(dev, bdb, O * R), "du": await _get(dev, bdu, N * R), "dx": await _get(dev, bdx, N * I)}
+
+
+async def case_rmsnorm_backward(dev, dy, x, w, rstd, dx0, N, C, accumulate):
+    bdx = _f32(dev, dx0, "dx")
+    await bw.rmsnorm_backward(dev, _f32(dev, dy, "dy"), _f32(dev, x, "x"), _f32(dev, w, "w"),
+                              _f32(dev, rstd, "rstd"), bdx, N, C, accumulate)
+    return await _get(dev, bdx, N * C)
+
+
+async def case_bitlinear_backward_input(dev, dy, packed, scale, dx0, N, I, O, accumulate):
+    bdx = _f32(dev, dx0, "dx")
+    await bw.bitlinear_backward_input(dev, _f32(dev, dy, "dy"), _u32(dev, packed, "w_packed"), scale, bdx,
+                                      N, I, O, accumulate)
+    return await _get(dev, bdx, N * I)
+
+
+async def case_linear_backward_input(dev, dy, w, dx0, N, I, O, scale, accumulate):
+    bdx = _f32(dev, dx0, "dx")
+    await bw.linear_backward_input(dev, _f32(dev, dy, "dy"), _f32(dev, w, "w"), bdx, N, I, O, scale, accumulate)
+    return await _get(dev, bdx, N * I)
+
+
+async def case_relu2_gating_backward(dev, dh, g, u):
+    n = len(dh)
+    bdg, bdu = dev.buffer(4 * n, "dg"), dev.buffer(4 * n, "du")
+    await bw.relu2_gating_backward(dev, _f32(dev, dh, "dh"), _f32(dev, g, "g"), _f32(dev, u, "u"), bdg, bdu, n)
+    return {"dg": await _get(dev, bdg, n), "du": await _get(dev, bdu, n)}
+
+
+async def case_rope_backward(dev, dy, cos, sin, N, T, H, D):
+    bg = _f32(dev, dy, "g")
+    await bw.rope_backward(dev, bg, _f32(dev, cos, "cos"), _f32(dev, sin, "sin"), N, T, H, D)
+    return await _get(dev, bg, N * H * D)
+
+
+async def case_attention_backward(dev, dout, q, k, v, B, T, H, Hkv, D):
+    N = B * T
+    bdq, bdk, bdv = dev.buffer(4 * N * H * D, "dq"), dev.buffer(4 * N * Hkv * D, "dk"), dev.buffer(4 * N * Hkv * D, "dv")
+    stats = dev.buffer(4 * N * H * 2, "stats")
+    await bw.attention_backward(dev, _f32(dev, dout, "dout"), _f32(dev, q, "q"), _f32(dev, k, "k"),
+                                _f32(dev, v, "v"), bdq, bdk, bdv, stats, B, T, H, Hkv, D)
+    return {"dq": await _get(dev, bdq, N * H * D), "dk": await _get(dev, bdk, N * Hkv * D),
+            "dv": await _get(dev, bdv, N * Hkv * D), "stats": await _get(dev, stats, N * H * 2)}
+
+
+async def case_layer_backward(dev, dims, saved, weights, lora_cfg, dh_out):
+    """One BitNet decoder layer with LoRA on q and v, backward by chaining the kernels.
+
+    dims: B, T, C, H, Hkv, D, F, R. saved (lists, from the caller's forward): h_in, n1,
+    rstd1, q, k, v (post-RoPE), attn (pre sub-norm), rstd_as, h_mid, n2, rstd2,
+    g, u, hg (relu(g)^2 u), rstd_fs, uq, uv (LoRA u of q and v), cos, sin.
+    weights: w_in, w_asn, w_post, w_fsn (norms) and packed/scale of q, k, v, o, gate,
+    up, down; a_q, b_q, a_v, b_v. lora_cfg: scale, p, seed_q, seed_v, step.
+    Returns dh_in and the four LoRA gradients. One submit for the whole chain."""
+    B, T, C, H, Hkv, D, F, R = (dims[k] for k in ("B", "T", "C", "H", "Hkv", "D", "F", "R"))
+    N = B * T
+    S = {k: _f32(dev, v, k) for k, v in saved.items()}
+    Wt = {}
+    for k, v in weights.items():
+        Wt[k] = _u32(dev, v, k) if k.endswith("_packed") else (v if k.endswith("_scale") else _f32(dev, v, k))
+    buf = lambda n, name: dev.buffer(4 * n, name)
+    dh = _f32(dev, dh_out, "dh")                   # residual-stream gradient, accumulates
+    d_c, d_f, d_g, d_u, d_n = buf(N * C, "d_c"), buf(N * F, "d_f"), buf(N * F, "d_g"), buf(N * F, "d_u"), buf(N * C, "d_n")
+    dq, dk, dv, stats = buf(N * H * D, "dq"), buf(N * Hkv * D, "dk"), buf(N * Hkv * D, "dv"), buf(N * H * 2, "stats")
+    da_q, db_q, da_v, db_v = buf(R * C, "da_q"), buf(H * D * R, "db_q"), buf(R * C, "da_v"), buf(Hkv * D * R, "db_v")
+    du_l = buf(N * R, "du_lora")
+
+    # FFN: h_out = h_mid + down(ffn_sub_norm(relu(gate(n2))^2 * up(n2)))
+    await bw.bitlinear_backward_input(dev, dh, Wt["down_packed"], Wt["down_scale"], d_f, N, F, C)
+    await bw.rmsnorm_backward(dev, d_f, S["hg"], Wt["w_fsn"], S["rstd_fs"], d_g, N, F)
+    await bw.relu2_gating_backward(dev, d_g, S["g"], S["u"], d_f, d_u, N * F)   # d_f <- dgate
+    await bw.bitlinear_backward_input(dev, d_f, Wt["gate_packed"], Wt["gate_scale"], d_n, N, C, F)
+    await bw.bitlinear_backward_input(dev, d_u, Wt["up_packed"], Wt["up_scale"], d_n, N, C, F, accumulate=True)
+    await bw.rmsnorm_backward(dev, d_n, S["h_mid"], Wt["w_post"], S["rstd2"], dh, N, C, accumulate=True)
+
+    # attention: h_mid = h_in + o(attn_sub_norm(attention(rope(q(n1)), rope(k(n1)), v(n1))))
+    await bw.bitlinear_backward_input(dev, dh, Wt["o_packed"], Wt["o_scale"], d_c, N, C, C)
+    await bw.rmsnorm_backward(dev, d_c, S["attn"], Wt["w_asn"], S["rstd_as"], d_n, N, C)
+    await bw.attention_backward(dev, d_n, S["q"], S["k"], S["v"], dq, dk, dv, stats, B, T, H, Hkv, D)
+    await bw.rope_backward(dev, dq, S["cos"], S["sin"], N, T, H, D)
+    await bw.rope_backward(dev, dk, S["cos"], S["sin"], N, T, Hkv, D)
+    await bw.bitlinear_backward_input(dev, dq, Wt["q_packed"], Wt["q_scale"], d_c, N, C, H * D)
+    await bw.bitlinear_backward_input(dev, dk, Wt["k_packed"], Wt["k_scale"], d_c, N, C, Hkv * D, accumulate=True)
+    await bw.bitlinear_backward_input(dev, dv, Wt["v_packed"], Wt["v_scale"], d_c, N, C, Hkv * D, accumulate=True)
+    sq = lora.LoraShape(N, C, H * D, R, lora_cfg["scale"], lora_cfg["p"], lora_cfg["seed_q"], lora_cfg["step"])
+    sv = lora.LoraShape(N, C, Hkv * D, R, lora_cfg["scale"], lora_cfg["p"], lora_cfg["seed_v"], lora_cfg["step"])
+    await lora.lora_backward(dev, sq, dq, S["n1"], Wt["a_q"], Wt["b_q"], S["uq"], da_q, db_q, du_l, d_c)
+    await lora.lora_backward(dev, sv, dv, S["n1"], Wt["a_v"], Wt["b_v"], S["uv"], da_v, db_v, du_l, d_c)
+    await bw.rmsnorm_backward(dev, d_c, S["h_in"], Wt["w_in"], S["rstd1"], dh, N, C, accumulate=True)
+    return {"dh_in": await _get(dev, dh, N * C), "da_q": await _get(dev, da_q, R * C),
+            "db_q": await _get(dev, db_q, H * D * R), "da_v": await _get(dev, da_v, R * C),
+            "db_v": await _get(dev, db_v, Hkv * D * R)}

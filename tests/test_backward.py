@@ -1,0 +1,347 @@
+"""Backward kernels (shaders/backward.wgsl, lora.wgsl, cross_entropy.wgsl) against
+numpy references over awkward shapes; each numpy reference against torch float64
+autograd; and one whole BitNet decoder layer with LoRA on q and v (torch float64,
+HF's quantisers with the straight-through estimator) whose input and LoRA gradients
+the kernels reproduce when chained. Native-only helpers (numpy, torch) live here.
+"""
+import numpy as np
+import pytest
+import torch
+
+M32 = 0xFFFFFFFF
+
+
+# ----------------------------------------------------------------------------- helpers
+def assert_close(got, want, rtol=1e-5, what="", scale=None):
+    """max|got - want| <= rtol * max|want| (or rtol * scale, for outputs that are a
+    cancellation of larger terms)."""
+    got = np.asarray(got, dtype=np.float64).ravel()
+    want = np.asarray(want, dtype=np.float64).ravel()
+    assert got.shape == want.shape, f"{what}: shape {got.shape} != {want.shape}"
+    scale = max(np.abs(want).max(initial=0.0), 1e-30) if scale is None else scale
+    diff = np.abs(got - want)
+    worst = int(diff.argmax()) if diff.size else 0
+    rel = diff.max(initial=0.0) / scale
+    assert rel <= rtol, (f"{what}: max diff {diff.max():.3e} = {rel:.2e} of max|want| {scale:.3e} at {worst}: "
+                         f"got {got[worst]!r} want {want[worst]!r}; first pairs "
+                         f"{list(zip(got[:4].tolist(), want[:4].tolist()))}")
+
+
+def f32(a):
+    return np.asarray(a, dtype=np.float32)
+
+
+def L(a):
+    return f32(a).ravel().tolist()
+
+
+def pack_ternary(t):
+    """t[O, I] in {-1, 0, 1} -> w_packed[O, ceil(I/16)] u32 (formats/tensors.py layout)."""
+    O, I = t.shape
+    W = -(-I // 16)
+    codes = np.ones((O, W * 16), dtype=np.uint64)
+    codes[:, :I] = (t + 1).astype(np.uint64)
+    shifts = (2 * np.arange(16, dtype=np.uint64))
+    words = (codes.reshape(O, W, 16) << shifts).sum(axis=2)
+    return words.astype(np.uint64).ravel().tolist()
+
+
+def pcg(v):
+    v = np.asarray(v, dtype=np.uint64) & M32
+    s = (v * 747796405 + 2891336453) & M32
+    w = (((s >> ((s >> 28) + 4)) ^ s) * 277803737) & M32
+    return (w >> 22) ^ w
+
+
+def dropout_factor(seed, step, p, shape):
+    """The lora.wgsl mask times 1/(1-p): 0 or keep_scale per element of x[N, I]."""
+    if p == 0.0:
+        return np.ones(shape)
+    thr = min(int(p * 4294967296.0), M32)
+    idx = np.arange(int(np.prod(shape)), dtype=np.uint64)
+    h = pcg(idx ^ pcg(np.uint64(seed & M32) ^ pcg(np.uint64(step & M32))))
+    return np.where(h >= thr, float(np.float32(1.0 / (1.0 - p))), 0.0).reshape(shape)
+
+
+def rope_tables(T, D, theta=10000.0):
+    """cos, sin[T, D/2] in f32 (HF default RoPE: inv_freq_j = theta^(-2j/D), angle = t * inv_freq)."""
+    inv = 1.0 / theta ** (np.arange(0, D, 2, dtype=np.float64) / D)
+    ang = np.arange(T, dtype=np.float64)[:, None] * inv[None, :]
+    return f32(np.cos(ang)), f32(np.sin(ang))
+
+
+# ----------------------------------------------------------------------------- numpy references
+def ce_ref(logits, targets, grad_scale):
+    z = logits.astype(np.float64)
+    m = z.max(axis=1, keepdims=True)
+    lse = (m + np.log(np.exp(z - m).sum(axis=1, keepdims=True)))[:, 0]
+    valid = (targets >= 0) & (targets < z.shape[1])
+    tsafe = np.where(valid, targets, 0)
+    losses = np.where(valid, lse - z[np.arange(len(z)), tsafe], 0.0)
+    d = np.exp(z - lse[:, None])
+    d[np.arange(len(z)), tsafe] -= valid
+    d *= grad_scale * valid[:, None]
+    return losses, d
+
+
+def rmsnorm_backward_ref(dy, x, w, rstd):
+    r = rstd[:, None]
+    dot = (w * dy * x).sum(axis=1, keepdims=True)
+    return r * (w * dy - x * r * r * dot / x.shape[1])
+
+
+def relu2_backward_ref(dh, g, u):
+    a = np.maximum(g, 0.0)
+    return 2 * a * u * dh, a * a * dh
+
+
+def rope_backward_ref(dy, cos, sin, T, H, D):
+    N = dy.shape[0]
+    g = dy.reshape(N, H, D)
+    c = np.tile(cos, (N // T, 1))[:, None, :]
+    s = np.tile(sin, (N // T, 1))[:, None, :]
+    a, b = g[..., :D // 2], g[..., D // 2:]
+    return np.concatenate([a * c + b * s, b * c - a * s], axis=-1).reshape(N, H * D)
+
+
+def attention_backward_ref(dout, q, k, v, B, T, H, Hkv, D):
+    rep = H // Hkv
+    q4 = q.reshape(B, T, H, D).transpose(0, 2, 1, 3)
+    k4 = np.repeat(k.reshape(B, T, Hkv, D).transpose(0, 2, 1, 3), rep, axis=1)
+    v4 = np.repeat(v.reshape(B, T, Hkv, D).transpose(0, 2, 1, 3), rep, axis=1)
+    do4 = dout.reshape(B, T, H, D).transpose(0, 2, 1, 3)
+    s = q4 @ k4.transpose(0, 1, 3, 2) / np.sqrt(D)
+    s = np.where(np.tril(np.ones((T, T), bool)), s, -np.inf)
+    P = np.exp(s - s.max(-1, keepdims=True))
+    P /= P.sum(-1, keepdims=True)
+    dP = do4 @ v4.transpose(0, 1, 3, 2)
+    dS = P * (dP - (P * dP).sum(-1, keepdims=True))
+    dq = dS @ k4 / np.sqrt(D)
+    dk = (dS.transpose(0, 1, 3, 2) @ q4 / np.sqrt(D)).reshape(B, Hkv, rep, T, D).sum(2)
+    dv = (P.transpose(0, 1, 3, 2) @ do4).reshape(B, Hkv, rep, T, D).sum(2)
+    back = lambda t, h: t.transpose(0, 2, 1, 3).reshape(B * T, h * D)
+    return back(dq, H), back(dk, Hkv), back(dv, Hkv)
+
+
+def lora_ref(x, a, b, dy, scale, keep):
+    xd = x * keep
+    u = xd @ a.T
+    y = scale * u @ b.T
+    db = scale * dy.T @ u
+    du = scale * dy @ b
+    da = du.T @ xd
+    dx = (du @ a) * keep
+    return u, y, da, db, du, dx
+
+
+# ----------------------------------------------------------------------------- torch float64 ops (the truth)
+def t64(a, grad=True):
+    return torch.tensor(np.asarray(a, dtype=np.float64), requires_grad=grad)
+
+
+def torch_rmsnorm(x, w, eps):
+    return w * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))
+
+
+def torch_rope(x, cos, sin, B, T, H, D):
+    x4 = x.reshape(B, T, H, D)
+    c = torch.cat([cos, cos], -1)[None, :, None, :]
+    s = torch.cat([sin, sin], -1)[None, :, None, :]
+    rot = torch.cat([-x4[..., D // 2:], x4[..., :D // 2]], -1)
+    return (x4 * c + rot * s).reshape(B * T, H * D)
+
+
+def torch_attention(q, k, v, B, T, H, Hkv, D):
+    rep = H // Hkv
+    q4 = q.reshape(B, T, H, D).transpose(1, 2)
+    k4 = k.reshape(B, T, Hkv, D).transpose(1, 2).repeat_interleave(rep, dim=1)
+    v4 = v.reshape(B, T, Hkv, D).transpose(1, 2).repeat_interleave(rep, dim=1)
+    s = q4 @ k4.transpose(2, 3) * D ** -0.5
+    s = s.masked_fill(~torch.tril(torch.ones(T, T, dtype=torch.bool)), float("-inf"))
+    o = torch.softmax(s, dim=-1) @ v4
+    return o.transpose(1, 2).reshape(B * T, H * D)
+
+
+class ActQuantSTE(torch.autograd.Function):
+    """HF integrations/bitnet.py ActQuant: per-row absmax int8, identity backward."""
+    @staticmethod
+    def forward(ctx, x):
+        s = 127 / x.abs().max(dim=-1, keepdim=True).values.clamp(min=1e-5)
+        return (x * s).round().clamp(-128, 127) / s
+
+    @staticmethod
+    def backward(ctx, g):
+        return g
+
+
+def weight_quant(w):
+    """HF WeightQuant forward: t * scale with t ternary, scale = mean|W| (clamped)."""
+    s = 1.0 / w.abs().mean().clamp(min=1e-5)
+    t = (w * s).round().clamp(-1, 1)
+    return t, float(1.0 / s)
+
+
+# ----------------------------------------------------------------------------- numpy refs vs torch
+def test_refs_match_torch_autograd():
+    rng = np.random.default_rng(0)
+    N, C, B, T, H, Hkv, D = 6, 7, 2, 3, 4, 2, 6
+    # rmsnorm
+    x, w, dy = rng.normal(size=(N, C)), rng.normal(size=C), rng.normal(size=(N, C))
+    tx = t64(x)
+    torch_rmsnorm(tx, t64(w, False), 1e-5).backward(t64(dy, False))
+    rstd = 1 / np.sqrt((x * x).mean(1) + 1e-5)
+    assert_close(rmsnorm_backward_ref(dy, x, w, rstd), tx.grad.numpy(), 1e-12, "rmsnorm")
+    # relu^2 gating
+    g, u, dh = rng.normal(size=(N, C)), rng.normal(size=(N, C)), rng.normal(size=(N, C))
+    tg, tu = t64(g), t64(u)
+    (torch.relu(tg) ** 2 * tu).backward(t64(dh, False))
+    dg, du = relu2_backward_ref(dh, g, u)
+    assert_close(dg, tg.grad.numpy(), 1e-12, "dg")
+    assert_close(du, tu.grad.numpy(), 1e-12, "du")
+    # rope
+    cos, sin = rope_tables(T, D)
+    xr, dyr = rng.normal(size=(B * T, H * D)), rng.normal(size=(B * T, H * D))
+    txr = t64(xr)
+    torch_rope(txr, t64(cos, False), t64(sin, False), B, T, H, D).backward(t64(dyr, False))
+    assert_close(rope_backward_ref(dyr, cos.astype(np.float64), sin.astype(np.float64), T, H, D),
+                 txr.grad.numpy(), 1e-12, "rope")
+    # attention
+    q, k, v = rng.normal(size=(B * T, H * D)), rng.normal(size=(B * T, Hkv * D)), rng.normal(size=(B * T, Hkv * D))
+    do = rng.normal(size=(B * T, H * D))
+    tq, tk, tv = t64(q), t64(k), t64(v)
+    torch_attention(tq, tk, tv, B, T, H, Hkv, D).backward(t64(do, False))
+    for got, want, name in zip(attention_backward_ref(do, q, k, v, B, T, H, Hkv, D), (tq, tk, tv), "qkv"):
+        assert_close(got, want.grad.numpy(), 1e-12, "attention d" + name)
+    # cross-entropy (mean over target rows, ignore_index -100)
+    V = 11
+    z, tgt = rng.normal(size=(N, V)), np.array([3, -100, 0, 10, -100, 5])
+    tz = t64(z)
+    loss = torch.nn.functional.cross_entropy(tz, torch.tensor(tgt), ignore_index=-100, reduction="sum")
+    (loss / 4).backward()
+    losses, d = ce_ref(z, tgt, 0.25)
+    assert abs(losses.sum() - loss.item()) < 1e-12
+    assert_close(d, tz.grad.numpy(), 1e-12, "dlogits")
+    # lora with dropout (PEFT: dropout on the branch input only)
+    I, O, R, scale = 9, 5, 3, 2.0
+    x, a, b, dy = rng.normal(size=(N, I)), rng.normal(size=(R, I)), rng.normal(size=(O, R)), rng.normal(size=(N, O))
+    keep = dropout_factor(7, 1, 0.3, (N, I))
+    tx, ta, tb = t64(x), t64(a), t64(b)
+    (scale * ((tx * t64(keep, False)) @ ta.T) @ tb.T).backward(t64(dy, False))
+    u, y, da, db, du, dx = lora_ref(x, a, b, dy, scale, keep)
+    assert_close(da, ta.grad.numpy(), 1e-12, "da")
+    assert_close(db, tb.grad.numpy(), 1e-12, "db")
+    assert_close(dx, tx.grad.numpy(), 1e-12, "dx")
+    # bitlinear: STE through both quantisers -> dx = dy Wq
+    Wm, xb, dyb = rng.normal(size=(O, I)), rng.normal(size=(N, I)), rng.normal(size=(N, O))
+    tW, txb = t64(Wm), t64(xb)
+    s = 1.0 / tW.abs().mean().clamp(min=1e-5)
+    Wq = tW + ((tW * s).round().clamp(-1, 1) / s - tW).detach()   # HF's x + (q(x) - x).detach() form
+    (ActQuantSTE.apply(txb) @ Wq.T).backward(t64(dyb, False))
+    t, sc = weight_quant(t64(Wm, False))
+    assert_close(dyb @ (t.numpy() * sc), txb.grad.numpy(), 1e-12, "bitlinear dx")
+
+
+def test_dropout_mask_rate():
+    keep = dropout_factor(123, 4, 0.25, (64, 100))
+    assert abs((keep > 0).mean() - 0.75) < 0.02
+    assert not np.array_equal(keep, dropout_factor(123, 5, 0.25, (64, 100)))
+
+
+# ----------------------------------------------------------------------------- kernels vs numpy
+@pytest.mark.parametrize("N,V", [(3, 1), (5, 300), (2, 1029)])
+def test_cross_entropy(run_case, N, V):
+    rng = np.random.default_rng(N * V)
+    z = f32(rng.normal(size=(N, V)) * 3)
+    tgt = rng.integers(0, V, size=N)
+    tgt[1 % N] = -100
+    r = run_case("backward_cases", "case_cross_entropy", logits=L(z), targets=tgt.tolist(), N=N, V=V,
+                 grad_scale=0.125, loss_sum0=1.5)
+    losses, d = ce_ref(z, tgt, 0.125)
+    assert_close(r["losses"], losses, 1e-5, "losses")
+    assert_close(r["dlogits"], d, 1e-5, "dlogits")
+    assert abs(r["loss_sum"] - (1.5 + losses.sum())) <= 1e-5 * (1.5 + losses.sum())
+
+
+@pytest.mark.parametrize("N,I,O,R,p", [(1, 5, 3, 1, 0.0), (7, 70, 33, 4, 0.0), (6, 300, 17, 8, 0.4)])
+def test_lora(run_case, N, I, O, R, p):
+    rng = np.random.default_rng(N + I + O + R)
+    x, a, b, dy = (f32(rng.normal(size=s)) for s in ((N, I), (R, I), (O, R), (N, O)))
+    y0, da0, db0, dx0 = (f32(rng.normal(size=s)) for s in ((N, O), (R, I), (O, R), (N, I)))
+    scale = 16.0 / R
+    r = run_case("backward_cases", "case_lora", x=L(x), a=L(a), b=L(b), dy=L(dy), y0=L(y0), da0=L(da0),
+                 db0=L(db0), dx0=L(dx0), N=N, I=I, O=O, R=R, scale=scale, p=p, seed=99, step=3)
+    keep = dropout_factor(99, 3, p, (N, I))
+    u, y, da, db, du, dx = lora_ref(x.astype(np.float64), a, b, dy, scale, keep)
+    assert_close(r["u"], u, 1e-5, "u")
+    assert_close(np.array(r["y"]) - y0.ravel(), y, 1e-5, "y")
+    assert_close(r["du"], du, 1e-5, "du")
+    assert_close(np.array(r["db"]) - db0.ravel(), db, 1e-5, "db (accumulated)")
+    assert_close(np.array(r["da"]) - da0.ravel(), da, 1e-5, "da (accumulated)")
+    assert_close(np.array(r["dx"]) - dx0.ravel(), dx, 1e-5, "dx (accumulated)")
+    if p:
+        assert (np.array(r["dx"]) == dx0.ravel()).any()   # dropped elements get nothing
+
+
+@pytest.mark.parametrize("N,C,acc", [(1, 1, False), (3, 257, True), (4, 600, False)])
+def test_rmsnorm_backward(run_case, N, C, acc):
+    rng = np.random.default_rng(C)
+    dy, x, dx0 = (f32(rng.normal(size=(N, C))) for _ in range(3))
+    w = f32(rng.normal(size=C))
+    rstd = f32(1 / np.sqrt((x.astype(np.float64) ** 2).mean(1) + 1e-5))
+    r = run_case("backward_cases", "case_rmsnorm_backward", dy=L(dy), x=L(x), w=L(w), rstd=L(rstd), dx0=L(dx0),
+                 N=N, C=C, accumulate=acc)
+    want = rmsnorm_backward_ref(dy.astype(np.float64), x, w, rstd.astype(np.float64))
+    terms = np.abs(rstd[:, None] * w * dy).max()   # C = 1: dx is a cancellation, ~eps/x^2 of the terms
+    assert_close(np.array(r) - (dx0.ravel() if acc else 0), want, 1e-5, "rmsnorm dx", scale=terms)
+
+
+@pytest.mark.parametrize("N,I,O,acc", [(1, 1, 1, False), (17, 33, 40, True), (5, 300, 19, False)])
+def test_bitlinear_backward_input(run_case, N, I, O, acc):
+    rng = np.random.default_rng(N * I * O)
+    t = rng.integers(-1, 2, size=(O, I))
+    dy, dx0, scale = f32(rng.normal(size=(N, O))), f32(rng.normal(size=(N, I))), 0.037
+    r = run_case("backward_cases", "case_bitlinear_backward_input", dy=L(dy), packed=pack_ternary(t), scale=scale,
+                 dx0=L(dx0), N=N, I=I, O=O, accumulate=acc)
+    want = dy.astype(np.float64) @ (t * np.float64(np.float32(scale)))
+    assert_close(np.array(r) - (dx0.ravel() if acc else 0), want, 1e-5, "bitlinear dx")
+
+
+@pytest.mark.parametrize("N,I,O,acc", [(1, 1, 1, False), (19, 21, 35, True)])
+def test_linear_backward_input(run_case, N, I, O, acc):
+    rng = np.random.default_rng(N + I + O)
+    dy, w, dx0 = f32(rng.normal(size=(N, O))), f32(rng.normal(size=(O, I))), f32(rng.normal(size=(N, I)))
+    r = run_case("backward_cases", "case_linear_backward_input", dy=L(dy), w=L(w), dx0=L(dx0), N=N, I=I, O=O,
+                 scale=0.5, accumulate=acc)
+    assert_close(np.array(r) - (dx0.ravel() if acc else 0), 0.5 * dy.astype(np.float64) @ w, 1e-5, "linear dx")
+
+
+def test_relu2_gating_backward(run_case):
+    rng = np.random.default_rng(5)
+    dh, g, u = (f32(rng.normal(size=(3, 301))) for _ in range(3))
+    r = run_case("backward_cases", "case_relu2_gating_backward", dh=L(dh), g=L(g), u=L(u))
+    dg, du = relu2_backward_ref(dh.astype(np.float64), g, u)
+    assert_close(r["dg"], dg, 1e-6, "dg")
+    assert_close(r["du"], du, 1e-6, "du")
+
+
+@pytest.mark.parametrize("B,T,H,D", [(1, 1, 1, 2), (2, 5, 3, 6)])
+def test_rope_backward(run_case, B, T, H, D):
+    rng = np.random.default_rng(T * D)
+    cos, sin = rope_tables(T, D)
+    dy = f32(rng.normal(size=(B * T, H * D)))
+    r = run_case("backward_cases", "case_rope_backward", dy=L(dy), cos=L(cos), sin=L(sin), N=B * T, T=T, H=H, D=D)
+    assert_close(r, rope_backward_ref(dy.astype(np.float64), cos, sin, T, H, D), 1e-6, "rope dx")
+
+
+@pytest.mark.parametrize("B,T,H,Hkv,D", [(1, 1, 1, 1, 4), (2, 5, 4, 4, 8), (1, 70, 4, 2, 6), (2, 3, 4, 1, 130)])
+def test_attention_backward(run_case, B, T, H, Hkv, D):
+    rng = np.random.default_rng(B * T * H * D)
+    N = B * T
+    q, do = f32(rng.normal(size=(N, H * D))), f32(rng.normal(size=(N, H * D)))
+    k, v = f32(rng.normal(size=(N, Hkv * D))), f32(rng.normal(size=(N, Hkv * D)))
+    r = run_case("backward_cases", "case_attention_backward", dout=L(do), q=L(q), k=L(k), v=L(v),
+                 B=B, T=T, H=H, Hkv=Hkv, D=D)
+    dq, dk, dv = attention_backward_ref(*(a.astype(np.float64) for a in (do, q, k, v)), B, T, H, Hkv, D)
+    assert_close(r["dq"], dq, 1e-5, "dq")
+    assert_close(r["dk"], dk, 1e-5, "dk")
+    assert_close(r["dv"], dv, 1e-5, "dv")
