@@ -1,0 +1,167 @@
+"""LoRA adapters in PEFT's on-disk format: names, shapes, PEFT's initialisation, and
+reading / writing `adapter_config.json` + `adapter_model.safetensors`.
+
+    shapes = lora_shapes(hf_config, ["q_proj", "v_proj"], r=8)   # [(key, shape)], A then B
+    tensors = init_lora(shapes, seed=42)                          # {key: (shape, array('f'))}
+    save_adapter("out", tensors, cfg, base_model_name_or_path="demo")
+    config, tensors = load_adapter("out")
+
+Keys are PEFT's, `base_model.model.model.layers.{i}.self_attn.q_proj.lora_A.weight`
+(`mlp.` for gate_proj / up_proj / down_proj), and serve as the trainer's parameter
+names too. Per targeted projection W[out, in]: A[R, in], B[out, R], and the layer
+computes y = W x + (lora_alpha / R) * B (A dropout(x)).
+
+PEFT initialises A with kaiming_uniform(a=sqrt(5)), i.e. U(-1/sqrt(in), 1/sqrt(in)),
+and B = 0. init_lora draws A from the same distribution with Python's random module,
+seeded per tensor by (seed, key): reproducible, but not the numbers torch's generator
+would give. With B = 0 the adapter starts as the identity either way.
+
+What this is not: the GPU side (the trainer uploads these arrays), or every PEFT
+feature (no DoRA, rsLoRA, rank patterns, biases).
+Standard library only: this module runs in the browser.
+"""
+from __future__ import annotations
+
+import array
+import json
+import math
+import os
+import random
+
+from . import safetensors_io
+
+CONFIG_FILE = "adapter_config.json"
+WEIGHTS_FILE = "adapter_model.safetensors"
+PREFIX = "base_model.model.model.layers"
+ATTN = ("q_proj", "k_proj", "v_proj", "o_proj")
+MLP = ("gate_proj", "up_proj", "down_proj")
+
+
+def peft_key(layer: int, module: str, which: str) -> str:
+    """PEFT's saved name of lora_A / lora_B (which = "A" | "B") of one projection."""
+    block = "self_attn" if module in ATTN else "mlp" if module in MLP else None
+    if block is None:
+        raise ValueError(f"target_modules: unknown module {module!r}")
+    return f"{PREFIX}.{layer}.{block}.{module}.lora_{which}.weight"
+
+
+def projection_shapes(hf_config: dict) -> dict:
+    """{module: (out, in)} of every projection, from a HF BitNet/LLaMA config.json dict."""
+    C = hf_config["hidden_size"]
+    F = hf_config["intermediate_size"]
+    H = hf_config["num_attention_heads"]
+    Hkv = hf_config.get("num_key_value_heads") or H
+    D = hf_config.get("head_dim") or C // H
+    return {"q_proj": (H * D, C), "k_proj": (Hkv * D, C), "v_proj": (Hkv * D, C),
+            "o_proj": (C, H * D), "gate_proj": (F, C), "up_proj": (F, C), "down_proj": (C, F)}
+
+
+def lora_shapes(hf_config: dict, target_modules, r: int) -> list:
+    """[(key, shape)] of every LoRA tensor: A[R, in] then B[out, R], per layer, per
+    module in ATTN + MLP order (whatever order target_modules lists them in)."""
+    proj = projection_shapes(hf_config)
+    out = []
+    for i in range(hf_config["num_hidden_layers"]):
+        for m in ATTN + MLP:
+            if m in target_modules:
+                o, n_in = proj[m]
+                out.append((peft_key(i, m, "A"), (r, n_in)))
+                out.append((peft_key(i, m, "B"), (o, r)))
+    return out
+
+
+def init_lora(shapes: list, seed: int) -> dict:
+    """PEFT's default init: A ~ U(-1/sqrt(in), 1/sqrt(in)) (kaiming_uniform, a=sqrt(5)),
+    B = 0. Python RNG seeded per tensor by (seed, key); not torch's numbers."""
+    out = {}
+    for key, shape in shapes:
+        n = shape[0] * shape[1]
+        if ".lora_A." in key:
+            bound = 1.0 / math.sqrt(shape[1])
+            rng = random.Random(f"bitlora-lora:{seed}:{key}")
+            out[key] = (tuple(shape), array.array("f", (rng.uniform(-bound, bound) for _ in range(n))))
+        else:
+            out[key] = (tuple(shape), array.array("f", bytes(4 * n)))
+    return out
+
+
+def adapter_config(r: int, lora_alpha, lora_dropout: float, target_modules,
+                   base_model_name_or_path: str | None = None) -> dict:
+    """adapter_config.json as PEFT 0.21 writes it for a plain LoRA (same keys, same
+    defaults), so that PeftModel.from_pretrained reads it without warnings."""
+    return {
+        "alora_invocation_tokens": None, "alpha_pattern": {}, "arrow_config": None,
+        "auto_mapping": None, "base_model_name_or_path": base_model_name_or_path,
+        "bias": "none", "corda_config": None, "ensure_weight_tying": False, "eva_config": None,
+        "exclude_modules": None, "fan_in_fan_out": False, "inference_mode": True,
+        "init_lora_weights": True, "kasa_config": None, "layer_replication": None,
+        "layers_pattern": None, "layers_to_transform": None, "loftq_config": {},
+        "lora_alpha": lora_alpha, "lora_bias": False, "lora_dropout": lora_dropout,
+        "lora_ga_config": None, "megatron_config": None, "megatron_core": "megatron.core",
+        "modules_to_save": None, "monteclora_config": None, "peft_type": "LORA",
+        "peft_version": "0.21.2", "qalora_group_size": 16, "r": r, "rank_pattern": {},
+        "revision": None, "target_modules": list(target_modules), "target_parameters": None,
+        "task_type": "CAUSAL_LM", "trainable_token_indices": None, "use_bdlora": None,
+        "use_dora": False, "use_qalora": False, "use_rslora": False, "velora_config": None,
+    }
+
+
+def save_adapter(out_dir, tensors: dict, cfg, base_model_name_or_path: str | None = None) -> None:
+    """Write out_dir/adapter_config.json and out_dir/adapter_model.safetensors (F32).
+
+    tensors: {peft key: (shape, f32 values: array('f'), a sequence, or raw bytes)}.
+    cfg: a TrainConfig (or anything with lora_r, lora_alpha, lora_dropout, target_modules).
+    Each file is replaced atomically."""
+    os.makedirs(out_dir, exist_ok=True)
+    conf = adapter_config(cfg.lora_r, cfg.lora_alpha, cfg.lora_dropout, cfg.target_modules,
+                          base_model_name_or_path)
+    safetensors_io.write_atomic(os.path.join(out_dir, WEIGHTS_FILE),
+                                safetensors_io.dumps(tensors, {"format": "pt"}))
+    safetensors_io.write_atomic(os.path.join(out_dir, CONFIG_FILE),
+                                (json.dumps(conf, indent=2) + "\n").encode())
+
+
+def load_adapter(adapter_dir) -> tuple:
+    """(config dict, {peft key: (shape, array('f'))}) of a PEFT LoRA adapter folder
+    (F32, F16 or BF16 tensors; PEFT's own saves load too). Raises ValueError if the
+    folder holds something else."""
+    cpath = os.path.join(adapter_dir, CONFIG_FILE)
+    wpath = os.path.join(adapter_dir, WEIGHTS_FILE)
+    for p in (cpath, wpath):
+        if not os.path.exists(p):
+            raise ValueError(f"{adapter_dir}: no {os.path.basename(p)} (not a PEFT adapter folder)")
+    with open(cpath, encoding="utf-8") as f:
+        conf = json.load(f)
+    if conf.get("peft_type") != "LORA":
+        raise ValueError(f"{cpath}: peft_type is {conf.get('peft_type')!r}, expected 'LORA'")
+    for key in ("use_dora", "use_rslora"):
+        if conf.get(key):
+            raise ValueError(f"{cpath}: {key} is not supported")
+    if conf.get("bias", "none") != "none":
+        raise ValueError(f"{cpath}: bias {conf['bias']!r} is not supported (only 'none')")
+    with open(wpath, "rb") as f:
+        tensors, _ = safetensors_io.loads(f.read(), wpath)
+    return conf, tensors
+
+
+def adapter_settings(conf: dict) -> dict:
+    """The TrainConfig fields an adapter_config.json fixes: lora_r, lora_alpha,
+    lora_dropout, target_modules (a list, in ATTN + MLP order)."""
+    tm = conf["target_modules"]
+    tm = [tm] if isinstance(tm, str) else list(tm)
+    return {"lora_r": conf["r"], "lora_alpha": conf["lora_alpha"],
+            "lora_dropout": conf.get("lora_dropout", 0.0),
+            "target_modules": [m for m in ATTN + MLP if m in tm] + [m for m in tm if m not in ATTN + MLP]}
+
+
+def check_tensors(tensors: dict, shapes: list, what: str = "adapter") -> None:
+    """Raise ValueError unless `tensors` holds exactly the keys and shapes of `shapes`."""
+    want = {k: tuple(s) for k, s in shapes}
+    missing = [k for k in want if k not in tensors]
+    extra = [k for k in tensors if k not in want]
+    if missing or extra:
+        raise ValueError(f"{what}: {len(missing)} tensors missing (e.g. {missing[:1]}), "
+                         f"{len(extra)} unexpected (e.g. {extra[:1]})")
+    for k, s in want.items():
+        if tuple(tensors[k][0]) != s:
+            raise ValueError(f"{what}: {k} has shape {list(tensors[k][0])}, expected {list(s)}")
