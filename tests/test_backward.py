@@ -345,3 +345,89 @@ def test_attention_backward(run_case, B, T, H, Hkv, D):
     assert_close(r["dq"], dq, 1e-5, "dq")
     assert_close(r["dk"], dk, 1e-5, "dk")
     assert_close(r["dv"], dv, 1e-5, "dv")
+
+
+# ----------------------------------------------------------------------------- one whole decoder layer
+def bitnet_layer_torch(dims, Wf, lora_cfg, rng):
+    """One BitNet decoder layer with LoRA (PEFT form, dropout on the branch input) on
+    q_proj and v_proj, in torch float64 with HF's quantisers and STE. Returns the
+    saved activations (f32 lists, the kernels' inputs) and the autograd gradients."""
+    B, T, C, H, Hkv, D, F, R = (dims[k] for k in ("B", "T", "C", "H", "Hkv", "D", "F", "R"))
+    N, eps = B * T, 1e-5
+    cos, sin = rope_tables(T, D)
+    tcos, tsin = t64(cos, False), t64(sin, False)
+    quant = {k: weight_quant(t64(Wf[k], False)) for k in ("q", "k", "v", "o", "gate", "up", "down")}
+    lin = lambda x, name: ActQuantSTE.apply(x) @ (quant[name][0] * quant[name][1]).T
+    norm_w = {k: t64(f32(rng.normal(1.0, 0.3, size=n)), False)
+              for k, n in (("w_in", C), ("w_asn", C), ("w_post", C), ("w_fsn", F))}
+    lw = {k: t64(f32(rng.normal(size=s) * 0.3)) for k, s in (("a_q", (R, C)), ("b_q", (H * D, R)),
+                                                               ("a_v", (R, C)), ("b_v", (Hkv * D, R)))}
+    keep_q = t64(dropout_factor(lora_cfg["seed_q"], lora_cfg["step"], lora_cfg["p"], (N, C)), False)
+    keep_v = t64(dropout_factor(lora_cfg["seed_v"], lora_cfg["step"], lora_cfg["p"], (N, C)), False)
+    sc = lora_cfg["scale"]
+    rstd = lambda x: torch.rsqrt(x.pow(2).mean(-1) + eps)
+
+    h_in = t64(f32(rng.normal(size=(N, C))))
+    n1 = torch_rmsnorm(h_in, norm_w["w_in"], eps)
+    uq, uv = (n1 * keep_q) @ lw["a_q"].T, (n1 * keep_v) @ lw["a_v"].T
+    q = lin(n1, "q") + sc * uq @ lw["b_q"].T
+    k = lin(n1, "k")
+    v = lin(n1, "v") + sc * uv @ lw["b_v"].T
+    qr, kr = torch_rope(q, tcos, tsin, B, T, H, D), torch_rope(k, tcos, tsin, B, T, Hkv, D)
+    att = torch_attention(qr, kr, v, B, T, H, Hkv, D)
+    h_mid = h_in + lin(torch_rmsnorm(att, norm_w["w_asn"], eps), "o")
+    n2 = torch_rmsnorm(h_mid, norm_w["w_post"], eps)
+    g, u = lin(n2, "gate"), lin(n2, "up")
+    hg = torch.relu(g) ** 2 * u
+    h_out = h_mid + lin(torch_rmsnorm(hg, norm_w["w_fsn"], eps), "down")
+    dh_out = f32(rng.normal(size=(N, C)))
+    h_out.backward(t64(dh_out, False))
+
+    saved = {"h_in": h_in, "n1": n1, "rstd1": rstd(h_in), "q": qr, "k": kr, "v": v, "attn": att,
+             "rstd_as": rstd(att), "h_mid": h_mid, "n2": n2, "rstd2": rstd(h_mid), "g": g, "u": u, "hg": hg,
+             "rstd_fs": rstd(hg), "uq": uq, "uv": uv}
+    saved = {k: L(v.detach().numpy()) for k, v in saved.items()}
+    saved["cos"], saved["sin"] = L(cos), L(sin)
+    weights = {k: L(v.detach().numpy()) for k, v in {**norm_w, **lw}.items()}
+    for name, (t, s) in quant.items():
+        weights[name + "_packed"] = pack_ternary(t.numpy().astype(np.int64))
+        weights[name + "_scale"] = s
+    grads = {"dh_in": h_in.grad.numpy(), "da_q": lw["a_q"].grad.numpy(), "db_q": lw["b_q"].grad.numpy(),
+             "da_v": lw["a_v"].grad.numpy(), "db_v": lw["b_v"].grad.numpy()}
+    return saved, weights, L(dh_out), grads
+
+
+@pytest.mark.parametrize("B,T,H,Hkv,D,p", [(2, 5, 4, 2, 6, 0.0), (1, 7, 4, 1, 8, 0.3), (2, 1, 2, 2, 4, 0.1)])
+def test_decoder_layer_backward_composes(run_case, B, T, H, Hkv, D, p):
+    rng = np.random.default_rng(T * H + D)
+    C = H * D
+    dims = {"B": B, "T": T, "C": C, "H": H, "Hkv": Hkv, "D": D, "F": 2 * C + 3, "R": 3}
+    Wf = {k: f32(rng.normal(size=s) * 0.5) for k, s in (
+        ("q", (H * D, C)), ("k", (Hkv * D, C)), ("v", (Hkv * D, C)), ("o", (C, C)),
+        ("gate", (dims["F"], C)), ("up", (dims["F"], C)), ("down", (C, dims["F"])))}
+    lora_cfg = {"scale": 16 / 3, "p": p, "seed_q": 11, "seed_v": 12, "step": 5}
+    saved, weights, dh_out, want = bitnet_layer_torch(dims, Wf, lora_cfg, rng)
+    got = run_case("backward_cases", "case_layer_backward", dims=dims, saved=saved, weights=weights,
+                   lora_cfg=lora_cfg, dh_out=dh_out)
+    for name in ("dh_in", "da_q", "db_q", "da_v", "db_v"):
+        assert_close(got[name], want[name], 1e-5, name)
+
+
+def test_head_backward_composes(run_case):
+    """final norm -> lm_head (tied embedding) -> masked mean cross-entropy, vs torch."""
+    rng = np.random.default_rng(3)
+    N, C, V = 10, 24, 517
+    h = t64(f32(rng.normal(size=(N, C))))
+    w, emb = f32(rng.normal(1.0, 0.3, size=C)), f32(rng.normal(size=(V, C)) * 0.2)
+    tgt = rng.integers(0, V, size=N)
+    tgt[[0, 1, 7]] = -100
+    n_valid = int((tgt >= 0).sum())
+    logits = torch_rmsnorm(h, t64(w, False), 1e-5) @ t64(emb, False).T
+    loss = torch.nn.functional.cross_entropy(logits, torch.tensor(tgt), ignore_index=-100, reduction="sum")
+    (loss / n_valid).backward()
+    rstd = torch.rsqrt(h.detach().pow(2).mean(-1) + 1e-5)
+    r = run_case("backward_cases", "case_head_backward", logits=L(logits.detach().numpy()), targets=tgt.tolist(),
+                 h=L(h.detach().numpy()), w_norm=L(w), rstd=L(rstd.numpy()), emb=L(emb), N=N, C=C, V=V,
+                 grad_scale=1.0 / n_valid)
+    assert abs(r["loss_sum"] - loss.item()) <= 1e-5 * loss.item()
+    assert_close(r["dh"], h.grad.numpy(), 1e-5, "dh")

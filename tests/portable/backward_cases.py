@@ -140,3 +140,17 @@ async def case_layer_backward(dev, dims, saved, weights, lora_cfg, dh_out):
     return {"dh_in": await _get(dev, dh, N * C), "da_q": await _get(dev, da_q, R * C),
             "db_q": await _get(dev, db_q, H * D * R), "da_v": await _get(dev, da_v, R * C),
             "db_v": await _get(dev, db_v, Hkv * D * R)}
+
+
+async def case_head_backward(dev, logits, targets, h, w_norm, rstd, emb, N, C, V, grad_scale):
+    """The model's head backward: cross-entropy -> lm_head (dense, e.g. the tied
+    embedding E[V, C]) -> final RMSNorm, chained. Returns dh[N, C] and the loss sum."""
+    lg, tg, ls = _f32(dev, logits, "logits"), _i32(dev, targets, "targets"), dev.buffer(4 * N, "losses")
+    total = dev.buffer(4, "loss_sum")
+    d_hn, dh = dev.buffer(4 * N * C, "d_hn"), dev.buffer(4 * N * C, "dh")
+    await ce.cross_entropy_forward_backward(dev, lg, tg, ls, N, V, grad_scale)
+    await ce.cross_entropy_sum(dev, ls, total, N)
+    await bw.linear_backward_input(dev, lg, _f32(dev, emb, "emb"), d_hn, N, C, V)
+    await bw.rmsnorm_backward(dev, d_hn, _f32(dev, h, "h"), _f32(dev, w_norm, "w_norm"), _f32(dev, rstd, "rstd"),
+                              dh, N, C)
+    return {"dh": await _get(dev, dh, N * C), "loss_sum": (await _get(dev, total, 1))[0]}
