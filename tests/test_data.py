@@ -262,3 +262,49 @@ def test_fingerprint_changes_with_data():
 def test_no_usable_record_is_an_error():
     with pytest.raises(DataError, match="no usable record"):
         Dataset([{"output": "x"}], _CharTok())
+
+
+def test_resume_with_other_data_or_layout_is_refused():
+    ds = _toy_dataset(23)
+    cur = next(iter(ds.steps(micro_batch_size=4, grad_accum=2, epochs=1, seed=1))).cursor
+    with pytest.raises(DataError, match="dataset"):
+        next(iter(_toy_dataset(22).steps(micro_batch_size=4, grad_accum=2, epochs=1, seed=1, cursor=cur)))
+    with pytest.raises(DataError, match="micro_batch_size"):
+        next(iter(ds.steps(micro_batch_size=4, grad_accum=2, epochs=1, seed=2, cursor=cur)))
+
+
+def test_config_helpers():
+    from bitlora.config import TrainConfig
+    from bitlora.data import dataset_for
+    recs = [{"instruction": f"q{i}", "output": "a"} for i in range(9)]
+    cfg = TrainConfig(micro_batch_size=2, grad_accum=2, epochs=2, cutoff_len=256, seed=5)
+    ds = dataset_for(cfg, _CharTok(), recs)
+    assert ds.total_steps_for(cfg) == 6
+    assert [s.micro_batches for s in ds.steps_for(cfg)] == \
+        [s.micro_batches for s in ds.steps(2, 2, 2, seed=5)]
+
+
+PORTABLE_RECORDS = "\n".join(json.dumps(r) for r in [
+    {"instruction": f"task {i}", "input": "ctx" * (i % 3), "output": "out " * (i % 5)} for i in range(13)
+]) + "\n{broken"
+PORTABLE_CONFIG = {"micro_batch_size": 3, "grad_accum": 2, "epochs": 2, "seed": 9, "cutoff_len": 180,
+                   "lora_r": 2, "target_modules": ["q_proj", "down_proj"], "lr_scheduler": "cosine",
+                   "warmup_steps": 1}
+PORTABLE_HF = dict(hidden_size=16, intermediate_size=24, num_hidden_layers=2, num_attention_heads=2,
+                   num_key_value_heads=1)
+
+
+def test_portable_pipeline_matches_native(run_case):
+    """Data order, batches, schedule, LoRA init and file bytes: the browser's answer
+    equals CPython's (computed here, in-process)."""
+    import asyncio
+
+    import data_cases
+    kw = dict(jsonl_text=PORTABLE_RECORDS, config=PORTABLE_CONFIG, hf_config=PORTABLE_HF)
+    here = json.loads(json.dumps(asyncio.run(data_cases.case_pipeline(None, **kw))))
+    got = run_case("data_cases", "case_pipeline", **kw)
+    assert got["adapter_round_trip"] is True
+    reasons = dict(got["invalid"])
+    assert "JSON" in reasons[13] and any("cutoff_len" in r for r in reasons.values())
+    assert len(got["steps"]) >= 2 and got["steps"][0]["lr"] == 0.0
+    assert got == here

@@ -1,9 +1,9 @@
 """Alpaca data: records -> prompts -> tokens and loss masks -> micro-batches -> steps.
 
     records = load_records("alpaca.json")          # or .jsonl, bytes, text, a list of dicts
-    ds = Dataset(records, tok, cutoff_len=256, train_on_inputs=False)
+    ds = Dataset(records, tok, cutoff_len=256, train_on_inputs=False)   # or dataset_for(cfg, tok)
     ds.invalid                                     # [(index, reason)], skipped records
-    for step in ds.steps(micro_batch_size=4, grad_accum=4, epochs=3, seed=42):
+    for step in ds.steps(micro_batch_size=4, grad_accum=4, epochs=3, seed=42):   # or steps_for(cfg)
         for mb in step.micro_batches: ...          # mb.ids[B*T], mb.mask[B*T], mb.targets[B*T]
         save(step.cursor)                          # resume: ds.steps(..., cursor=step.cursor)
 
@@ -33,8 +33,8 @@ random.Random(f"bitlora-data:{seed}:{e}").shuffle(list(range(n))) -- a pure func
 of (seed, epoch), the same in CPython and Pyodide; without, in file order. Each epoch
 is cut into ceil(n / micro_batch_size) micro-batches (the last may be smaller), and
 every grad_accum of them make one optimizer step (the last step of an epoch may
-have fewer), as the HF Trainer does. A cursor {epoch, micro_batch, step} says where
-the next step starts; because the order is a function of (seed, epoch) it needs no
+have fewer), as the HF Trainer does. A cursor {epoch, micro_batch, step, ...} says
+where the next step starts; because the order is a function of (seed, epoch) it needs no
 RNG state, and resuming from it reproduces the uninterrupted run exactly.
 
 Shape legend: B sequences in a micro-batch, T tokens per padded sequence.
@@ -215,7 +215,8 @@ class Step:
     epoch: int
     micro_batches: list      # list[MicroBatch], 1..grad_accum of them
     n_targets: int           # target tokens in the whole step: the loss divides by this
-    cursor: dict             # {"epoch", "micro_batch", "step"} of the NEXT step
+    cursor: dict             # where the NEXT step starts: {"epoch", "micro_batch", "step",
+                             #   "data" (fingerprint), "layout"}; JSON-able
 
 
 @dataclass
@@ -229,6 +230,7 @@ class Dataset:
     train_on_inputs: bool = False
     examples: list = field(init=False)
     invalid: list = field(init=False)
+    _fingerprint: str | None = field(init=False, default=None, repr=False, compare=False)
 
     def __post_init__(self):
         self.examples, self.invalid = [], []
@@ -256,10 +258,13 @@ class Dataset:
 
     def fingerprint(self) -> str:
         """sha256 of the tokenized examples; a resumed run checks it against the cursor's."""
+        if self._fingerprint is not None:
+            return self._fingerprint
         h = hashlib.sha256()
         for i, ids, mask in self.examples:
             h.update(json.dumps([i, ids, mask], separators=(",", ":")).encode())
-        return h.hexdigest()
+        self._fingerprint = h.hexdigest()
+        return self._fingerprint
 
     # -- order -----------------------------------------------------------------------
 
@@ -295,11 +300,21 @@ class Dataset:
     def steps(self, micro_batch_size: int, grad_accum: int, epochs: int, seed: int = 42,
               shuffle: bool = True, max_steps: int = 0, cursor: dict | None = None):
         """Yield Step after Step from `cursor` (default: the start) to the end of the run:
-        `epochs` epochs, or exactly `max_steps` steps if > 0 (cycling through epochs)."""
+        `epochs` epochs, or exactly `max_steps` steps if > 0 (cycling through epochs).
+
+        A cursor also records the dataset's fingerprint and the batching (micro-batch
+        size, accumulation, seed, shuffle); resuming with different ones is a DataError,
+        since the continued run would not be the uninterrupted one."""
         total = self.total_steps(micro_batch_size, grad_accum, epochs, max_steps)
         per_epoch = self.micro_batches_per_epoch(micro_batch_size)
-        cur = dict(cursor) if cursor else {"epoch": 0, "micro_batch": 0, "step": 0}
-        epoch, mb, step = cur["epoch"], cur["micro_batch"], cur["step"]
+        layout = [micro_batch_size, grad_accum, seed, bool(shuffle)]
+        fp = self.fingerprint()[:16]
+        if cursor:
+            for key, want, what in (("data", fp, "the dataset (or cutoff_len / train_on_inputs)"),
+                                    ("layout", layout, "micro_batch_size, grad_accum, seed or shuffle")):
+                if key in cursor and cursor[key] != want:
+                    raise DataError(f"resume: {what} differs from the checkpoint's")
+        epoch, mb, step = (cursor["epoch"], cursor["micro_batch"], cursor["step"]) if cursor else (0, 0, 0)
         order_epoch, order = None, None
         while step < total:
             if order_epoch != epoch:
@@ -314,4 +329,20 @@ class Dataset:
             step += 1
             yield Step(index=step - 1, epoch=this_epoch, micro_batches=batches,
                        n_targets=sum(b.n_targets for b in batches),
-                       cursor={"epoch": epoch, "micro_batch": mb, "step": step})
+                       cursor={"epoch": epoch, "micro_batch": mb, "step": step, "data": fp, "layout": layout})
+
+    def steps_for(self, cfg, cursor: dict | None = None):
+        """steps() with a TrainConfig's micro_batch_size, grad_accum, epochs, seed,
+        shuffle and max_steps."""
+        return self.steps(cfg.micro_batch_size, cfg.grad_accum, cfg.epochs, seed=cfg.seed,
+                          shuffle=cfg.shuffle, max_steps=cfg.max_steps, cursor=cursor)
+
+    def total_steps_for(self, cfg) -> int:
+        return self.total_steps(cfg.micro_batch_size, cfg.grad_accum, cfg.epochs, cfg.max_steps)
+
+
+def dataset_for(cfg, tok, source=None) -> Dataset:
+    """The Dataset of a TrainConfig: records from `source` (default cfg.data), tokenized
+    with its cutoff_len and train_on_inputs."""
+    return Dataset(load_records(cfg.data if source is None else source), tok,
+                   cutoff_len=cfg.cutoff_len, train_on_inputs=cfg.train_on_inputs)
