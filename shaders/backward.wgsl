@@ -26,7 +26,8 @@
 //   embedding, W = E[V, C]): dx = scale * dy W
 //   0 params {N, I, O, scale, accumulate} | 1 dy[N, O] read | 2 w[O, I] read |
 //   3 dx[N, I] read_write
-//   dispatch: groups (ceil(I/16), ceil(N/16)); 16x16 threads, one per dx element.
+//   dispatch: groups (ceil(I/64), ceil(N/64)); 16x16 threads, a 64x64 tile of dx per
+//   workgroup (4x4 elements per thread), o in chunks of 16.
 //
 // relu2_gating_backward   h = relu(g)^2 * u  (BitNet's MLP, before ffn_sub_norm)
 //   dg = 2 relu(g) u dh,  du = relu(g)^2 dh   (overwrite)
@@ -154,31 +155,58 @@ fn bitlinear_backward_input(@builtin(local_invocation_id) lid3: vec3<u32>, @buil
 @group(0) @binding(1) var<storage, read> ln_dy: array<f32>;
 @group(0) @binding(2) var<storage, read> ln_w: array<f32>;
 @group(0) @binding(3) var<storage, read_write> ln_dx: array<f32>;
-var<workgroup> ln_dy_sh: array<array<f32, 16>, 16>;  // [row][o]
-var<workgroup> ln_w_sh: array<array<f32, 16>, 16>;   // [o][col]
+var<workgroup> ln_dy_sh: array<array<f32, 16>, 64>;  // [row][o]
+var<workgroup> ln_w_sh: array<array<f32, 64>, 16>;   // [o][col]
 
+// A 64x64 tile of dx per workgroup; thread (tx, ty) owns rows ty + 16a, cols tx + 16b.
 @compute @workgroup_size(16, 16)
-fn linear_backward_input(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
-    let c = lid.x;
-    let r = lid.y;
-    let n = wid.y * 16u + r;
-    let i = wid.x * 16u + c;
-    var acc = 0.0;
-    for (var o0 = 0u; o0 < ln_p.o; o0 += 16u) {
-        var dv = 0.0;
-        if (n < ln_p.n && o0 + c < ln_p.o) { dv = ln_dy[n * ln_p.o + o0 + c]; }
-        ln_dy_sh[r][c] = dv;
-        var wv = 0.0;
-        if (o0 + r < ln_p.o && i < ln_p.i) { wv = ln_w[(o0 + r) * ln_p.i + i]; }
-        ln_w_sh[r][c] = wv;
+fn linear_backward_input(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
+    let tx = lid3.x;
+    let ty = lid3.y;
+    let lid = ty * 16u + tx;
+    let n0 = wid.y * 64u;
+    let i0 = wid.x * 64u;
+    let N = ln_p.n;
+    let I = ln_p.i;
+    let O = ln_p.o;
+    var acc: array<array<f32, 4>, 4>;
+    for (var a = 0u; a < 4u; a++) { for (var b = 0u; b < 4u; b++) { acc[a][b] = 0.0; } }
+    for (var o0 = 0u; o0 < O; o0 += 16u) {
+        for (var m = 0u; m < 4u; m++) {
+            let e = lid + 256u * m;
+            let rr = e / 16u;         // dy tile: 64 rows x 16 o, coalesced along o
+            let oo = e % 16u;
+            var dv = 0.0;
+            if (n0 + rr < N && o0 + oo < O) { dv = ln_dy[(n0 + rr) * O + o0 + oo]; }
+            ln_dy_sh[rr][oo] = dv;
+            let wo = e / 64u;         // w tile: 16 o x 64 cols, coalesced along cols
+            let wc = e % 64u;
+            var wv = 0.0;
+            if (o0 + wo < O && i0 + wc < I) { wv = ln_w[(o0 + wo) * I + i0 + wc]; }
+            ln_w_sh[wo][wc] = wv;
+        }
         workgroupBarrier();
-        for (var oo = 0u; oo < 16u; oo++) { acc += ln_dy_sh[r][oo] * ln_w_sh[oo][c]; }
+        for (var oo = 0u; oo < 16u; oo++) {
+            var wb: array<f32, 4>;
+            for (var b = 0u; b < 4u; b++) { wb[b] = ln_w_sh[oo][tx + 16u * b]; }
+            for (var a = 0u; a < 4u; a++) {
+                let d = ln_dy_sh[ty + 16u * a][oo];
+                for (var b = 0u; b < 4u; b++) { acc[a][b] += d * wb[b]; }
+            }
+        }
         workgroupBarrier();
     }
-    if (n >= ln_p.n || i >= ln_p.i) { return; }
-    let g = ln_p.scale * acc;
-    let j = n * ln_p.i + i;
-    if (ln_p.accumulate != 0u) { ln_dx[j] = ln_dx[j] + g; } else { ln_dx[j] = g; }
+    for (var a = 0u; a < 4u; a++) {
+        let n = n0 + ty + 16u * a;
+        for (var b = 0u; b < 4u; b++) {
+            let i = i0 + tx + 16u * b;
+            if (n < N && i < I) {
+                let g = ln_p.scale * acc[a][b];
+                let j = n * I + i;
+                if (ln_p.accumulate != 0u) { ln_dx[j] = ln_dx[j] + g; } else { ln_dx[j] = g; }
+            }
+        }
+    }
 }
 
 // ============================================================================ relu^2 gating

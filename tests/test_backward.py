@@ -306,7 +306,7 @@ def test_bitlinear_backward_input(run_case, N, I, O, acc):
     assert_close(np.array(r) - (dx0.ravel() if acc else 0), want, 1e-5, "bitlinear dx")
 
 
-@pytest.mark.parametrize("N,I,O,acc", [(1, 1, 1, False), (19, 21, 35, True)])
+@pytest.mark.parametrize("N,I,O,acc", [(1, 1, 1, False), (19, 21, 35, True), (70, 130, 33, False)])
 def test_linear_backward_input(run_case, N, I, O, acc):
     rng = np.random.default_rng(N + I + O)
     dy, w, dx0 = f32(rng.normal(size=(N, O))), f32(rng.normal(size=(O, I))), f32(rng.normal(size=(N, I)))

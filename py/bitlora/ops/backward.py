@@ -47,7 +47,7 @@ async def linear_backward_input(dev: Device, dy, w, dx, N: int, I: int, O: int, 
     for b, n, what in ((dy, N * O, "dy"), (w, O * I, "w"), (dx, N * I, "dx")):
         _need(b, n, what, "linear_backward_input")
     k = await dev.kernel(SHADER, "linear_backward_input")
-    dev.dispatch(k, [dy, w, dx], groups=(-(-I // 16), -(-N // 16), 1),
+    dev.dispatch(k, [dy, w, dx], groups=(-(-I // 64), -(-N // 64), 1),
                  params=struct.pack("<IIIfI", N, I, O, scale, int(accumulate)))
 
 
