@@ -226,6 +226,8 @@ def test_steps_group_micro_batches_and_cover_each_epoch():
         seen = [i for s in steps if s.epoch == e for mb in s.micro_batches for i in mb.indices]
         assert sorted(seen) == list(range(23))
     assert [s.n_targets for s in steps] == [sum(mb.n_targets for mb in s.micro_batches) for s in steps]
+    for e in range(3):
+        assert list(ds.batches(e, 4, seed=7)) == [mb for s in steps if s.epoch == e for mb in s.micro_batches]
     orders = [[i for mb in s.micro_batches for i in mb.indices] for s in steps[::2]]
     assert orders[0] != orders[1]              # reshuffled per epoch
     again = list(ds.steps(micro_batch_size=4, grad_accum=4, epochs=3, seed=7))
@@ -308,3 +310,9 @@ def test_portable_pipeline_matches_native(run_case):
     assert "JSON" in reasons[13] and any("cutoff_len" in r for r in reasons.values())
     assert len(got["steps"]) >= 2 and got["steps"][0]["lr"] == 0.0
     assert got == here
+
+
+def test_demo_dataset_is_clean():
+    recs = load_records("demo")
+    ds = Dataset(recs, _CharTok(), cutoff_len=2048)
+    assert len(recs) > 0 and ds.invalid == []

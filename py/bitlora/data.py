@@ -297,6 +297,12 @@ class Dataset:
         return MicroBatch(B=len(rows), T=T, ids=ids, mask=mask, lengths=[len(r[1]) for r in rows],
                           indices=[r[0] for r in rows], n_targets=sum(mask))
 
+    def batches(self, epoch: int, micro_batch_size: int, seed: int = 42, shuffle: bool = True):
+        """The micro-batches of one epoch, in order (what steps() groups)."""
+        order = self.order(epoch, seed, shuffle)
+        for a in range(0, len(order), micro_batch_size):
+            yield self.micro_batch(order[a:a + micro_batch_size])
+
     def steps(self, micro_batch_size: int, grad_accum: int, epochs: int, seed: int = 42,
               shuffle: bool = True, max_steps: int = 0, cursor: dict | None = None):
         """Yield Step after Step from `cursor` (default: the start) to the end of the run:
