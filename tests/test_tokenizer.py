@@ -169,6 +169,21 @@ def test_unicode_tables_match_hf():
         assert ours == want, f"{pat}: regenerate the table as:\n{ranges_literal(want)}"
 
 
+@pytest.mark.parametrize("pattern", [LLAMA3_SPLIT, GPT2_SPLIT], ids=["llama3", "gpt2"])
+def test_split_every_code_point(pattern):
+    """The split of a text holding every BMP code point and every 5th above (in
+    order, then shuffled) is HF's: this covers the stand-ins used above U+FFFF."""
+    import random
+    cps = [c for c in range(0x110000) if not 0xD800 <= c < 0xE000 and (c < 0x10000 or c % 5 == 0)]
+    ref = hf.pre_tokenizers.Split(hf.Regex(pattern), "isolated")
+    for seed in (None, 0):
+        if seed is not None:
+            random.Random(seed).shuffle(cps)
+        s = "".join(map(chr, cps))
+        want = [p for p, _ in ref.pre_tokenize_str(s)]
+        assert T._split(s, T._compile(pattern)) == want
+
+
 def ranges_literal(cps):
     spans = []
     for c in cps:
@@ -186,7 +201,7 @@ def test_split_behaviors(behavior, invert):
     import re
     for text in ["the-final--countdown-", "-a", "--", "abc", "", "a-b-c"]:
         want = [p for p, _ in hf.pre_tokenizers.Split("-", behavior, invert=invert).pre_tokenize_str(text)]
-        assert T._split(text, re.compile("-"), behavior, invert) == want, text
+        assert T._split(text, T._Splitter("-", literal=True), behavior, invert) == want, text
 
 
 def test_translate_rejects_unknown_classes():
@@ -368,4 +383,4 @@ def test_stdlib_only():
     tree = ast.parse(Path(T.__file__).read_text())
     mods = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     mods |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
-    assert mods <= {"__future__", "heapq", "json", "re", "unicodedata"}, mods
+    assert mods <= {"__future__", "bisect", "heapq", "json", "re", "unicodedata"}, mods

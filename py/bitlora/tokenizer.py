@@ -32,6 +32,7 @@ Encoding, step by step (as HF does it):
 """
 from __future__ import annotations
 
+import bisect
 import heapq
 import json
 import re
@@ -91,11 +92,17 @@ def _class_body(table: str) -> str:
     return "".join(out)
 
 
-def translate_pattern(pattern: str) -> str:
+def _bmp(table: str) -> str:
+    return " ".join(t for t in table.split() if int(t.partition("-")[0], 16) < 0x10000)
+
+
+def translate_pattern(pattern: str, bmp_only: bool = False) -> str:
     r"""Rewrite a split regex for Python `re`: \p{L}, \p{N}, \s, \S become explicit
     classes and (?i:...) of literal text becomes case classes. Constructs whose
-    meaning depends on a Unicode table we do not carry raise NotImplementedError."""
-    cls = {"L": _class_body(_TABLE_L), "N": _class_body(_TABLE_N), "s": _class_body(_TABLE_WS)}
+    meaning depends on a Unicode table we do not carry raise NotImplementedError.
+    bmp_only: the classes list only code points below U+10000 (see _Splitter)."""
+    cut = _bmp if bmp_only else str
+    cls = {"L": _class_body(cut(_TABLE_L)), "N": _class_body(cut(_TABLE_N)), "s": _class_body(_TABLE_WS)}
     out, i, n, in_class = [], 0, len(pattern), False
     while i < n:
         c = pattern[i]
@@ -148,21 +155,75 @@ def translate_pattern(pattern: str) -> str:
     return "".join(out)
 
 
-_COMPILED: dict[str, re.Pattern] = {}
+# Stand-ins for characters above U+FFFF: a letter, a number, neither (see _Splitter).
+_STAND_INS = ("\u00aa", "\u00b2", "\u00b6")
 
 
-def _compile(pattern: str) -> re.Pattern:
+def _starts_ends(table: str) -> tuple[list[int], list[int]]:
+    spans = [tok.partition("-") for tok in table.split()]
+    return [int(a, 16) for a, _, _ in spans], [int(b or a, 16) for a, _, b in spans]
+
+
+class _Splitter:
+    """A translated split regex, fast: Python's `re` tests a character class quickly
+    for characters below U+10000 (a bitmap) but walks a list for the ranges above.
+    So when the pattern names no character above U+FFFF itself, the regex holds only
+    the BMP part of the classes, and each character above U+FFFF in the text is
+    replaced, one for one, by a BMP stand-in of the same class (letter / number /
+    neither; none is white space) before matching. Matches index the original text."""
+    _tables = None
+
+    def __init__(self, pattern: str, literal: bool = False):
+        if literal:
+            self.rx, self.stand_in = re.compile(re.escape(pattern)), False
+            return
+        self.stand_in = not any(c > "\uffff" or c in _STAND_INS for c in pattern) and not re.search(
+            r"\\(U|x\{|N\{)", pattern)
+        self.rx = re.compile(translate_pattern(pattern, bmp_only=self.stand_in))
+        self._seen: dict[str, str] = {}
+
+    def spans(self, text: str):
+        if self.stand_in and not text.isascii() and max(text) > "\uffff":
+            text = text.translate({ord(c): self._stand_in(c) for c in set(text) if c > "\uffff"})
+        return (m.span() for m in self.rx.finditer(text))
+
+    def _stand_in(self, c: str) -> str:
+        if c not in self._seen:
+            if _Splitter._tables is None:
+                _Splitter._tables = [_starts_ends(_TABLE_L), _starts_ends(_TABLE_N)]
+            self._seen[c] = _STAND_INS[2]
+            for k, (starts, ends) in enumerate(_Splitter._tables):
+                j = bisect.bisect_right(starts, ord(c)) - 1
+                if j >= 0 and ord(c) <= ends[j]:
+                    self._seen[c] = _STAND_INS[k]
+        return self._seen[c]
+
+
+_COMPILED: dict[str, _Splitter] = {}
+
+
+def _compile(pattern: str) -> _Splitter:
     if pattern not in _COMPILED:
-        _COMPILED[pattern] = re.compile(translate_pattern(pattern))
+        _COMPILED[pattern] = _Splitter(pattern)
     return _COMPILED[pattern]
 
 
-def _split(text: str, rx: re.Pattern, behavior: str = "Isolated", invert: bool = False) -> list[str]:
+def _split(text: str, rx: _Splitter, behavior: str = "Isolated", invert: bool = False) -> list[str]:
     """HF's Split pre-tokenizer: cut `text` at the matches of `rx`, keeping or
     merging the delimiters as `behavior` says."""
+    if behavior in ("Isolated", "isolated") and not invert:  # the common case, kept fast
+        out, pos = [], 0
+        for a, b in rx.spans(text):
+            if a < b:
+                if pos < a:
+                    out.append(text[pos:a])
+                out.append(text[a:b])
+                pos = b
+        if pos < len(text):
+            out.append(text[pos:])
+        return out
     parts, pos = [], 0  # (start, end, is_delimiter)
-    for m in rx.finditer(text):
-        a, b = m.span()
+    for a, b in rx.spans(text):
         if a == b:
             continue
         if pos < a:
@@ -242,7 +303,7 @@ def _pre_steps(cfg) -> tuple[list, str | None]:
     if kind == "Split":
         pat = cfg["pattern"]
         source = pat["Regex"] if "Regex" in pat else re.escape(pat["String"])
-        rx = re.compile(re.escape(pat["String"])) if "String" in pat else _compile(source)
+        rx = _Splitter(pat["String"], literal=True) if "String" in pat else _compile(source)
         behavior, invert = cfg.get("behavior", "Isolated"), cfg.get("invert", False)
         name = "llama-bpe" if source == LLAMA3_SPLIT and behavior == "Isolated" and not invert else None
         return [lambda s: _split(s, rx, behavior, invert)], name
@@ -254,7 +315,7 @@ def _pre_steps(cfg) -> tuple[list, str | None]:
             if prefix and not s.startswith(" "):
                 s = " " + s
             return [_byte_level(p) for p in (_split(s, gpt2) if use_regex else [s])]
-        name = ("gpt-2" if not prefix else None) if use_regex else "bytes"
+        name = None if prefix else "gpt-2" if use_regex else "bytes"
         return [step], name
     raise NotImplementedError(f"pre_tokenizer {kind!r}")
 
@@ -307,15 +368,13 @@ class Tokenizer:
         for t in added:
             self._tokens[t.id] = t.content
         self._special = {t.id for t in added if t.special}
-        # merges: (left_id << B | right_id) -> (rank << B | merged_id), B bits per id
-        self._bits = B = max(1, self.vocab_size.bit_length())
-        self._merges: dict[int, int] = {}
-        for rank, m in enumerate(merges):
-            a, b = m.split(" ", 1) if isinstance(m, str) else m
-            ia, ib, im = vocab.get(a), vocab.get(b), vocab.get(a + b)
-            if ia is None or ib is None or im is None:
-                raise ValueError(f"merge {a!r} {b!r}: a part or the result is not in the vocab")
-            self._merges.setdefault(ia << B | ib, rank << B | im)
+        # merges: "left right" -> rank. Keyed by the strings the file already holds,
+        # so loading the 280k LLaMA-3 merges costs one dict build (ids are looked up
+        # only for the words actually encoded, then cached).
+        self._merge_list = [m if isinstance(m, str) else " ".join(m) for m in merges]
+        self._ranks: dict[str, int] = {}
+        for rank, m in enumerate(self._merge_list):
+            self._ranks.setdefault(m, rank)
         # added tokens, HF order: first those matched on raw text, then normalized ones
         self._added_passes = []
         for normalized in (False, True):
@@ -404,7 +463,7 @@ class Tokenizer:
                 vocab.setdefault(tok, i)
         bos = meta.get("tokenizer.ggml.bos_token_id")
         eos = meta.get("tokenizer.ggml.eos_token_id")
-        add_bos = meta.get("tokenizer.ggml.add_bos_token", bos is not None)
+        add_bos = meta.get("tokenizer.ggml.add_bos_token", pre_name == "llama-bpe")  # llama.cpp's default
         add_eos = meta.get("tokenizer.ggml.add_eos_token", False)
         return cls(vocab, merges, added, steps, pre_name, ignore_merges=ignore,
                    prefix_ids=[bos] if add_bos and bos is not None else [],
@@ -420,14 +479,12 @@ class Tokenizer:
         tokens = [t if t is not None else f"[PAD{i}]" for i, t in enumerate(self._tokens)]
         types = [(CONTROL if added[i].special else USER_DEFINED) if i in added
                  else NORMAL if t is not None else UNUSED for i, t in enumerate(self._tokens)]
-        B, mask = self._bits, (1 << self._bits) - 1
-        ranked = sorted((v >> B, k >> B, k & mask) for k, v in self._merges.items())
         meta = {
             "tokenizer.ggml.model": "gpt2",
             "tokenizer.ggml.pre": self.pre_name,
             "tokenizer.ggml.tokens": tokens,
             "tokenizer.ggml.token_type": types,
-            "tokenizer.ggml.merges": [f"{self._tokens[a]} {self._tokens[b]}" for _, a, b in ranked],
+            "tokenizer.ggml.merges": list(self._merge_list),
             "tokenizer.ggml.add_bos_token": bool(self._prefix) and self._prefix == [self.bos_id],
         }
         for key, v in (("bos", self.bos_id), ("eos", self.eos_id), ("padding", self.pad_id)):
@@ -501,46 +558,35 @@ class Tokenizer:
         return ids
 
     def _merge(self, word: str) -> list[int]:
-        """HF's BPE merge order: always the lowest (rank, position) pair next."""
-        vocab, merges, B = self._vocab, self._merges, self._bits
-        syms: list[int] = []
-        for ch in word:
-            i = vocab.get(ch)
-            if i is None:
-                i = self._unk  # no unk token: HF drops the character
-            if i is not None:
-                syms.append(i)
+        """HF's BPE merge order: always the lowest (rank, position) pair next, one
+        occurrence at a time (a heap of candidate pairs, stale entries skipped)."""
+        vocab, ranks = self._vocab, self._ranks
+        unk = self._tokens[self._unk] if self._unk is not None else None
+        syms = [ch if ch in vocab else unk for ch in word]
+        syms = [s for s in syms if s is not None]  # no unk token: HF drops the character
         n = len(syms)
-        if n < 2:
-            return syms
-        nxt = [*range(1, n), -1]
-        prv = list(range(-1, n - 1))
-        heap = []
-        for i in range(n - 1):
-            v = merges.get(syms[i] << B | syms[i + 1])
-            if v is not None:
-                heap.append((v >> B, i, v))
+        nxt, prv, alive = [*range(1, n), -1], list(range(-1, n - 1)), [True] * n
+        heap = [(r, i) for i in range(n - 1) if (r := ranks.get(syms[i] + " " + syms[i + 1])) is not None]
         heapq.heapify(heap)
-        alive = [True] * n
         while heap:
-            rank, i, v = heapq.heappop(heap)
+            rank, i = heapq.heappop(heap)
             j = nxt[i]
-            if not alive[i] or j < 0 or merges.get(syms[i] << B | syms[j]) != v:
+            if not alive[i] or j < 0 or ranks.get(syms[i] + " " + syms[j]) != rank:
                 continue
-            syms[i] = v & ((1 << B) - 1)
+            syms[i] += syms[j]
             alive[j] = False
             nxt[i] = k = nxt[j]
             if k >= 0:
                 prv[k] = i
-                w = merges.get(syms[i] << B | syms[k])
-                if w is not None:
-                    heapq.heappush(heap, (w >> B, i, w))
+                if (r := ranks.get(syms[i] + " " + syms[k])) is not None:
+                    heapq.heappush(heap, (r, i))
             p = prv[i]
-            if p >= 0:
-                w = merges.get(syms[p] << B | syms[i])
-                if w is not None:
-                    heapq.heappush(heap, (w >> B, p, w))
-        return [s for s, a in zip(syms, alive) if a]
+            if p >= 0 and (r := ranks.get(syms[p] + " " + syms[i])) is not None:
+                heapq.heappush(heap, (r, p))
+        try:
+            return [vocab[s] for s, a in zip(syms, alive) if a]
+        except KeyError as e:
+            raise ValueError(f"a merge makes {e.args[0]!r}, which is not in the vocab") from None
 
     # ------------------------------------------------------------------ decoding
     def decode(self, ids, skip_special_tokens: bool = False) -> str:
@@ -549,13 +595,7 @@ class Tokenizer:
                 and not (skip_special_tokens and i in self._special)]
         if not self._byte_decoder:
             return " ".join(toks)
-        out = bytearray()
-        for t in toks:
-            try:
-                out += bytes(CHAR_BYTES[c] for c in t)
-            except KeyError:
-                out += t.encode("utf-8")
-        return out.decode("utf-8", errors="replace")
+        return b"".join(map(_token_bytes, toks)).decode("utf-8", errors="replace")
 
     def token_to_id(self, token: str) -> int | None:
         for t in self._added:
@@ -567,8 +607,22 @@ class Tokenizer:
         return self._tokens[i] if 0 <= i < self.vocab_size else None
 
     def __repr__(self):
-        return (f"Tokenizer(V={self.vocab_size}, pre={self.pre_name}, merges={len(self._merges)}, "
+        return (f"Tokenizer(V={self.vocab_size}, pre={self.pre_name}, merges={len(self._merge_list)}, "
                 f"added={len(self._added)}, bos={self.bos_id}, eos={self.eos_id})")
+
+
+def _token_bytes(t: str, _cache={}) -> bytes:
+    """HF's ByteLevel decoder, per token: its GPT-2 byte characters as bytes, or its
+    UTF-8 when some character is not one (an added token like `<|eot_id|>` is both)."""
+    b = _cache.get(t)
+    if b is None:
+        try:
+            b = bytes(CHAR_BYTES[c] for c in t)
+        except KeyError:
+            b = t.encode("utf-8")
+        if len(_cache) < 500_000:
+            _cache[t] = b
+    return b
 
 
 def _byte_level_list(s: str) -> list[str]:
