@@ -371,6 +371,17 @@ def test_portable_encode(run_case):
         assert r["vocab_size"] == ref.get_vocab_size() and r["bos_id"] == ref.token_to_id("<|bos|>")
 
 
+def test_portable_alpaca_speed(run_case, backend):
+    """Every Alpaca prompt through a small LLaMA-3-style tokenizer; reports the speed."""
+    d = llama3_style()
+    texts = [r.get("text") or r["instruction"] + r["input"] + r["output"] for r in alpaca_records()]
+    r = run_case("tokenizer_cases", "case_encode", tokenizer_json=d, texts=texts)
+    assert r["ids"] == [e.ids for e in hf.Tokenizer.from_str(d).encode_batch(texts, add_special_tokens=False)]
+    n = sum(map(len, texts))
+    print(f"\n{backend}: load {r['load_ms']:.0f} ms, {n} chars in {r['encode_ms']:.0f} ms "
+          f"({n / r['encode_ms']:.0f} k chars/s)")
+
+
 def test_portable_gguf_roundtrip(run_case):
     texts = TEXTS + ["<|bos|>a<|eos|>", "x<sep>y <sep> z"]
     for a, b in run_case("tokenizer_cases", "case_gguf_roundtrip", tokenizer_json=llama3_style(), texts=texts):

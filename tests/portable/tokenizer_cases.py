@@ -4,13 +4,20 @@ The browser cannot read the repo's files, so the tokenizer arrives as JSON text
 (a small byte-level BPE trained by the pytest side); pytest compares the answer
 with HF `tokenizers`. `dev` is unused: tokenizing needs no GPU.
 """
+import time
+
 from bitlora.tokenizer import Tokenizer
 
 
 async def case_encode(dev, tokenizer_json, texts, add_special_tokens=False):
+    t0 = time.perf_counter()
     tok = Tokenizer.from_json(tokenizer_json)
+    t1 = time.perf_counter()
     ids = [tok.encode(t, add_special_tokens=add_special_tokens) for t in texts]
+    t2 = time.perf_counter()
     return {
+        "load_ms": 1e3 * (t1 - t0),
+        "encode_ms": 1e3 * (t2 - t1),
         "ids": ids,
         "decoded": [tok.decode(i) for i in ids],
         "decoded_skip": [tok.decode(i, skip_special_tokens=True) for i in ids],
