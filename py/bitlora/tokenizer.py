@@ -320,7 +320,7 @@ def _pre_steps(cfg) -> tuple[list, str | None]:
     raise NotImplementedError(f"pre_tokenizer {kind!r}")
 
 
-def _post_ids(cfg, token_id) -> tuple[list[int], list[int]]:
+def _post_ids(cfg) -> tuple[list[int], list[int]]:
     """tokenizer.json `post_processor` -> (ids before, ids after) one sequence."""
     if cfg is None or cfg["type"] == "ByteLevel":
         return [], []
@@ -328,7 +328,7 @@ def _post_ids(cfg, token_id) -> tuple[list[int], list[int]]:
     if kind == "Sequence":
         pre, post = [], []
         for sub in cfg["processors"]:
-            a, b = _post_ids(sub, token_id)
+            a, b = _post_ids(sub)
             pre, post = pre + a, b + post
         return pre, post
     if kind == "TemplateProcessing":
@@ -411,18 +411,13 @@ class Tokenizer:
         added = [_Added(**t) for t in d.get("added_tokens", [])]
         steps, pre_name = _pre_steps(d.get("pre_tokenizer"))
         pre_name = None if pre_name == "bytes" else pre_name
-        by_name = {t.content: t.id for t in added}
-        token_id = lambda s: by_name.get(s, model["vocab"].get(s))  # noqa: E731
-        prefix, suffix = _post_ids(d.get("post_processor"), token_id)
+        prefix, suffix = _post_ids(d.get("post_processor"))
+        ids = {**model["vocab"], **{t.content: t.id for t in added}}
 
-        def named(key, fallbacks):
+        def named(key, fallbacks):  # the config's token, else the first known name
             v = conf.get(key)
-            if isinstance(v, dict):
-                v = v.get("content")
-            for name in ([v] if v else fallbacks):
-                if token_id(name) is not None:
-                    return token_id(name)
-            return None
+            v = v.get("content") if isinstance(v, dict) else v
+            return next((ids[name] for name in ([v] if v else fallbacks) if name in ids), None)
         bos = named("bos_token", ["<|begin_of_text|>", "<s>", "<|startoftext|>", "<|endoftext|>"])
         if prefix and not conf.get("bos_token"):
             bos = prefix[0]
@@ -446,7 +441,7 @@ class Tokenizer:
         types = list(meta.get("tokenizer.ggml.token_type") or [NORMAL] * len(tokens))
         merges = [text(m) for m in meta["tokenizer.ggml.merges"]]
         pre = text(meta.get("tokenizer.ggml.pre")) or "llama-bpe"
-        if pre in ("llama-bpe", "llama3", "default", "smaug-bpe"):
+        if pre in ("llama-bpe", "llama3", "llama-v3"):
             steps, pre_name, ignore = [
                 lambda s, rx=_compile(LLAMA3_SPLIT): _split(s, rx),
                 _byte_level_list], "llama-bpe", True
@@ -461,18 +456,21 @@ class Tokenizer:
                 added.append(_Added(i, tok, special=ty == CONTROL))
             elif ty != UNUSED:
                 vocab.setdefault(tok, i)
-        bos = meta.get("tokenizer.ggml.bos_token_id")
-        eos = meta.get("tokenizer.ggml.eos_token_id")
+        def maybe_int(key):
+            return None if meta.get(key) is None else int(meta[key])
+        bos, eos = maybe_int("tokenizer.ggml.bos_token_id"), maybe_int("tokenizer.ggml.eos_token_id")
         add_bos = meta.get("tokenizer.ggml.add_bos_token", pre_name == "llama-bpe")  # llama.cpp's default
         add_eos = meta.get("tokenizer.ggml.add_eos_token", False)
         return cls(vocab, merges, added, steps, pre_name, ignore_merges=ignore,
                    prefix_ids=[bos] if add_bos and bos is not None else [],
                    suffix_ids=[eos] if add_eos and eos is not None else [],
-                   bos_id=bos, eos_id=eos, pad_id=meta.get("tokenizer.ggml.padding_token_id"))
+                   bos_id=bos, eos_id=eos, pad_id=maybe_int("tokenizer.ggml.padding_token_id"))
 
     def to_gguf_metadata(self) -> dict:
         """The `tokenizer.ggml.*` keys for a GGUF writer (ids with no token become
-        `[PAD<i>]`, type UNUSED, as llama.cpp's converter does)."""
+        `[PAD<i>]`, type UNUSED, as llama.cpp's converter does). GGUF cannot say
+        lstrip / rstrip / single_word of added tokens, nor add_prefix_space, and its
+        `llama-bpe` always means ignore_merges: texts relying on those may differ."""
         if self.pre_name is None:
             raise ValueError("this tokenizer's pre-tokenizer has no GGUF name")
         added = {t.id: t for t in self._added}
