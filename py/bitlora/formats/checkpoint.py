@@ -1,0 +1,189 @@
+"""`open_checkpoint(src, progress=None) -> Checkpoint`: one API over GGUF files and
+Hugging Face BitNet folders.
+
+    ck = open_checkpoint("model.gguf")         # or a HF folder, bytes, URL, Source,
+    ck.config                                  #   or {file name: Blob/bytes/Source}
+    ck.tensor_names()                          # HF names, lm_head only if untied
+    w = ck.load("model.layers.0.self_attn.q_proj.weight")   # TernaryTensor
+    ck.close()
+
+Projections always come out as `TernaryTensor` (packed 2-bit codes + one scale),
+everything else as `FloatTensor` in the file's dtype; Q/K rows are in HF order.
+Opening parses only headers and checks every tensor's shape and size against the
+config and the file, so corrupt or inconsistent files fail at once with a
+`FormatError` naming the file, the tensor and the problem.
+"""
+from __future__ import annotations
+
+import os
+
+from . import FormatError
+from .source import Source, as_source, is_blob
+
+PROJECTIONS = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+               "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")
+DEFAULTS = dict(vocab_size=128256, hidden_size=2560, intermediate_size=6912, num_hidden_layers=30,
+                num_attention_heads=20, num_key_value_heads=None, rms_norm_eps=1e-5,
+                rope_theta=500000.0, max_position_embeddings=2048, tie_word_embeddings=False,
+                bos_token_id=128000, eos_token_id=128001, hidden_act="relu2")
+CHUNK = 16 << 20
+MAX_DIM = 1 << 24          # no BitNet dimension comes near this; larger means corrupt
+
+
+def is_projection(name: str) -> bool:
+    return name.endswith(".weight") and name[:-7].endswith(PROJECTIONS)
+
+
+def normalize_config(raw: dict, where: str) -> dict:
+    """HF BitNetConfig keys with defaults filled in and head_dim derived; sanity-checked."""
+    cfg = {k: raw.get(k, v) for k, v in DEFAULTS.items()}
+    if raw.get("rope_theta") is None:
+        rp = raw.get("rope_parameters") or raw.get("rope_scaling") or {}
+        cfg["rope_theta"] = float(rp.get("rope_theta", DEFAULTS["rope_theta"])) if isinstance(rp, dict) else DEFAULTS["rope_theta"]
+    if cfg["num_key_value_heads"] is None:
+        cfg["num_key_value_heads"] = cfg["num_attention_heads"]
+    for k in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+              "num_attention_heads", "num_key_value_heads", "max_position_embeddings"):
+        v = cfg[k]
+        if not isinstance(v, int) or isinstance(v, bool) or not 0 < v <= MAX_DIM:
+            raise FormatError(f"{where}: config {k} = {v!r} is not a sane positive integer")
+    h, hkv = cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    head_dim = raw.get("head_dim") or cfg["hidden_size"] // h
+    if not isinstance(head_dim, int) or head_dim <= 0 or head_dim > MAX_DIM:
+        raise FormatError(f"{where}: config head_dim = {head_dim!r} is not a sane positive integer")
+    if h % hkv:
+        raise FormatError(f"{where}: config num_attention_heads {h} is not a multiple of num_key_value_heads {hkv}")
+    cfg["head_dim"] = head_dim
+    cfg["tie_word_embeddings"] = bool(cfg["tie_word_embeddings"])
+    cfg["rms_norm_eps"] = float(cfg["rms_norm_eps"])
+    cfg["rope_theta"] = float(cfg["rope_theta"])
+    return cfg
+
+
+def expected_shapes(cfg: dict) -> dict[str, tuple]:
+    """HF name -> shape, in load order. lm_head only if untied."""
+    C, F, V = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"]
+    H, Hkv, D = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]
+    out = {"model.embed_tokens.weight": (V, C)}
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        out.update({
+            p + "input_layernorm.weight": (C,),
+            p + "self_attn.q_proj.weight": (H * D, C),
+            p + "self_attn.k_proj.weight": (Hkv * D, C),
+            p + "self_attn.v_proj.weight": (Hkv * D, C),
+            p + "self_attn.o_proj.weight": (C, H * D),
+            p + "self_attn.attn_sub_norm.weight": (C,),
+            p + "post_attention_layernorm.weight": (C,),
+            p + "mlp.gate_proj.weight": (F, C),
+            p + "mlp.up_proj.weight": (F, C),
+            p + "mlp.down_proj.weight": (C, F),
+            p + "mlp.ffn_sub_norm.weight": (F,),
+        })
+    out["model.norm.weight"] = (C,)
+    if not cfg["tie_word_embeddings"]:
+        out["lm_head.weight"] = (V, C)
+    return out
+
+
+class Checkpoint:
+    """Base: subclasses fill config, _shapes (name -> shape) and implement _load."""
+    config: dict
+    tokenizer_json: str | None = None
+    gguf_metadata: dict | None = None
+
+    def __init__(self, progress=None):
+        self._progress = progress
+        self._done = 0
+        self._total = 0
+        self._shapes: dict[str, tuple] = {}
+        self._sources: list[Source] = []
+
+    def tensor_names(self) -> list[str]:
+        return list(self._shapes)
+
+    def shape(self, name: str) -> tuple:
+        return self._shapes[name]
+
+    def load(self, name: str):
+        if name not in self._shapes:
+            raise KeyError(f"no tensor {name!r} in this checkpoint")
+        return self._load(name)
+
+    def _load(self, name):
+        raise NotImplementedError
+
+    def _read(self, src: Source, offset: int, n: int, what: str) -> bytes:
+        """Read n bytes in chunks, reporting progress(done_bytes, total_bytes)."""
+        if n <= CHUNK or self._progress is None:
+            data = src.read_exact(offset, n, what)
+            self._tick(n)
+            return data
+        src.read_exact(offset + n - 1, 1, what)          # fail before allocating
+        buf = bytearray(n)
+        for a in range(0, n, CHUNK):
+            b = min(n, a + CHUNK)
+            buf[a:b] = src.read_exact(offset + a, b - a, what)
+            self._tick(b - a)
+        return bytes(buf)
+
+    def _tick(self, n):
+        self._done += n
+        if self._progress is not None:
+            self._progress(min(self._done, self._total), self._total)
+
+    def close(self):
+        for s in self._sources:
+            s.close()
+        self._sources = []
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class Folder:
+    """A HF folder: file name -> Source, from a directory, a dict or a base URL."""
+
+    def __init__(self, where, files=None):
+        self.where = where
+        self.files = files
+
+    def open(self, name: str) -> Source | None:
+        if "/" in name or "\\" in name or name.startswith("."):
+            raise FormatError(f"{self.where}: refusing file name {name!r}")
+        if self.files is not None:
+            if name not in self.files:
+                return None
+            return as_source(self.files[name], name)
+        if isinstance(self.where, str) and self.where.startswith(("http://", "https://")):
+            try:
+                return as_source(self.where.rstrip("/") + "/" + name)
+            except FormatError:
+                return None
+        path = os.path.join(self.where, name)
+        return as_source(path) if os.path.isfile(path) else None
+
+
+def open_checkpoint(src, progress=None) -> Checkpoint:
+    """Open a GGUF file or a HF BitNet folder (see module docstring)."""
+    from .gguf import GGUFCheckpoint
+    from .hf import HFCheckpoint
+    if isinstance(src, dict):
+        return HFCheckpoint(Folder("<files>", src), progress)
+    if isinstance(src, (str, os.PathLike)) and not isinstance(src, bytes):
+        s = os.fspath(src)
+        if s.startswith(("http://", "https://")):
+            if s.endswith("/"):
+                return HFCheckpoint(Folder(s), progress)
+            return GGUFCheckpoint(as_source(s), progress)
+        if os.path.isdir(s):
+            return HFCheckpoint(Folder(s), progress)
+        if not os.path.exists(s):
+            raise FormatError(f"{s}: no such file or folder")
+    if not isinstance(src, Source) and not isinstance(src, (bytes, bytearray, memoryview, str, os.PathLike)) \
+            and not is_blob(src):
+        raise TypeError(f"open_checkpoint: cannot open {type(src).__name__}")
+    return GGUFCheckpoint(as_source(src), progress)

@@ -1,0 +1,146 @@
+"""NATIVE-ONLY (numpy + the `gguf` PyPI package): write a HF BitNet folder as GGUF.
+
+    python -m bitlora.formats.convert HF_DIR OUT.gguf --type tq2_0 --arch bitnet-b1.58
+
+Ternary projections are written as TQ1_0, TQ2_0 (via gguf.quants), I2_S (written
+here: codes 0/1/2 = -1/0/+1, 128-weight blocks of 32 bytes, byte j holding weights
+j, 32+j, 64+j, 96+j in bits 7-6, 5-4, 3-2, 1-0, then one f32 scale padded to 32
+bytes), or F16/F32 dequantised values t*scale. Norms are F32; the embedding (and an
+untied lm_head) F16, F32 or BF16. Q/K rows stay in HF order, as both llama.cpp's
+and bitnet.cpp's converters leave them. The weights are read through our own
+loader, so offline (packed) and online (master) folders both work.
+Nothing on the browser path may import this module.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+
+import numpy as np
+import gguf
+from gguf import GGMLQuantizationType as Q
+
+from .checkpoint import open_checkpoint, is_projection
+from .gguf import BLK_TO_HF, GGUF_TO_HF, I2_S
+from .ternary import unpack_codes
+from .tensors import TernaryTensor
+
+HF_TO_GGUF = {v: k for k, v in GGUF_TO_HF.items()}
+BLK_FROM_HF = {v: k for k, v in BLK_TO_HF.items()}
+TYPES = {"tq1_0": Q.TQ1_0, "tq2_0": Q.TQ2_0, "i2_s": I2_S, "f16": Q.F16, "f32": Q.F32}
+
+
+def gguf_name(hf: str) -> str:
+    if hf in HF_TO_GGUF:
+        return HF_TO_GGUF[hf]
+    _, _, i, rest = hf.split(".", 3)            # model.layers.N.<module>.weight
+    return f"blk.{i}.{BLK_FROM_HF[rest[:-len('.weight')]]}.weight"
+
+
+def i2s_bytes(t: np.ndarray, scale: float) -> np.ndarray:
+    """t[n] in {-1,0,1} -> I2_S bytes (n/4 + 32)."""
+    codes = (t.astype(np.int8) + 1).astype(np.uint8).reshape(-1, 4, 32)   # block, plane, j
+    packed = (codes[:, 0] << 6) | (codes[:, 1] << 4) | (codes[:, 2] << 2) | codes[:, 3]
+    tail = np.zeros(32, np.uint8)
+    tail[:4] = np.frombuffer(np.float32(scale).tobytes(), np.uint8)
+    return np.concatenate([packed.reshape(-1), tail])
+
+
+def float_array(ft) -> np.ndarray:
+    raw = np.frombuffer(ft.data, {"f32": "<f4", "f16": "<f2", "bf16": "<u2"}[ft.dtype])
+    if ft.dtype == "bf16":
+        raw = (raw.astype(np.uint32) << 16).view(np.float32)
+    return raw.astype(np.float32).reshape(ft.shape)
+
+
+def tokenizer_metadata(w: gguf.GGUFWriter, tok: dict, vocab_size: int):
+    model = tok["model"]
+    vocab = dict(model["vocab"])
+    special = {}
+    for a in tok.get("added_tokens", []):
+        vocab[a["content"]] = a["id"]
+        special[a["id"]] = a.get("special", False)
+    by_id = {i: s for s, i in vocab.items()}
+    tokens, types = [], []
+    for i in range(vocab_size):
+        if i not in by_id:
+            tokens.append(f"[PAD{i}]")
+            types.append(gguf.TokenType.USER_DEFINED)
+        else:
+            tokens.append(by_id[i])
+            types.append(gguf.TokenType.CONTROL if special.get(i) else
+                         gguf.TokenType.USER_DEFINED if i in special else gguf.TokenType.NORMAL)
+    merges = [m if isinstance(m, str) else " ".join(m) for m in model.get("merges", [])]
+    w.add_tokenizer_model("gpt2")
+    w.add_token_list(tokens)
+    w.add_token_types(types)
+    w.add_token_merges(merges)
+
+
+def convert(hf_dir, out_path, ttype: str = "tq2_0", arch: str = "bitnet-b1.58",
+            embed_type: str = "f16") -> str:
+    qt = TYPES[ttype]
+    ck = open_checkpoint(hf_dir)
+    cfg = ck.config
+    w = gguf.GGUFWriter(os.fspath(out_path), arch)
+    w.add_name(os.path.basename(os.path.normpath(os.fspath(hf_dir))))
+    w.add_context_length(cfg["max_position_embeddings"])
+    w.add_embedding_length(cfg["hidden_size"])
+    w.add_feed_forward_length(cfg["intermediate_size"])
+    w.add_block_count(cfg["num_hidden_layers"])
+    w.add_head_count(cfg["num_attention_heads"])
+    w.add_head_count_kv(cfg["num_key_value_heads"])
+    w.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
+    w.add_rope_freq_base(cfg["rope_theta"])
+    w.add_rope_dimension_count(cfg["head_dim"])
+    w.add_vocab_size(cfg["vocab_size"])
+    if ck.tokenizer_json:
+        tokenizer_metadata(w, json.loads(ck.tokenizer_json), cfg["vocab_size"])
+    w.add_bos_token_id(cfg["bos_token_id"])
+    w.add_eos_token_id(cfg["eos_token_id"])
+    w.add_add_bos_token(True)
+    for name in ck.tensor_names():
+        t = ck.load(name)
+        g = gguf_name(name)
+        if isinstance(t, TernaryTensor):
+            O, I = t.shape
+            tv = np.frombuffer(unpack_codes(t.packed, O, I), np.uint8).astype(np.int8) - 1
+            if qt == I2_S:
+                w.add_tensor(g, i2s_bytes(tv, t.scale).view(np.int8), raw_shape=(O, I), raw_dtype=I2_S)
+                continue
+            vals = (tv.astype(np.float32) * np.float32(t.scale)).reshape(O, I)
+            if qt in (Q.TQ1_0, Q.TQ2_0):
+                w.add_tensor(g, gguf.quants.quantize(vals, qt), raw_dtype=qt)
+            else:
+                w.add_tensor(g, vals.astype(np.float16 if qt == Q.F16 else np.float32))
+        else:
+            a = float_array(t)
+            if a.ndim == 1 or embed_type == "f32":
+                w.add_tensor(g, a)
+            elif embed_type == "f16":
+                w.add_tensor(g, a.astype(np.float16))
+            else:                                  # bf16, truncated from f32 (exact for bf16 input)
+                u = (a.view(np.uint32) >> 16).astype(np.uint16)
+                w.add_tensor(g, u, raw_shape=a.shape, raw_dtype=Q.BF16)
+    ck.close()
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return os.fspath(out_path)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("hf_dir")
+    p.add_argument("out")
+    p.add_argument("--type", default="tq2_0", choices=sorted(TYPES))
+    p.add_argument("--arch", default="bitnet-b1.58", choices=["bitnet", "bitnet-b1.58"])
+    p.add_argument("--embed-type", default="f16", choices=["f16", "f32", "bf16"])
+    a = p.parse_args(argv)
+    print(convert(a.hf_dir, a.out, a.type, a.arch, a.embed_type))
+
+
+if __name__ == "__main__":
+    main()

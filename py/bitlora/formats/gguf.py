@@ -1,0 +1,291 @@
+"""GGUF v3 (v2 accepted) reader for BitNet: arch `bitnet` (llama.cpp) and
+`bitnet-b1.58` (bitnet.cpp), tensor types F32, F16, BF16, TQ1_0, TQ2_0, I2_S.
+
+File: magic "GGUF", u32 version, u64 tensor count, u64 metadata count, metadata
+(key string, u32 type, value), tensor infos (name, u32 n_dims, u64 ne[n_dims],
+u32 type, u64 offset), padding to `general.alignment` (32), tensor data. ne[0] is
+the row length, so a HF weight [O, I] has ne = [I, O].
+
+Q/K row order: both converters write HF order. llama.cpp's BitnetModel derives
+from the plain TextModel (no LLaMA permute) and its `bitnet` arch uses NEOX RoPE;
+bitnet.cpp's convert-ms-to-gguf-bitnet.py has the permute commented out. So no
+rows are reordered here.
+
+Ternary types decode to our packed layout with one scale per tensor: I2_S holds
+one f32 scale; TQ1_0/TQ2_0 hold an f16 `d` per 256-weight block, which must be
+equal across blocks (all-zero blocks may have d = 0). F32/F16/BF16 projections are
+taken as already ternary if every |w| is 0 or one value, else ternarised with the
+absmean rule.
+"""
+from __future__ import annotations
+
+import struct
+
+from . import FormatError
+from . import ternary as T
+from .checkpoint import Checkpoint, expected_shapes, is_projection, normalize_config
+from .source import Source
+from .tensors import FloatTensor, TernaryTensor
+
+ARCHS = ("bitnet", "bitnet-b1.58", "bitnet-25")
+F32, F16, BF16, TQ1_0, TQ2_0, I2_S = 0, 1, 30, 34, 35, 36
+FLOAT_TYPES = {F32: "f32", F16: "f16", BF16: "bf16"}
+TYPE_NAMES = {0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 6: "Q5_0", 7: "Q5_1", 8: "Q8_0", 9: "Q8_1",
+              10: "Q2_K", 11: "Q3_K", 12: "Q4_K", 13: "Q5_K", 14: "Q6_K", 15: "Q8_K", 16: "IQ2_XXS",
+              17: "IQ2_XS", 18: "IQ3_XXS", 19: "IQ1_S", 20: "IQ4_NL", 21: "IQ3_S", 22: "IQ2_S",
+              23: "IQ4_XS", 24: "I8", 25: "I16", 26: "I32", 27: "I64", 28: "F64", 29: "IQ1_M",
+              30: "BF16", 34: "TQ1_0", 35: "TQ2_0", 36: "I2_S"}
+# (block weights, block bytes) for sizing; I2_S is n/4 + 32 bytes
+BLOCKS = {0: (1, 4), 1: (1, 2), 2: (32, 18), 3: (32, 20), 6: (32, 22), 7: (32, 24), 8: (32, 34),
+          9: (32, 36), 10: (256, 84), 11: (256, 110), 12: (256, 144), 13: (256, 176), 14: (256, 210),
+          15: (256, 292), 24: (1, 1), 25: (1, 2), 26: (1, 4), 27: (1, 8), 28: (1, 8), 30: (1, 2),
+          34: (256, 54), 35: (256, 66)}
+SUPPORTED = (F32, F16, BF16, TQ1_0, TQ2_0, I2_S)
+
+# metadata value types: 0 u8 1 i8 2 u16 3 i16 4 u32 5 i32 6 f32 7 bool 8 str 9 array 10 u64 11 i64 12 f64
+_SCALAR = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
+
+GGUF_TO_HF = {
+    "token_embd.weight": "model.embed_tokens.weight",
+    "output_norm.weight": "model.norm.weight",
+    "output.weight": "lm_head.weight",
+}
+BLK_TO_HF = {
+    "attn_norm": "input_layernorm", "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj",
+    "attn_v": "self_attn.v_proj", "attn_output": "self_attn.o_proj",
+    "attn_sub_norm": "self_attn.attn_sub_norm", "ffn_norm": "post_attention_layernorm",
+    "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj", "ffn_down": "mlp.down_proj",
+    "ffn_sub_norm": "mlp.ffn_sub_norm",
+}
+
+
+def hf_name(gname: str) -> str | None:
+    if gname in GGUF_TO_HF:
+        return GGUF_TO_HF[gname]
+    parts = gname.split(".")
+    if len(parts) == 4 and parts[0] == "blk" and parts[1].isdigit() and parts[3] == "weight" \
+            and parts[2] in BLK_TO_HF:
+        return f"model.layers.{int(parts[1])}.{BLK_TO_HF[parts[2]]}.weight"
+    return None
+
+
+def tensor_nbytes(ttype: int, n: int, ne0: int, fn: str, name: str) -> int:
+    if ttype == I2_S:
+        return n // 4 + 32
+    if ttype not in BLOCKS:
+        raise FormatError(f"{fn}: tensor {name!r}: unknown GGML type {ttype}")
+    bw, bb = BLOCKS[ttype]
+    if ne0 % bw:
+        raise FormatError(f"{fn}: tensor {name!r}: row length {ne0} is not a multiple of the "
+                          f"{TYPE_NAMES.get(ttype, ttype)} block size {bw}")
+    return n // bw * bb
+
+
+class _Cursor:
+    """Bounded, buffered sequential reader over a Source."""
+
+    def __init__(self, src: Source, pos: int = 0):
+        self.src, self.pos = src, pos
+        self.buf, self.bpos = b"", 0
+
+    def remaining(self) -> int:
+        return self.src.size - self.pos
+
+    def take(self, n: int, what: str) -> bytes:
+        if n > self.remaining():
+            raise FormatError(f"{self.src.name}: {what} needs {n} bytes at offset {self.pos}, "
+                              f"only {self.remaining()} left: truncated or corrupt")
+        end = self.bpos + n
+        if end > len(self.buf):
+            want = max(n, 1 << 20)
+            want = min(want, self.remaining())
+            self.buf, self.bpos, end = self.src.read_exact(self.pos, want, what), 0, n
+        out = self.buf[self.bpos:end]
+        self.bpos = end
+        self.pos += n
+        return out
+
+    def unpack(self, fmt: str, what: str):
+        size = struct.calcsize(fmt)
+        return struct.unpack(fmt, self.take(size, what))
+
+    def string(self, what: str) -> str:
+        (n,) = self.unpack("<Q", what)
+        if n > self.remaining():
+            raise FormatError(f"{self.src.name}: {what}: string length {n} exceeds the "
+                              f"{self.remaining()} bytes left in the file")
+        raw = self.take(n, what)
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise FormatError(f"{self.src.name}: {what}: invalid UTF-8") from e
+
+    def value(self, vtype: int, what: str, depth: int = 0):
+        if vtype in _SCALAR:
+            return self.unpack("<" + _SCALAR[vtype], what)[0]
+        if vtype == 8:
+            return self.string(what)
+        if vtype == 9 and depth == 0:
+            etype, count = self.unpack("<IQ", what)
+            if etype in _SCALAR:
+                size = struct.calcsize(_SCALAR[etype])
+                if count * size > self.remaining():
+                    raise FormatError(f"{self.src.name}: {what}: array of {count} items needs "
+                                      f"{count * size} bytes, only {self.remaining()} left")
+                return list(struct.unpack(f"<{count}{_SCALAR[etype]}", self.take(count * size, what)))
+            if etype == 8 or etype == 9:
+                if count * 8 > self.remaining():
+                    raise FormatError(f"{self.src.name}: {what}: array of {count} items cannot fit in "
+                                      f"the {self.remaining()} bytes left")
+                return [self.value(etype, what, depth + 1) for _ in range(count)]
+            raise FormatError(f"{self.src.name}: {what}: unknown array element type {etype}")
+        raise FormatError(f"{self.src.name}: {what}: unknown metadata value type {vtype}")
+
+
+def parse_gguf(src: Source):
+    """-> (version, metadata dict, tensors {gguf name: (type, ne, abs offset, nbytes)})."""
+    fn = src.name
+    cur = _Cursor(src)
+    if src.size < 24:
+        raise FormatError(f"{fn}: {src.size} bytes is too short for a GGUF header")
+    magic = cur.take(4, "magic")
+    if magic != b"GGUF":
+        raise FormatError(f"{fn}: bad magic {magic!r} (expected b'GGUF'): not a GGUF file")
+    version, n_tensors, n_kv = cur.unpack("<IQQ", "header")
+    if version not in (2, 3):
+        raise FormatError(f"{fn}: GGUF version {version} not supported (expected 3)")
+    if n_kv * 13 > cur.remaining():
+        raise FormatError(f"{fn}: metadata count {n_kv} cannot fit in the file ({src.size} bytes)")
+    if n_tensors * 32 > cur.remaining():
+        raise FormatError(f"{fn}: tensor count {n_tensors} cannot fit in the file ({src.size} bytes)")
+    md = {}
+    for _ in range(n_kv):
+        key = cur.string("metadata key")
+        (vtype,) = cur.unpack("<I", f"metadata {key!r} type")
+        md[key] = cur.value(vtype, f"metadata {key!r}")
+    infos = []
+    for _ in range(n_tensors):
+        name = cur.string("tensor name")
+        (nd,) = cur.unpack("<I", f"tensor {name!r} n_dims")
+        if not 1 <= nd <= 4:
+            raise FormatError(f"{fn}: tensor {name!r}: {nd} dimensions (GGML allows 1..4)")
+        ne = list(cur.unpack(f"<{nd}Q", f"tensor {name!r} shape"))
+        ttype, off = cur.unpack("<IQ", f"tensor {name!r} type/offset")
+        infos.append((name, ne, ttype, off))
+    align = md.get("general.alignment", 32)
+    if not isinstance(align, int) or align <= 0 or align & (align - 1) or align > 1 << 20:
+        raise FormatError(f"{fn}: general.alignment {align!r} is not a power of two")
+    data_start = -(-cur.pos // align) * align
+    data_size = src.size - data_start
+    tensors = {}
+    for name, ne, ttype, off in infos:
+        if name in tensors:
+            raise FormatError(f"{fn}: tensor {name!r} appears twice")
+        n = 1
+        for d in ne:
+            if d > 1 << 40:
+                raise FormatError(f"{fn}: tensor {name!r}: absurd dimension {d}")
+            n *= d
+        nbytes = tensor_nbytes(ttype, n, ne[0], fn, name)
+        if off % align or off + nbytes > data_size:
+            raise FormatError(f"{fn}: tensor {name!r}: {nbytes} bytes at data offset {off} do not fit "
+                              f"the {max(data_size, 0)}-byte data section (or are misaligned): truncated or corrupt")
+        tensors[name] = (ttype, ne, data_start + off, nbytes)
+    return version, md, tensors
+
+
+def gguf_config(md: dict, tensors: dict, fn: str) -> dict:
+    arch = md.get("general.architecture")
+    if arch not in ARCHS:
+        raise FormatError(f"{fn}: general.architecture {arch!r} is not a BitNet arch {ARCHS}")
+
+    def get(key, default=None):
+        return md.get(f"{arch}.{key}", default)
+    if "token_embd.weight" not in tensors:
+        raise FormatError(f"{fn}: tensor 'token_embd.weight' missing")
+    emb_ne = tensors["token_embd.weight"][1]
+    vocab = get("vocab_size") or len(md.get("tokenizer.ggml.tokens") or []) or emb_ne[-1]
+    raw = {
+        "vocab_size": vocab,
+        "hidden_size": get("embedding_length"),
+        "intermediate_size": get("feed_forward_length"),
+        "num_hidden_layers": get("block_count"),
+        "num_attention_heads": get("attention.head_count"),
+        "num_key_value_heads": get("attention.head_count_kv") or get("attention.head_count"),
+        "rms_norm_eps": get("attention.layer_norm_rms_epsilon", 1e-5),
+        "rope_theta": get("rope.freq_base", 500000.0),
+        "max_position_embeddings": get("context_length", 2048),
+        "tie_word_embeddings": "output.weight" not in tensors,
+        "bos_token_id": md.get("tokenizer.ggml.bos_token_id", 128000),
+        "eos_token_id": md.get("tokenizer.ggml.eos_token_id", 128001),
+        "hidden_act": "relu2",
+    }
+    for k in ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads"):
+        if raw[k] is None:
+            raise FormatError(f"{fn}: metadata {arch}.{ {'hidden_size': 'embedding_length', 'intermediate_size': 'feed_forward_length', 'num_hidden_layers': 'block_count', 'num_attention_heads': 'attention.head_count'}[k]} missing")
+    hd = get("attention.key_length") or get("rope.dimension_count")
+    if hd:
+        raw["head_dim"] = hd
+    return normalize_config(raw, fn)
+
+
+class GGUFCheckpoint(Checkpoint):
+    def __init__(self, src: Source, progress=None):
+        super().__init__(progress)
+        self._sources = [src]
+        self.src = src
+        fn = src.name
+        self.version, md, tensors = parse_gguf(src)
+        self.gguf_metadata = md
+        self.config = gguf_config(md, tensors, fn)
+        want = expected_shapes(self.config)
+        self._where = {}
+        for gname, info in tensors.items():
+            name = hf_name(gname)
+            if name is None or name not in want:
+                continue                          # rope_freqs etc.
+            ttype, ne, off, nbytes = info
+            shape = tuple(reversed(ne))
+            if shape != want[name]:
+                raise FormatError(f"{fn}: tensor {gname!r} ({name}) has shape {shape}, the config "
+                                  f"says {want[name]}")
+            if ttype not in SUPPORTED or (ttype not in FLOAT_TYPES and not is_projection(name)):
+                raise FormatError(f"{fn}: tensor {gname!r}: type {TYPE_NAMES.get(ttype, ttype)} is not "
+                                  f"supported here (F32, F16, BF16; TQ1_0, TQ2_0, I2_S for projections)")
+            if ttype == I2_S and (shape[0] * shape[1]) % 128:
+                raise FormatError(f"{fn}: tensor {gname!r}: I2_S needs a multiple of 128 weights")
+            self._where[name] = (gname, ttype, off, nbytes)
+        missing = [n for n in want if n not in self._where]
+        if missing:
+            raise FormatError(f"{fn}: {len(missing)} tensors missing, e.g. {missing[0]!r}")
+        self._shapes = want
+        self._total = sum(v[3] for v in self._where.values())
+
+    def _load(self, name):
+        gname, ttype, off, nbytes = self._where[name]
+        fn = self.src.name
+        shape = self._shapes[name]
+        data = self._read(self.src, off, nbytes, f"tensor {gname!r}")
+        if not is_projection(name):
+            return FloatTensor(shape, FLOAT_TYPES[ttype], data)
+        O, I = shape
+        n = O * I
+        if ttype in (TQ1_0, TQ2_0):
+            fmt = T.TQ1_0 if ttype == TQ1_0 else T.TQ2_0
+            sc = T.tq_scale(data, fmt, n)
+            if sc is None:
+                raise FormatError(f"{fn}: tensor {gname!r}: {fmt.name} blocks carry different scales; "
+                                  f"only one scale per tensor (BitNet ternary weights) is supported")
+            scale, zero = sc
+            codes = T.zero_blocks(fmt.decode(data, n), fmt.W, zero)
+        elif ttype == I2_S:
+            codes = T.I2_S.decode(data, n)
+            scale = struct.unpack_from("<f", data, n // 4)[0]
+        else:
+            dt = FLOAT_TYPES[ttype]
+            got = T.exact_ternary(data, dt, n)
+            codes, scale = got if got is not None else T.ternarize_absmean(data, dt, n)
+        packed = T.pack_codes(codes, O, I)
+        if not T.check_codes_packed(packed):
+            raise FormatError(f"{fn}: tensor {gname!r}: invalid 2-bit code 3 in ternary data")
+        return TernaryTensor((O, I), packed, scale)
