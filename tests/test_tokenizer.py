@@ -113,7 +113,8 @@ def test_llama3_properties(llama3):
 
 
 alphabet = st.sampled_from(list(
-    " \t\r\n\x0b\x0c\x85\u00a0\u2009\u3000'\"sStTlLdDmMrReEvVſ0123456789٣aZéß中ひ한😀🏽\u200d\u0301\ufe0f-.,!?_@#"))
+    " \t\r\n\x0b\x0c\x85\u00a0\u2009\u3000'\"sStTlLdDmMrReEvVſ0123456789٣aZéß"
+    "中ひ한😀🏽\u200d\u0301\ufe0f-.,!?_@#"))
 unicode_text = st.one_of(
     st.text(st.characters(exclude_categories=("Cs",)), max_size=40),
     st.text(alphabet, max_size=60),
@@ -235,7 +236,8 @@ def llama3_style(ignore_merges=True):
         hf.pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
     tok = train_small(pre, hf.decoders.ByteLevel())
     bos = tok.token_to_id("<|bos|>")
-    tok.post_processor = hf.processors.TemplateProcessing(single="<|bos|> $A", special_tokens=[("<|bos|>", bos)])
+    tok.post_processor = hf.processors.TemplateProcessing(single="<|bos|> $A",
+                                                          special_tokens=[("<|bos|>", bos)])
     tok.add_special_tokens([hf.AddedToken("<mask>", lstrip=True, rstrip=True)])
     tok.add_tokens([hf.AddedToken("[word]", single_word=True), hf.AddedToken("hello world", normalized=True),
                     hf.AddedToken("<sep>", normalized=False, special=False)])
@@ -297,7 +299,8 @@ def test_gguf_metadata_llama3(llama3):
     assert len(meta["tokenizer.ggml.tokens"]) == 128256 and len(meta["tokenizer.ggml.merges"]) == 280147
     raw = json.loads(LLAMA3_JSON.read_text(encoding="utf-8"))
     assert meta["tokenizer.ggml.merges"][:1000] == raw["model"]["merges"][:1000]
-    assert meta["tokenizer.ggml.token_type"][128000] == T.CONTROL and meta["tokenizer.ggml.token_type"][0] == T.NORMAL
+    types = meta["tokenizer.ggml.token_type"]
+    assert types[128000] == T.CONTROL and types[0] == T.NORMAL
     # the 2B-4T GGUF has no `pre` key and adds BOS: the LLaMA-3 split is assumed
     meta = {k: v for k, v in meta.items() if k != "tokenizer.ggml.pre"} | {"tokenizer.ggml.add_bos_token": True}
     g = Tokenizer.from_gguf_metadata(meta)
