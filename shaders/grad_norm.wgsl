@@ -3,7 +3,7 @@
 //
 // Layout (built by bitlora.optim.ParamArena): tensors start on 64-float boundaries,
 // padding is zero, n is a multiple of 64. The arena is cut into blocks, each inside
-// one tensor and at most 4096 vec4 long:
+// one tensor and at most BLOCK4 vec4 long (override, 4096 by default):
 //   blocks[nb]  vec2<u32> (start4, count4)        in vec4 units
 //   tensors[nt] vec2<u32> (first_block, end_block)
 //
@@ -40,6 +40,7 @@ struct State {
 };
 
 const WG: u32 = 256u;
+override BLOCK4: u32 = 4096u;  // vec4s in a full block (ParamArena.block4), a multiple of WG
 var<workgroup> sh: array<f32, WG>;
 
 // Sum of x over the workgroup; every invocation gets the total (call in uniform control flow).
@@ -79,9 +80,19 @@ fn sumsq_blocks(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup
     if (b >= arrayLength(&blocks)) { return; }  // uniform per workgroup
     let blk = blocks[b];
     var acc = 0.0;
-    for (var i = lid.x; i < blk.y; i += WG) {
-        let x = g_in[blk.x + i] * bp.scale;
-        acc += dot(x, x);
+    if (blk.y == BLOCK4) {
+        // a full block: a constant trip count lets the compiler issue all the loads at once
+        var a = vec4<f32>(0.0);
+        for (var k = 0u; k < BLOCK4 / WG; k++) {
+            let x = g_in[blk.x + k * WG + lid.x] * bp.scale;
+            a += x * x;
+        }
+        acc = (a.x + a.y) + (a.z + a.w);
+    } else {
+        for (var i = lid.x; i < blk.y; i += WG) {
+            let x = g_in[blk.x + i] * bp.scale;
+            acc += dot(x, x);
+        }
     }
     let total = wg_sum(lid.x, acc);
     if (lid.x == 0u) { partial_out[b] = total; }

@@ -25,7 +25,7 @@ def _sizes(params: int, tensors: int) -> list[int]:
     return sizes
 
 
-async def _bench_wgsl(params: int, tensors: int, iters: int, backend: str) -> dict:
+async def _bench_wgsl(params: int, tensors: int, iters: int, backend: str, block4: int | None) -> dict:
     import numpy as np
 
     from . import gpu
@@ -35,7 +35,7 @@ async def _bench_wgsl(params: int, tensors: int, iters: int, backend: str) -> di
 
     dev = await gpu.get_device(backend)
     sizes = _sizes(params, tensors)
-    arena = ParamArena(dev, [(f"t{i}", (s,)) for i, s in enumerate(sizes)], "bench")
+    arena = ParamArena(dev, [(f"t{i}", (s,)) for i, s in enumerate(sizes)], "bench", block4)
     rng = np.random.default_rng(0)
     host = np.zeros(arena.n, np.float32)
     for s in arena.slots:
@@ -49,24 +49,24 @@ async def _bench_wgsl(params: int, tensors: int, iters: int, backend: str) -> di
     del host
     opt = AdamW(dev, arena, lr=1e-4, weight_decay=1e-2, max_grad_norm=1.0)
     out = {"adapter": dev.describe(), "params": params, "tensors": tensors, "arena_floats": arena.n,
-           "blocks": arena.nb}
+           "blocks": arena.nb, "block4": arena.block4}
 
     async def sync():
         # a tiny read waits for all submitted work (Device.sync's wait_idle fails on wgpu-py 0.32)
         await dev.read(opt.state, 0, 16)
 
-    async def timed(record, n=iters, per_submit=True):
+    async def timed(record, n=iters, per_submit=True, lag=1):
         """Seconds per iteration: `record()` n times, one submit each (or one submit)."""
         await sync()
         t = time.perf_counter()
-        pending = None
+        pending = []
         for _ in range(n):
             res = await record()
             if per_submit:
                 dev.submit()
-                if pending is not None and hasattr(pending, "get"):
-                    await pending.get()  # read a step late, as the trainer does
-                pending = res
+                pending.append(res)
+                if len(pending) > lag:  # read results `lag` steps late, as a trainer may
+                    await pending.pop(0).get()
         await sync()
         return (time.perf_counter() - t) / n
 
@@ -81,7 +81,7 @@ async def _bench_wgsl(params: int, tensors: int, iters: int, backend: str) -> di
         return await opt.record_step(tokens)
 
     async def norm_only():
-        await gn.sumsq_blocks(dev, arena.grads, arena.blocks, arena.partial, arena.nb, 1.0 / tokens)
+        await gn.sumsq_blocks(dev, arena.grads, arena.blocks, arena.partial, arena.nb, 1.0 / tokens, arena.block4)
         await gn.sumsq_finish(dev, arena.partial, opt.state, arena.nb, 1.0 / tokens, 1.0)
 
     async def adamw_only():
@@ -97,6 +97,7 @@ async def _bench_wgsl(params: int, tensors: int, iters: int, backend: str) -> di
     t_copy = await timed(copy_grads, per_submit=False)
     t_copy_step = await timed(copy_and_step)
     t_copy_step_batched = await timed(copy_and_step, per_submit=False)
+    t_copy_step_lag2 = await timed(copy_and_step, lag=2)
     t_step_zero = await timed(step)      # gradients zeroed by the previous step: same traffic
     t_norm = await timed(norm_only, per_submit=False)
     t_adamw = await timed(adamw_only, per_submit=False)
@@ -105,6 +106,7 @@ async def _bench_wgsl(params: int, tensors: int, iters: int, backend: str) -> di
         "wgsl_step_ms": step_s * 1e3,
         "wgsl_step_GBps": 36 * params / step_s / 1e9,
         "wgsl_step_one_submit_each_ms": (t_copy_step - t_copy) * 1e3,
+        "wgsl_step_one_submit_each_read_2_late_ms": (t_copy_step_lag2 - t_copy) * 1e3,
         "wgsl_step_on_zero_grads_ms": t_step_zero * 1e3,
         "wgsl_norm_passes_ms": t_norm * 1e3,
         "wgsl_adamw_ms": t_adamw * 1e3,
@@ -151,7 +153,7 @@ def _bench_torch(params: int, tensors: int, iters: int) -> dict:
 
 
 def bench_optim(params: int = 1 << 27, tensors: int = 200, iters: int = 50, backend: str = "native",
-                compare_torch: bool | None = None) -> dict:
+                compare_torch: bool | None = None, block4: int | None = None) -> dict:
     """Time the fused optimizer step (and, with CUDA torch present, torch's clip + fused
     AdamW over the same sizes); print a summary and one JSON line; return the figures."""
     res = {}
@@ -161,12 +163,13 @@ def bench_optim(params: int = 1 << 27, tensors: int = 200, iters: int = 50, back
         except ImportError:
             if compare_torch:
                 raise
-    res.update(asyncio.run(_bench_wgsl(params, tensors, iters, backend)))
+    res.update(asyncio.run(_bench_wgsl(params, tensors, iters, backend, block4)))
     print(f"optimizer step, {params:,} params in {tensors} tensors on {res['adapter']}")
     print(f"  bitlora fused step (norm+clip+scale+AdamW+zero): {res['wgsl_step_ms']:.3f} ms, "
           f"{res['wgsl_step_GBps']:.0f} GB/s effective (36 B/param)")
     print(f"    norm passes {res['wgsl_norm_passes_ms']:.3f} ms, AdamW {res['wgsl_adamw_ms']:.3f} ms, "
-          f"one submit per step {res['wgsl_step_one_submit_each_ms']:.3f} ms")
+          f"one submit per step {res['wgsl_step_one_submit_each_ms']:.3f} ms "
+          f"({res['wgsl_step_one_submit_each_read_2_late_ms']:.3f} ms reading 2 steps late)")
     if "torch_clip_ms" in res:
         res["ratio_vs_torch"] = res["wgsl_step_ms"] / (res["torch_clip_ms"] + res["torch_fused_adamw_ms"])
         print(f"  torch {res['torch']} clip_grad_norm_ {res['torch_clip_ms']:.3f} ms + AdamW(fused=True) "
@@ -182,12 +185,14 @@ def add_optim_args(parser) -> None:
     parser.add_argument("--tensors", type=int, default=200, help="how many tensors they are split into")
     parser.add_argument("--iters", type=int, default=50, help="timed steps per measurement")
     parser.add_argument("--backend", default="native", help="native (the browser is not benchmarked here)")
+    parser.add_argument("--block4", type=int, default=None, help="vec4s per sum-of-squares block (default: auto)")
     parser.add_argument("--no-torch", action="store_true", help="skip the torch CUDA comparison")
 
 
 def main_optim(args) -> dict:
     return bench_optim(args.params, args.tensors, args.iters, args.backend,
-                       compare_torch=False if getattr(args, "no_torch", False) else None)
+                       compare_torch=False if getattr(args, "no_torch", False) else None,
+                       block4=getattr(args, "block4", None))
 
 
 if __name__ == "__main__":

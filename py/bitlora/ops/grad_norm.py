@@ -21,11 +21,13 @@ def _need(buf: Buffer, nbytes: int, what: str) -> None:
         raise ValueError(f"grad_norm: {what} holds {buf.size} bytes, needs {nbytes}")
 
 
-async def sumsq_blocks(dev: Device, g: Buffer, blocks: Buffer, partial: Buffer, nb: int, scale: float) -> None:
-    """Record partial[b] = sum over block b of (scale * g)^2, one workgroup per block."""
+async def sumsq_blocks(dev: Device, g: Buffer, blocks: Buffer, partial: Buffer, nb: int, scale: float,
+                       block4: int = 4096) -> None:
+    """Record partial[b] = sum over block b of (scale * g)^2, one workgroup per block;
+    full blocks are `block4` vec4s long (the arena's layout)."""
     _need(blocks, 8 * nb, "blocks")
     _need(partial, 4 * nb, "partial")
-    k = await dev.kernel(SHADER, "sumsq_blocks")
+    k = await dev.kernel(SHADER, "sumsq_blocks", constants={"BLOCK4": block4})
     dev.dispatch(k, [g, blocks.view(0, 8 * nb), partial], groups=nb, params=struct.pack("<f", scale))
 
 
