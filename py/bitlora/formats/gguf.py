@@ -194,6 +194,18 @@ def parse_gguf(src: Source):
     return version, md, tensors
 
 
+def _short(x):
+    """The shortest decimal that rounds to the same float32 (GGUF stores eps, theta as f32)."""
+    if not isinstance(x, float):
+        return x
+    want = struct.pack("<f", x)
+    for p in range(6, 10):
+        y = float(f"{x:.{p}g}")
+        if struct.pack("<f", y) == want:
+            return y
+    return x
+
+
 def gguf_config(md: dict, tensors: dict, fn: str) -> dict:
     arch = md.get("general.architecture")
     if arch not in ARCHS:
@@ -212,8 +224,8 @@ def gguf_config(md: dict, tensors: dict, fn: str) -> dict:
         "num_hidden_layers": get("block_count"),
         "num_attention_heads": get("attention.head_count"),
         "num_key_value_heads": get("attention.head_count_kv") or get("attention.head_count"),
-        "rms_norm_eps": get("attention.layer_norm_rms_epsilon", 1e-5),
-        "rope_theta": get("rope.freq_base", 500000.0),
+        "rms_norm_eps": _short(get("attention.layer_norm_rms_epsilon", 1e-5)),
+        "rope_theta": _short(get("rope.freq_base", 500000.0)),
         "max_position_embeddings": get("context_length", 2048),
         "tie_word_embeddings": "output.weight" not in tensors,
         "bos_token_id": md.get("tokenizer.ggml.bos_token_id", 128000),

@@ -1,0 +1,294 @@
+"""Checkpoint loaders against transformers (HF folders) and across GGUF types.
+
+The tiny fixtures are written once per session (tests/fixtures/make_tiny.py). Every
+projection must come out as the same ternary codes and scale whichever file it came
+from, so the model sees the same weights (hence the same logits)."""
+from __future__ import annotations
+
+import http.server
+import struct
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from bitlora.formats import FormatError, open_checkpoint
+from bitlora.formats import ternary as T
+from bitlora.formats.source import BytesSource
+from bitlora.formats.tensors import FloatTensor, TernaryTensor
+from fixtures.make_tiny import ODD, make_gguf, make_hf
+
+KINDS = ["online_f32", "online_bf16", "offline_autobitlinear", "offline_bitlinear"]
+GGUF_TYPES = ["tq1_0", "tq2_0", "i2_s", "f16", "f32"]
+
+
+@pytest.fixture(scope="session")
+def tiny(tmp_path_factory):
+    root = tmp_path_factory.mktemp("tiny")
+    out = {k: make_hf(root / k, k) for k in KINDS}
+    out["sharded"] = make_hf(root / "sharded", "online_f32", shards=3)
+    out["odd_online"] = make_hf(root / "odd_online", "online_bf16", dims=ODD)
+    out["odd_offline"] = make_hf(root / "odd_offline", "offline_bitlinear", dims=ODD)
+    for t in GGUF_TYPES:
+        out[t] = make_gguf(out["online_f32"], root / f"m-{t}.gguf", t,
+                           arch="bitnet" if t == "tq1_0" else "bitnet-b1.58")
+    out["i2_s_bf16emb"] = make_gguf(out["offline_autobitlinear"], root / "auto-i2s.gguf", "i2_s",
+                                    embed_type="bf16")
+    return out
+
+
+def codes_of(t: TernaryTensor) -> np.ndarray:
+    O, I = t.shape
+    return np.frombuffer(T.unpack_codes(t.packed, O, I), np.uint8).reshape(O, I).astype(np.int8) - 1
+
+
+def dequant(t: TernaryTensor) -> np.ndarray:
+    return codes_of(t).astype(np.float32) * np.float32(t.scale)
+
+
+def floats(t: FloatTensor) -> np.ndarray:
+    raw = np.frombuffer(t.data, {"f32": "<f4", "f16": "<f2", "bf16": "<u2"}[t.dtype])
+    if t.dtype == "bf16":
+        raw = (raw.astype(np.uint32) << 16).view(np.float32)
+    return raw.astype(np.float32).reshape(t.shape)
+
+
+def hf_effective_weights(folder):
+    """name -> the weight transformers actually multiplies with, in float32."""
+    import torch
+    import torch._dynamo
+    from transformers import BitNetForCausalLM
+    from transformers.integrations import bitnet as hb
+    torch._dynamo.config.disable = True            # HF's helpers are torch.compile'd
+    model = BitNetForCausalLM.from_pretrained(folder, dtype=torch.float32)
+    out = {}
+    with torch.no_grad():
+        for mname, m in model.named_modules():
+            if isinstance(m, hb.AutoBitLinear):
+                w = hb.WeightQuant.apply(m.weight) if m.online_quant else m.weight * m.weight_scale
+            elif isinstance(m, hb.BitLinear):
+                w = hb.unpack_weights(m.weight, torch.float32) / m.weight_scale
+            else:
+                continue
+            out[mname + ".weight"] = w.float().numpy()
+        for name, p in model.named_parameters():
+            if p.dtype.is_floating_point and name not in out:
+                out[name] = p.detach().float().numpy()
+    return out, model.config
+
+
+@pytest.mark.parametrize("kind", KINDS + ["odd_online", "odd_offline"])
+def test_hf_folder_matches_transformers(tiny, kind):
+    ref, hcfg = hf_effective_weights(tiny[kind])
+    ck = open_checkpoint(tiny[kind])
+    assert ck.config["hidden_size"] == hcfg.hidden_size and ck.config["tie_word_embeddings"] == hcfg.tie_word_embeddings
+    assert ck.tokenizer_json and '"<|end_of_text|>"' in ck.tokenizer_json
+    for name in ck.tensor_names():
+        t = ck.load(name)
+        r = ref[name]
+        if isinstance(t, TernaryTensor):
+            ours = dequant(t)
+            assert ours.shape == r.shape, name
+            np.testing.assert_array_equal(codes_of(t), np.sign(r).astype(np.int8), err_msg=name)
+            if kind.startswith("offline"):
+                np.testing.assert_array_equal(ours, r, err_msg=name)     # bit-exact
+            else:   # torch's float32 mean sums in its own order: a few ulps at most
+                np.testing.assert_allclose(ours, r, rtol=1e-6, atol=0, err_msg=name)
+        else:
+            np.testing.assert_array_equal(floats(t), r, err_msg=name)
+    assert ("lm_head.weight" in ck.tensor_names()) == (not ck.config["tie_word_embeddings"])
+    ck.close()
+
+
+def test_sharded_folder_same_as_single(tiny):
+    a, b = open_checkpoint(tiny["online_f32"]), open_checkpoint(tiny["sharded"])
+    assert a.tensor_names() == b.tensor_names()
+    for n in a.tensor_names():
+        assert a.load(n) == b.load(n), n
+
+
+@pytest.mark.parametrize("ttype", GGUF_TYPES)
+def test_gguf_same_weights_as_hf(tiny, ttype):
+    """TQ1_0, TQ2_0, I2_S (and F16/F32) GGUFs of one model give the same ternary codes and
+    scales as the HF folder (scale rounded to f16 where the format stores f16)."""
+    hf, gg = open_checkpoint(tiny["online_f32"]), open_checkpoint(tiny[ttype])
+    assert gg.config == hf.config
+    assert gg.tensor_names() == hf.tensor_names()
+    md = gg.gguf_metadata
+    assert md["tokenizer.ggml.model"] == "gpt2" and len(md["tokenizer.ggml.tokens"]) == 300
+    for n in hf.tensor_names():
+        a, b = hf.load(n), gg.load(n)
+        if isinstance(a, TernaryTensor):
+            assert b.shape == a.shape and b.packed == a.packed, n       # codes identical
+            want = a.scale if ttype in ("i2_s", "f32") else struct.unpack("<e", struct.pack("<e", a.scale))[0]
+            assert b.scale == want, (n, a.scale, b.scale)
+        elif n.endswith("norm.weight"):
+            np.testing.assert_array_equal(floats(b), floats(a), err_msg=n)
+        else:
+            np.testing.assert_array_equal(floats(b), floats(a).astype(np.float16).astype(np.float32), err_msg=n)
+
+
+def test_gguf_bf16_embedding_and_offline_source(tiny):
+    hf, gg = open_checkpoint(tiny["offline_autobitlinear"]), open_checkpoint(tiny["i2_s_bf16emb"])
+    for n in hf.tensor_names():
+        a, b = hf.load(n), gg.load(n)
+        if isinstance(a, TernaryTensor):
+            assert (a.packed, a.scale) == (b.packed, b.scale), n
+        else:
+            np.testing.assert_array_equal(floats(b), floats(a), err_msg=n)
+    assert gg.load("model.embed_tokens.weight").dtype == "bf16"
+
+
+def test_bytes_source_and_progress(tiny):
+    data = open(tiny["tq2_0"], "rb").read()
+    seen = []
+    ck = open_checkpoint(BytesSource(data, "mem.gguf"), progress=lambda d, t: seen.append((d, t)))
+    ref = open_checkpoint(tiny["tq2_0"])
+    for n in ck.tensor_names():
+        assert ck.load(n) == ref.load(n)
+    assert seen and seen[-1][0] == seen[-1][1] > 0
+    assert all(a[0] <= b[0] for a, b in zip(seen, seen[1:]))
+    assert open_checkpoint(data).config == ref.config          # plain bytes too
+
+
+def test_dict_folder(tiny):
+    files = {p.name: p.read_bytes() for p in tiny["offline_bitlinear"].iterdir()}
+    a, b = open_checkpoint(files), open_checkpoint(tiny["offline_bitlinear"])
+    n = "model.layers.1.mlp.down_proj.weight"
+    assert a.load(n) == b.load(n)
+
+
+class _RangeHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *a):
+        pass
+
+    def do_GET(self):
+        path = self.translate_path(self.path)
+        try:
+            data = open(path, "rb").read()
+        except OSError:
+            self.send_error(404)
+            return
+        rng = self.headers.get("Range")
+        if rng:
+            a, b = rng.split("=")[1].split("-")
+            a, b = int(a), min(int(b), len(data) - 1)
+            self.send_response(206)
+            self.send_header("Content-Range", f"bytes {a}-{b}/{len(data)}")
+            body = data[a:b + 1]
+        else:
+            self.send_response(200)
+            body = data
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+def test_url_source(tiny):
+    import functools
+    root = tiny["tq2_0"].parent
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0),
+                                          functools.partial(_RangeHandler, directory=str(root)))
+    th = threading.Thread(target=srv.serve_forever, daemon=True)
+    th.start()
+    try:
+        base = f"http://127.0.0.1:{srv.server_address[1]}/"
+        ck = open_checkpoint(base + tiny["tq2_0"].name)
+        ref = open_checkpoint(tiny["tq2_0"])
+        n = "model.layers.0.self_attn.k_proj.weight"
+        assert ck.load(n) == ref.load(n)
+        hf = open_checkpoint(base + "offline_bitlinear/")
+        assert hf.load(n) == open_checkpoint(tiny["offline_bitlinear"]).load(n)
+    finally:
+        srv.shutdown()
+
+
+# -- pack / unpack round trips per format ----------------------------------------
+
+@pytest.mark.parametrize("rows,cols", [(1, 1), (3, 16), (5, 33), (8, 256)])
+def test_pack_unpack_roundtrip(rows, cols):
+    rng = np.random.default_rng(rows * 1000 + cols)
+    codes = rng.integers(0, 3, rows * cols, dtype=np.uint8)
+    packed = T.pack_codes(codes.tobytes(), rows, cols)
+    assert len(packed) == rows * -(-cols // 16) * 4
+    words = np.frombuffer(packed, "<u4").reshape(rows, -1)
+    i = np.arange(cols)
+    got = (words[:, i // 16] >> (2 * (i % 16)).astype(np.uint32)) & 3          # the documented layout
+    np.testing.assert_array_equal(got, codes.reshape(rows, cols))
+    pad = (words[:, :, None] >> (2 * np.arange(16)).astype(np.uint32) & 3).reshape(rows, -1)[:, cols:]
+    assert (pad == 1).all()
+    assert T.unpack_codes(packed, rows, cols) == codes.tobytes()
+
+
+def test_hf_packed_roundtrip_matches_transformers():
+    import torch
+    from transformers.integrations.bitnet import pack_weights
+    rng = np.random.default_rng(1)
+    t = rng.integers(-1, 2, (12, 7)).astype(np.int8)
+    hp = pack_weights(torch.tensor(t, dtype=torch.int8)).numpy().tobytes()
+    codes = T.codes_from_hf_packed(hp, 12, 7)
+    np.testing.assert_array_equal(np.frombuffer(codes, np.uint8).reshape(12, 7).astype(np.int8) - 1, t)
+    assert T.hf_packed_from_codes(codes, 12, 7) == hp
+
+
+@pytest.mark.parametrize("fmt", ["TQ1_0", "TQ2_0", "I2_S"])
+def test_block_format_roundtrip_and_reference(fmt):
+    import gguf
+    from bitlora.formats.convert import i2s_bytes
+    F = getattr(T, fmt)
+    rng = np.random.default_rng(2)
+    n = F.W * 9
+    t = rng.integers(-1, 2, n).astype(np.int8)
+    codes = (t + 1).astype(np.uint8).tobytes()
+    enc = F.encode(codes, n)
+    assert F.decode(bytes(enc), n) == codes
+    if fmt == "I2_S":
+        ref = i2s_bytes(t, 0.5).tobytes()
+        assert bytes(enc) == ref[:n // 4]
+    else:                 # the gguf package's quantiser is the reference
+        qt = getattr(gguf.GGMLQuantizationType, fmt)
+        ref = gguf.quants.quantize((t.astype(np.float32) * 0.25).reshape(-1, 256), qt).tobytes()
+        assert F.decode(ref, n) == codes
+        enc[F.BS - 2::F.BS] = ref[F.BS - 2::F.BS]
+        enc[F.BS - 1::F.BS] = ref[F.BS - 1::F.BS]
+        assert bytes(enc) == ref
+        assert T.tq_scale(ref, F, n) == (0.25, [])
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+def test_absmean_matches_torch(dtype):
+    import torch
+    torch.manual_seed(3)
+    w = (torch.randn(64, 80) * 0.03).to(getattr(torch, dtype))
+    wf = w.float()
+    s = 1.0 / wf.abs().mean().clamp(min=1e-5)
+    t = (wf * s).round().clamp(-1, 1)
+    data = w.view(torch.uint8).numpy().tobytes() if dtype != "float32" else w.numpy().tobytes()
+    codes, scale = T.ternarize_absmean(data, {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}[dtype], w.numel())
+    np.testing.assert_array_equal(np.frombuffer(codes, np.uint8).astype(np.int8) - 1, t.flatten().numpy())
+    assert abs(scale / (1 / s).item() - 1) < 1e-6
+
+
+def test_throughput_report(capsys):
+    """Not a gate: prints host-side MB/s of the hot paths (2B-4T has 2.4 G weights)."""
+    O, I = 1024, 2560
+    n = O * I
+    rng = np.random.default_rng(4)
+    codes = (rng.integers(0, 3, n, dtype=np.uint8)).tobytes()
+    res = {}
+    for name, f in [("pack", lambda: T.pack_codes(codes, O, I)),
+                    ("hf_packed", lambda: T.pack_codes(T.codes_from_hf_packed(hp, O, I), O, I)),
+                    ("i2_s", lambda: T.pack_codes(T.I2_S.decode(i2, n), O, I)),
+                    ("tq2_0", lambda: T.pack_codes(T.TQ2_0.decode(tq2, n), O, I)),
+                    ("tq1_0", lambda: T.pack_codes(T.TQ1_0.decode(tq1, n), O, I)),
+                    ("absmean_bf16", lambda: T.ternarize_absmean(bf, "bf16", n))]:
+        if name == "pack":
+            hp = T.hf_packed_from_codes(codes, O, I)
+            i2, tq2, tq1 = bytes(T.I2_S.encode(codes, n)), bytes(T.TQ2_0.encode(codes, n)), bytes(T.TQ1_0.encode(codes, n))
+            bf = (rng.standard_normal(n).astype(np.float32).view(np.uint32) >> 16).astype(np.uint16).tobytes()
+        t0 = time.perf_counter()
+        f()
+        res[name] = n / (time.perf_counter() - t0) / 1e6
+    with capsys.disabled():
+        print("\nmillion weights/s: " + ", ".join(f"{k} {v:.0f}" for k, v in res.items()))
