@@ -24,8 +24,15 @@
 //
 // linear_backward_input   y = x W^T with a dense float W[O, I] (lm_head / tied
 //   embedding, W = E[V, C]): dx = scale * dy W
-//   0 params {N, I, O, scale, accumulate} | 1 dy[N, O] read | 2 w[O, I] read |
-//   3 dx[N, I] read_write
+//   W is f32, or bf16 packed two per u32 (low half first) when the override constant
+//   LN_BF16 is true (the embedding as the checkpoint stores it; no shader-f16 needed).
+//   dy rows are ld_dy floats apart, so a vocabulary chunk [v0, v0 + Oc) of a
+//   dlogits[N, V] buffer is used in place: bind dy from float v0 (ld_dy = V) and W
+//   from row v0, call once per chunk with accumulate = 1 after the first (each
+//   binding then stays under maxStorageBufferBindingSize; v0 a multiple of 64 keeps
+//   the views 256-byte aligned).
+//   0 params {N, I, O, scale, accumulate, ld_dy} | 1 dy[N, ld_dy] read |
+//   2 w[O, I] read (f32, or u32 pairs of bf16) | 3 dx[N, I] read_write
 //   dispatch: groups (ceil(I/64), ceil(N/64)); 16x16 threads, a 64x64 tile of dx per
 //   workgroup (4x4 elements per thread), o in chunks of 16.
 //
@@ -151,12 +158,22 @@ fn bitlinear_backward_input(@builtin(local_invocation_id) lid3: vec3<u32>, @buil
 }
 
 // ============================================================================ dense linear
-@group(0) @binding(0) var<uniform> ln_p: LinParams;
+struct DenseParams { n: u32, i: u32, o: u32, scale: f32, accumulate: u32, ld_dy: u32 };
+override LN_BF16: bool = false;
+@group(0) @binding(0) var<uniform> ln_p: DenseParams;
 @group(0) @binding(1) var<storage, read> ln_dy: array<f32>;
-@group(0) @binding(2) var<storage, read> ln_w: array<f32>;
+@group(0) @binding(2) var<storage, read> ln_w: array<u32>;
 @group(0) @binding(3) var<storage, read_write> ln_dx: array<f32>;
 var<workgroup> ln_dy_sh: array<array<f32, 16>, 64>;  // [row][o]
 var<workgroup> ln_w_sh: array<array<f32, 64>, 16>;   // [o][col]
+
+fn ln_weight(e: u32) -> f32 {   // element e of W, row-major
+    if (LN_BF16) {
+        let word = ln_w[e >> 1u];
+        return bitcast<f32>(select(word << 16u, word & 0xffff0000u, (e & 1u) == 1u));
+    }
+    return bitcast<f32>(ln_w[e]);
+}
 
 // A 64x64 tile of dx per workgroup; thread (tx, ty) owns rows ty + 16a, cols tx + 16b.
 @compute @workgroup_size(16, 16)
@@ -177,12 +194,12 @@ fn linear_backward_input(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin
             let rr = e / 16u;         // dy tile: 64 rows x 16 o, coalesced along o
             let oo = e % 16u;
             var dv = 0.0;
-            if (n0 + rr < N && o0 + oo < O) { dv = ln_dy[(n0 + rr) * O + o0 + oo]; }
+            if (n0 + rr < N && o0 + oo < O) { dv = ln_dy[(n0 + rr) * ln_p.ld_dy + o0 + oo]; }
             ln_dy_sh[rr][oo] = dv;
             let wo = e / 64u;         // w tile: 16 o x 64 cols, coalesced along cols
             let wc = e % 64u;
             var wv = 0.0;
-            if (o0 + wo < O && i0 + wc < I) { wv = ln_w[(o0 + wo) * I + i0 + wc]; }
+            if (o0 + wo < O && i0 + wc < I) { wv = ln_weight((o0 + wo) * I + i0 + wc); }
             ln_w_sh[wo][wc] = wv;
         }
         workgroupBarrier();

@@ -431,3 +431,21 @@ def test_head_backward_composes(run_case):
                  grad_scale=1.0 / n_valid)
     assert abs(r["loss_sum"] - loss.item()) <= 1e-5 * loss.item()
     assert_close(r["dh"], h.grad.numpy(), 1e-5, "dh")
+
+
+@pytest.mark.parametrize("w_dtype", ["f32", "bf16"])
+def test_linear_backward_vocab_chunks(run_case, w_dtype):
+    """The lm_head backward over vocabulary chunks bound as views (ld_dy = V), with the
+    embedding in f32 or as the checkpoint's bf16."""
+    rng = np.random.default_rng(11)
+    N, I, O = 5, 10, 150
+    dy, w = f32(rng.normal(size=(N, O))), f32(rng.normal(size=(O, I)))
+    if w_dtype == "bf16":
+        bits = (w.view(np.uint32) >> 16).astype(np.uint32).ravel()      # truncate to bf16
+        w = (bits << 16).view(np.float32).reshape(O, I)
+        words = (bits[0::2] | (bits[1::2] << 16)).tolist()
+    else:
+        words = w.view(np.uint32).ravel().tolist()
+    r = run_case("backward_cases", "case_linear_backward_chunked", dy=L(dy), w_words=words, N=N, I=I, O=O,
+                 chunk=64, w_dtype=w_dtype)
+    assert_close(r, dy.astype(np.float64) @ w, 1e-5, "chunked dx")

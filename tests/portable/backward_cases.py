@@ -154,3 +154,17 @@ async def case_head_backward(dev, logits, targets, h, w_norm, rstd, emb, N, C, V
     await bw.rmsnorm_backward(dev, d_hn, _f32(dev, h, "h"), _f32(dev, w_norm, "w_norm"), _f32(dev, rstd, "rstd"),
                               dh, N, C)
     return {"dh": await _get(dev, dh, N * C), "loss_sum": (await _get(dev, total, 1))[0]}
+
+
+async def case_linear_backward_chunked(dev, dy, w_words, N, I, O, chunk, w_dtype):
+    """dx = dy w over vocabulary chunks of `chunk` rows (a multiple of 64), each bound
+    as a view of the full dy[N, O] and w[O, I] buffers (f32 or bf16 pairs)."""
+    bdy, bw_, bdx = _f32(dev, dy, "dy"), _u32(dev, w_words, "w"), dev.buffer(4 * N * I, "dx")
+    row_bytes = I * (4 if w_dtype == "f32" else 2)
+    for v0 in range(0, O, chunk):
+        oc = min(chunk, O - v0)
+        dyv = bdy.view(4 * v0, 4 * ((N - 1) * O + oc))
+        wv = bw_.view(v0 * row_bytes, -(-oc * row_bytes // 4) * 4)
+        await bw.linear_backward_input(dev, dyv, wv, bdx, N, I, oc, 1.0, accumulate=v0 > 0, ld_dy=O,
+                                       w_dtype=w_dtype)
+    return await _get(dev, bdx, N * I)

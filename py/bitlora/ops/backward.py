@@ -42,13 +42,19 @@ async def bitlinear_backward_input(dev: Device, dy, w_packed, scale: float, dx, 
 
 
 async def linear_backward_input(dev: Device, dy, w, dx, N: int, I: int, O: int, scale: float = 1.0,
-                                accumulate: bool = False) -> None:
-    """dy[N, O], dense w[O, I] (e.g. lm_head = embedding[V, C]) -> dx[N, I] = scale * dy w."""
-    for b, n, what in ((dy, N * O, "dy"), (w, O * I, "w"), (dx, N * I, "dx")):
+                                accumulate: bool = False, ld_dy: int | None = None, w_dtype: str = "f32") -> None:
+    """dy[N, ld_dy] (first O columns used), dense w[O, I] (f32 or "bf16": u32 pairs, low
+    half first; e.g. lm_head = embedding[V, C] or a vocabulary chunk of it) ->
+    dx[N, I] = scale * dy w (= or +=)."""
+    ld = O if ld_dy is None else ld_dy
+    if w_dtype not in ("f32", "bf16"):
+        raise ValueError(f"linear_backward_input: w_dtype {w_dtype!r} is not f32 or bf16")
+    w_words = O * I if w_dtype == "f32" else -(-O * I // 2)
+    for b, n, what in ((dy, (N - 1) * ld + O, "dy"), (w, w_words, "w"), (dx, N * I, "dx")):
         _need(b, n, what, "linear_backward_input")
-    k = await dev.kernel(SHADER, "linear_backward_input")
+    k = await dev.kernel(SHADER, "linear_backward_input", constants={"LN_BF16": 1.0} if w_dtype == "bf16" else None)
     dev.dispatch(k, [dy, w, dx], groups=(-(-I // 64), -(-N // 64), 1),
-                 params=struct.pack("<IIIfI", N, I, O, scale, int(accumulate)))
+                 params=struct.pack("<IIIfII", N, I, O, scale, int(accumulate), ld))
 
 
 async def relu2_gating_backward(dev: Device, dh, g, u, dg, du, count: int) -> None:
