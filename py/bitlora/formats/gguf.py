@@ -113,7 +113,7 @@ class _Cursor:
         (n,) = self.unpack("<Q", what)
         if n > self.remaining():
             raise FormatError(f"{self.src.name}: {what}: string length {n} exceeds the "
-                              f"{self.remaining()} bytes left in the file")
+                              f"{self.remaining()} bytes left in the file: truncated or corrupt")
         raw = self.take(n, what)
         try:
             return raw.decode("utf-8")
@@ -131,12 +131,12 @@ class _Cursor:
                 size = struct.calcsize(_SCALAR[etype])
                 if count * size > self.remaining():
                     raise FormatError(f"{self.src.name}: {what}: array of {count} items needs "
-                                      f"{count * size} bytes, only {self.remaining()} left")
+                                      f"{count * size} bytes, only {self.remaining()} left: truncated or corrupt")
                 return list(struct.unpack(f"<{count}{_SCALAR[etype]}", self.take(count * size, what)))
             if etype == 8 or etype == 9:
                 if count * 8 > self.remaining():
                     raise FormatError(f"{self.src.name}: {what}: array of {count} items cannot fit in "
-                                      f"the {self.remaining()} bytes left")
+                                      f"the {self.remaining()} bytes left: truncated or corrupt")
                 return [self.value(etype, what, depth + 1) for _ in range(count)]
             raise FormatError(f"{self.src.name}: {what}: unknown array element type {etype}")
         raise FormatError(f"{self.src.name}: {what}: unknown metadata value type {vtype}")
@@ -155,9 +155,9 @@ def parse_gguf(src: Source):
     if version not in (2, 3):
         raise FormatError(f"{fn}: GGUF version {version} not supported (expected 3)")
     if n_kv * 13 > cur.remaining():
-        raise FormatError(f"{fn}: metadata count {n_kv} cannot fit in the file ({src.size} bytes)")
+        raise FormatError(f"{fn}: metadata count {n_kv} cannot fit in the file ({src.size} bytes): truncated or corrupt")
     if n_tensors * 32 > cur.remaining():
-        raise FormatError(f"{fn}: tensor count {n_tensors} cannot fit in the file ({src.size} bytes)")
+        raise FormatError(f"{fn}: tensor count {n_tensors} cannot fit in the file ({src.size} bytes): truncated or corrupt")
     md = {}
     for _ in range(n_kv):
         key = cur.string("metadata key")
