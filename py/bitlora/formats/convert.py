@@ -21,7 +21,7 @@ import numpy as np
 import gguf
 from gguf import GGMLQuantizationType as Q
 
-from .checkpoint import open_checkpoint, is_projection
+from .checkpoint import open_checkpoint
 from .gguf import BLK_TO_HF, GGUF_TO_HF, I2_S
 from .ternary import unpack_codes
 from .tensors import TernaryTensor
