@@ -9,12 +9,12 @@ import sys
 
 
 def _source(name, data):
-    from bitlora.formats.source import BlobSource, BytesSource
+    """A JS Blob in the browser (open_checkpoint wraps it in a BlobSource), bytes natively."""
     if "pyodide" in sys.modules:
         import js
         from pyodide.ffi import to_js
-        return BlobSource(js.Blob.new(to_js([to_js(data)])), name)
-    return BytesSource(data, name)
+        return js.Blob.new(to_js([to_js(data)]))
+    return data
 
 
 def digest(ck):
@@ -36,6 +36,6 @@ async def case_load_checkpoint(dev, files: dict):
     ticks = []
     ck = open_checkpoint(gg[0] if gg else srcs, progress=lambda d, t: ticks.append([d, t]))
     res = {"config": ck.config, "tensors": digest(ck), "last_tick": ticks[-1] if ticks else None,
-           "blob": type(gg[0] if gg else next(iter(srcs.values()))).__name__}
+           "blob": type(ck._sources[0]).__name__}
     ck.close()
     return res

@@ -113,9 +113,10 @@ class Checkpoint:
     def _load(self, name):
         raise NotImplementedError
 
-    def _read(self, src: Source, offset: int, n: int, what: str) -> bytes:
-        """Read n bytes in chunks, reporting progress(done_bytes, total_bytes)."""
-        if n <= CHUNK or self._progress is None:
+    def _read(self, src: Source, offset: int, n: int, what: str):
+        """Read n bytes, in 16 MB chunks into one bytearray (no second copy of a big
+        tensor), reporting progress(done_bytes, total_bytes) after each chunk."""
+        if n <= CHUNK:
             data = src.read_exact(offset, n, what)
             self._tick(n)
             return data
@@ -125,7 +126,7 @@ class Checkpoint:
             b = min(n, a + CHUNK)
             buf[a:b] = src.read_exact(offset + a, b - a, what)
             self._tick(b - a)
-        return bytes(buf)
+        return buf
 
     def _tick(self, n):
         self._done += n

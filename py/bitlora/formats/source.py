@@ -119,11 +119,14 @@ class BlobSource(Source):
 
     def read(self, offset, n):
         buf = self._reader.readAsArrayBuffer(self.blob.slice(offset, offset + n))
-        return bytes(buf.to_py())
+        return buf.to_bytes()
 
 
 def is_blob(x) -> bool:
-    return "pyodide" in sys.modules and type(x).__name__ == "JsProxy" and hasattr(x, "slice")
+    if "pyodide" not in sys.modules:
+        return False
+    from pyodide.ffi import JsProxy
+    return isinstance(x, JsProxy) and hasattr(x, "slice") and hasattr(x, "size")
 
 
 def as_source(x, name: str | None = None) -> Source:
