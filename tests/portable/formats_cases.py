@@ -39,3 +39,29 @@ async def case_load_checkpoint(dev, files: dict):
            "blob": type(ck._sources[0]).__name__}
     ck.close()
     return res
+
+
+async def case_ternary_throughput(dev, rows: int = 512, cols: int = 2560):
+    """Million weights per second of the host-side codecs (no assertions)."""
+    import random
+    import time
+    from bitlora.formats import ternary as T
+    n = rows * cols
+    rnd = random.Random(0)
+    codes = rnd.randbytes(n).translate(bytes(b % 3 for b in range(256)))
+    hp = T.hf_packed_from_codes(codes, rows, cols)
+    i2 = bytes(T.I2_S.encode(codes, n))
+    tq2 = bytes(T.TQ2_0.encode(codes, n))
+    tq1 = bytes(T.TQ1_0.encode(codes, n))
+    bf = rnd.randbytes(2 * n).translate(bytes(b if b % 2 == 0 else (b & 0x80) | 0x3C for b in range(256)))
+    out = {}
+    for name, f in [("pack", lambda: T.pack_codes(codes, rows, cols)),
+                    ("hf_packed", lambda: T.pack_codes(T.codes_from_hf_packed(hp, rows, cols), rows, cols)),
+                    ("i2_s", lambda: T.pack_codes(T.I2_S.decode(i2, n), rows, cols)),
+                    ("tq2_0", lambda: T.pack_codes(T.TQ2_0.decode(tq2, n), rows, cols)),
+                    ("tq1_0", lambda: T.pack_codes(T.TQ1_0.decode(tq1, n), rows, cols)),
+                    ("absmean_bf16", lambda: T.ternarize_absmean(bf, "bf16", n))]:
+        t0 = time.perf_counter()
+        f()
+        out[name] = round(n / max(time.perf_counter() - t0, 1e-9) / 1e6, 1)
+    return out
