@@ -318,3 +318,19 @@ def test_chunked_reads(tiny, which, monkeypatch):
         w = want[n]
         assert got == ((w.shape, bytes(w.packed), w.scale) if isinstance(w, TernaryTensor) else (w.shape, bytes(w.data), w.dtype)), n
     assert len(ticks) > len(ck.tensor_names()) and ticks[-1][0] == ticks[-1][1]
+
+
+def test_gguf_tokenizer_metadata(tiny):
+    """The converter's tokenizer.ggml.* keys give the same token ids as tokenizer.json
+    (through bitlora.tokenizer and through HF tokenizers)."""
+    from tokenizers import Tokenizer as HFTokenizer
+    from bitlora.tokenizer import Tokenizer
+    gg = open_checkpoint(tiny["tq2_0"])
+    hf = open_checkpoint(tiny["online_f32"])
+    md = gg.gguf_metadata
+    assert md["tokenizer.ggml.pre"] == "gpt-2"
+    assert md["tokenizer.ggml.bos_token_id"] == hf.config["bos_token_id"]
+    ours = Tokenizer.from_gguf_metadata(md)
+    ref = HFTokenizer.from_str(hf.tokenizer_json)
+    for text in ["The quick brown fox", "Hello, world!  I'm fine; 12345 tokens\n\nbye", "<|end_of_text|>x"]:
+        assert ours.encode(text) == ref.encode(text, add_special_tokens=False).ids, text

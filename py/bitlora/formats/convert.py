@@ -54,6 +54,16 @@ def float_array(ft) -> np.ndarray:
     return raw.astype(np.float32).reshape(ft.shape)
 
 
+def pre_tokenizer_name(tok: dict) -> str | None:
+    """llama.cpp's `tokenizer.ggml.pre` for a tokenizer.json: LLaMA-3 split or GPT-2 byte level."""
+    pre = json.dumps(tok.get("pre_tokenizer") or {})
+    if "(?i:'s|'t|'re|'ve|'m|'ll|'d)" in pre:
+        return "llama-bpe"
+    if '"ByteLevel"' in pre and '"use_regex": false' not in pre:
+        return "gpt-2"
+    return None
+
+
 def tokenizer_metadata(w: gguf.GGUFWriter, tok: dict, vocab_size: int):
     model = tok["model"]
     vocab = dict(model["vocab"])
@@ -66,13 +76,15 @@ def tokenizer_metadata(w: gguf.GGUFWriter, tok: dict, vocab_size: int):
     for i in range(vocab_size):
         if i not in by_id:
             tokens.append(f"[PAD{i}]")
-            types.append(gguf.TokenType.USER_DEFINED)
+            types.append(gguf.TokenType.UNUSED)
         else:
             tokens.append(by_id[i])
             types.append(gguf.TokenType.CONTROL if special.get(i) else
                          gguf.TokenType.USER_DEFINED if i in special else gguf.TokenType.NORMAL)
     merges = [m if isinstance(m, str) else " ".join(m) for m in model.get("merges", [])]
     w.add_tokenizer_model("gpt2")
+    if pre_tokenizer_name(tok):
+        w.add_tokenizer_pre(pre_tokenizer_name(tok))
     w.add_token_list(tokens)
     w.add_token_types(types)
     w.add_token_merges(merges)
