@@ -248,7 +248,7 @@ def test_dropout_mask_rate():
 
 
 # ----------------------------------------------------------------------------- kernels vs numpy
-@pytest.mark.parametrize("N,V", [(3, 1), (5, 300), (2, 1029)])
+@pytest.mark.parametrize("N,V", [(3, 1), (5, 300), (2, 1029), (2, 128256)])
 def test_cross_entropy(run_case, N, V):
     rng = np.random.default_rng(N * V)
     z = f32(rng.normal(size=(N, V)) * 3)
