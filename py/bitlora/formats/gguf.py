@@ -84,25 +84,32 @@ def tensor_nbytes(ttype: int, n: int, ne0: int, fn: str, name: str) -> int:
 class _Cursor:
     """Bounded, buffered sequential reader over a Source."""
 
+    _U64 = struct.Struct("<Q").unpack_from
+
     def __init__(self, src: Source, pos: int = 0):
-        self.src, self.pos = src, pos
-        self.buf, self.bpos = b"", 0
+        self.src = src
+        self.base, self.buf, self.bpos = pos, b"", 0       # buf holds file bytes from base
+
+    @property
+    def pos(self) -> int:
+        return self.base + self.bpos
 
     def remaining(self) -> int:
         return self.src.size - self.pos
 
-    def take(self, n: int, what: str) -> bytes:
+    def _refill(self, n: int, what: str):
         if n > self.remaining():
             raise FormatError(f"{self.src.name}: {what} needs {n} bytes at offset {self.pos}, "
                               f"only {self.remaining()} left: truncated or corrupt")
-        end = self.bpos + n
-        if end > len(self.buf):
-            want = max(n, 1 << 20)
-            want = min(want, self.remaining())
-            self.buf, self.bpos, end = self.src.read_exact(self.pos, want, what), 0, n
-        out = self.buf[self.bpos:end]
-        self.bpos = end
-        self.pos += n
+        pos = self.pos
+        want = min(max(n, 1 << 20), self.src.size - pos)
+        self.base, self.buf, self.bpos = pos, self.src.read_exact(pos, want, what), 0
+
+    def take(self, n: int, what: str) -> bytes:
+        if self.bpos + n > len(self.buf):
+            self._refill(n, what)
+        out = self.buf[self.bpos:self.bpos + n]
+        self.bpos += n
         return out
 
     def unpack(self, fmt: str, what: str):
@@ -110,15 +117,35 @@ class _Cursor:
         return struct.unpack(fmt, self.take(size, what))
 
     def string(self, what: str) -> str:
-        (n,) = self.unpack("<Q", what)
-        if n > self.remaining():
-            raise FormatError(f"{self.src.name}: {what}: string length {n} exceeds the "
-                              f"{self.remaining()} bytes left in the file: truncated or corrupt")
-        raw = self.take(n, what)
+        return self.strings(1, what)[0]
+
+    def strings(self, count: int, what: str) -> list[str]:
+        """count length-prefixed UTF-8 strings (the tokenizer arrays: ~400 k of them)."""
+        out = []
+        append, u64 = out.append, self._U64
+        buf, bpos = self.buf, self.bpos
         try:
-            return raw.decode("utf-8")
+            for _ in range(count):
+                if bpos + 8 > len(buf):
+                    self.bpos = bpos
+                    self._refill(8, what)
+                    buf, bpos = self.buf, 0
+                (n,) = u64(buf, bpos)
+                end = bpos + 8 + n
+                if end > len(buf):
+                    self.bpos = bpos
+                    if n > self.remaining() - 8:
+                        raise FormatError(f"{self.src.name}: {what}: string length {n} exceeds the "
+                                          f"{self.remaining() - 8} bytes left in the file: truncated or corrupt")
+                    self._refill(8 + n, what)
+                    buf, bpos = self.buf, 0
+                    end = 8 + n
+                append(buf[bpos + 8:end].decode("utf-8"))
+                bpos = end
         except UnicodeDecodeError as e:
             raise FormatError(f"{self.src.name}: {what}: invalid UTF-8") from e
+        self.bpos = bpos
+        return out
 
     def value(self, vtype: int, what: str, depth: int = 0):
         if vtype in _SCALAR:
@@ -137,6 +164,8 @@ class _Cursor:
                 if count * 8 > self.remaining():
                     raise FormatError(f"{self.src.name}: {what}: array of {count} items cannot fit in "
                                       f"the {self.remaining()} bytes left: truncated or corrupt")
+                if etype == 8:
+                    return self.strings(count, what)
                 return [self.value(etype, what, depth + 1) for _ in range(count)]
             raise FormatError(f"{self.src.name}: {what}: unknown array element type {etype}")
         raise FormatError(f"{self.src.name}: {what}: unknown metadata value type {vtype}")
