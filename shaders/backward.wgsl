@@ -19,8 +19,8 @@
 //   code (word >> 2*(i%16)) & 3 of word o*ceil(I/16) + i/16, t = code - 1).
 //   0 params {N, I, O, scale, accumulate} | 1 dy[N, O] read | 2 w_packed[O, I/16] read |
 //   3 dx[N, I] read_write
-//   dispatch: groups (ceil(ceil(I/16) / 16), ceil(N/16)); a workgroup (256) owns 16
-//   rows x 16 words (256 columns) of dx, one thread per (row, word).
+//   dispatch: groups (ceil(ceil(I/16) / 16), ceil(N/64)); a workgroup (256) owns 64
+//   rows x 16 words (256 columns) of dx; a thread owns 4 rows x one word.
 //
 // linear_backward_input   y = x W^T with a dense float W[O, I] (lm_head / tied
 //   embedding, W = E[V, C]): dx = scale * dy W
@@ -114,45 +114,56 @@ struct LinParams { n: u32, i: u32, o: u32, scale: f32, accumulate: u32 };
 @group(0) @binding(1) var<storage, read> bl_dy: array<f32>;
 @group(0) @binding(2) var<storage, read> bl_w: array<u32>;
 @group(0) @binding(3) var<storage, read_write> bl_dx: array<f32>;
-var<workgroup> bl_dy_sh: array<array<f32, 16>, 16>;  // [row][o]
+var<workgroup> bl_dy_sh: array<array<f32, 16>, 64>;  // [row][o]
 var<workgroup> bl_w_sh: array<array<u32, 16>, 16>;   // [o][word]
 
+// A 64-row x 16-word (256-column) tile of dx per workgroup; thread (r, c) owns rows
+// r + 16a (a < 4) and the 16 columns of word c. A word is decoded once per 4 rows.
 @compute @workgroup_size(WG)
 fn bitlinear_backward_input(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
     let lid = lid3.x;
-    let r = lid / 16u;   // row in tile
-    let c = lid % 16u;   // word in tile
+    let r = lid / 16u;
+    let c = lid % 16u;
+    let N = bl_p.n;
+    let O = bl_p.o;
     let W = (bl_p.i + 15u) / 16u;
-    let n = wid.y * 16u + r;
+    let n0 = wid.y * 64u;
     let word = wid.x * 16u + c;
-    var acc: array<f32, 16>;
-    for (var b = 0u; b < 16u; b++) { acc[b] = 0.0; }
-    for (var o0 = 0u; o0 < bl_p.o; o0 += 16u) {
-        let o_ld = o0 + c;      // this thread loads dy[n, o0 + c] ...
-        var dv = 0.0;
-        if (n < bl_p.n && o_ld < bl_p.o) { dv = bl_dy[n * bl_p.o + o_ld]; }
-        bl_dy_sh[r][c] = dv;
-        let o_w = o0 + r;       // ... and word (o0 + r, word); padding code 1 = zero weight
-        var wv = 0x55555555u;
-        if (o_w < bl_p.o && word < W) { wv = bl_w[o_w * W + word]; }
+    var acc: array<array<f32, 16>, 4>;
+    for (var a = 0u; a < 4u; a++) { for (var b = 0u; b < 16u; b++) { acc[a][b] = 0.0; } }
+    for (var o0 = 0u; o0 < O; o0 += 16u) {
+        for (var a = 0u; a < 4u; a++) {       // dy tile: 64 rows x 16 o, coalesced along o
+            let n = n0 + r + 16u * a;
+            var dv = 0.0;
+            if (n < N && o0 + c < O) { dv = bl_dy[n * O + o0 + c]; }
+            bl_dy_sh[r + 16u * a][c] = dv;
+        }
+        var wv = 0x55555555u;                 // padding code 1 = zero weight
+        if (o0 + r < O && word < W) { wv = bl_w[(o0 + r) * W + word]; }
         bl_w_sh[r][c] = wv;
         workgroupBarrier();
         for (var oo = 0u; oo < 16u; oo++) {
-            let d = bl_dy_sh[r][oo];
             let wd = bl_w_sh[oo][c];
-            for (var b = 0u; b < 16u; b++) {
-                acc[b] += d * (f32((wd >> (2u * b)) & 3u) - 1.0);
+            var t: array<f32, 16>;
+            for (var b = 0u; b < 16u; b++) { t[b] = f32((wd >> (2u * b)) & 3u) - 1.0; }
+            for (var a = 0u; a < 4u; a++) {
+                let d = bl_dy_sh[r + 16u * a][oo];
+                for (var b = 0u; b < 16u; b++) { acc[a][b] += d * t[b]; }
             }
         }
         workgroupBarrier();
     }
-    if (n >= bl_p.n) { return; }
-    for (var b = 0u; b < 16u; b++) {
-        let i = word * 16u + b;
-        if (i < bl_p.i) {
-            let g = bl_p.scale * acc[b];
-            let j = n * bl_p.i + i;
-            if (bl_p.accumulate != 0u) { bl_dx[j] = bl_dx[j] + g; } else { bl_dx[j] = g; }
+    for (var a = 0u; a < 4u; a++) {
+        let n = n0 + r + 16u * a;
+        if (n < N) {
+            for (var b = 0u; b < 16u; b++) {
+                let i = word * 16u + b;
+                if (i < bl_p.i) {
+                    let g = bl_p.scale * acc[a][b];
+                    let j = n * bl_p.i + i;
+                    if (bl_p.accumulate != 0u) { bl_dx[j] = bl_dx[j] + g; } else { bl_dx[j] = g; }
+                }
+            }
         }
     }
 }

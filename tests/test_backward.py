@@ -295,7 +295,8 @@ def test_rmsnorm_backward(run_case, N, C, acc):
     assert_close(np.array(r) - (dx0.ravel() if acc else 0), want, 1e-5, "rmsnorm dx", scale=terms)
 
 
-@pytest.mark.parametrize("N,I,O,acc", [(1, 1, 1, False), (17, 33, 40, True), (5, 300, 19, False)])
+@pytest.mark.parametrize("N,I,O,acc", [(1, 1, 1, False), (17, 33, 40, True), (5, 300, 19, False),
+                                        (70, 270, 21, True)])
 def test_bitlinear_backward_input(run_case, N, I, O, acc):
     rng = np.random.default_rng(N * I * O)
     t = rng.integers(-1, 2, size=(O, I))
