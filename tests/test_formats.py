@@ -230,6 +230,9 @@ def test_hf_packed_roundtrip_matches_transformers():
     codes = T.codes_from_hf_packed(hp, 12, 7)
     np.testing.assert_array_equal(np.frombuffer(codes, np.uint8).reshape(12, 7).astype(np.int8) - 1, t)
     assert T.hf_packed_from_codes(codes, 12, 7) == hp
+    t = rng.integers(-1, 2, (8, 32)).astype(np.int8)
+    hp = pack_weights(torch.tensor(t, dtype=torch.int8)).numpy().tobytes()
+    assert T.packed_from_hf_packed(hp, 8, 32) == T.pack_codes(T.codes_from_hf_packed(hp, 8, 32), 8, 32)
 
 
 @pytest.mark.parametrize("fmt", ["TQ1_0", "TQ2_0", "I2_S"])
@@ -243,6 +246,7 @@ def test_block_format_roundtrip_and_reference(fmt):
     codes = (t + 1).astype(np.uint8).tobytes()
     enc = F.encode(codes, n)
     assert F.decode(bytes(enc), n) == codes
+    assert F.decode_packed(bytes(enc), n) == T.pack_codes(codes, 9, F.W)      # direct path
     if fmt == "I2_S":
         ref = i2s_bytes(t, 0.5).tobytes()
         assert bytes(enc) == ref[:n // 4]

@@ -56,10 +56,10 @@ async def case_ternary_throughput(dev, rows: int = 512, cols: int = 2560):
     bf = rnd.randbytes(2 * n).translate(bytes(b if b % 2 == 0 else (b & 0x80) | 0x3C for b in range(256)))
     out = {}
     for name, f in [("pack", lambda: T.pack_codes(codes, rows, cols)),
-                    ("hf_packed", lambda: T.pack_codes(T.codes_from_hf_packed(hp, rows, cols), rows, cols)),
-                    ("i2_s", lambda: T.pack_codes(T.I2_S.decode(i2, n), rows, cols)),
-                    ("tq2_0", lambda: T.pack_codes(T.TQ2_0.decode(tq2, n), rows, cols)),
-                    ("tq1_0", lambda: T.pack_codes(T.TQ1_0.decode(tq1, n), rows, cols)),
+                    ("hf_packed", lambda: T.packed_from_hf_packed(hp, rows, cols)),
+                    ("i2_s", lambda: T.I2_S.decode_packed(i2, n)),
+                    ("tq2_0", lambda: T.TQ2_0.decode_packed(tq2, n)),
+                    ("tq1_0", lambda: T.TQ1_0.decode_packed(tq1, n)),
                     ("absmean_bf16", lambda: T.ternarize_absmean(bf, "bf16", n))]:
         t0 = time.perf_counter()
         f()

@@ -311,6 +311,7 @@ class GGUFCheckpoint(Checkpoint):
             return FloatTensor(shape, FLOAT_TYPES[ttype], data)
         O, I = shape
         n = O * I
+        fast = I % 16 == 0                 # rows need no padding: decode straight to our layout
         if ttype in (TQ1_0, TQ2_0):
             fmt = T.TQ1_0 if ttype == TQ1_0 else T.TQ2_0
             sc = T.tq_scale(data, fmt, n)
@@ -318,15 +319,18 @@ class GGUFCheckpoint(Checkpoint):
                 raise FormatError(f"{fn}: tensor {gname!r}: {fmt.name} blocks carry different scales; "
                                   f"only one scale per tensor (BitNet ternary weights) is supported")
             scale, zero = sc
-            codes = T.zero_blocks(fmt.decode(data, n), fmt.W, zero)
+            if fast and not zero:
+                packed = fmt.decode_packed(data, n)
+            else:
+                packed = T.pack_codes(T.zero_blocks(fmt.decode(data, n), fmt.W, zero), O, I)
         elif ttype == I2_S:
-            codes = T.I2_S.decode(data, n)
             scale = struct.unpack_from("<f", data, n // 4)[0]
+            packed = T.I2_S.decode_packed(data, n) if fast else T.pack_codes(T.I2_S.decode(data, n), O, I)
         else:
             dt = FLOAT_TYPES[ttype]
             got = T.exact_ternary(data, dt, n)
             codes, scale = got if got is not None else T.ternarize_absmean(data, dt, n)
-        packed = T.pack_codes(codes, O, I)
+            packed = T.pack_codes(codes, O, I)
         if not T.check_codes_packed(packed):
             raise FormatError(f"{fn}: tensor {gname!r}: invalid 2-bit code 3 in ternary data")
         return TernaryTensor((O, I), packed, scale)

@@ -143,7 +143,6 @@ class HFCheckpoint(Checkpoint):
                 scale = T.f32(1.0 / ws)
             else:
                 scale = T.f32(ws)
-            codes = T.codes_from_hf_packed(data, O, I)
-        else:
-            codes, scale = T.ternarize_absmean(data, FLOAT_DTYPES[t.dtype], O * I)
+            return TernaryTensor((O, I), T.packed_from_hf_packed(data, O, I), scale)
+        codes, scale = T.ternarize_absmean(data, FLOAT_DTYPES[t.dtype], O * I)
         return TernaryTensor((O, I), T.pack_codes(codes, O, I), scale)

@@ -92,6 +92,18 @@ def codes_from_hf_packed(packed: bytes, rows: int, cols: int) -> bytes:
     return b"".join([packed.translate(_EXT[i]) for i in range(4)])
 
 
+_EXT_SHL = [[_table(lambda b, i=i, k=k: ((b >> (2 * i)) & 3) << (2 * k)) for k in range(4)] for i in range(4)]
+
+
+def packed_from_hf_packed(packed: bytes, rows: int, cols: int) -> bytes:
+    """HF packed uint8 [O/4, I] straight to our layout (one pass per plane, no codes)."""
+    if cols % WEIGHTS_PER_WORD:
+        return pack_codes(codes_from_hf_packed(packed, rows, cols), rows, cols)
+    m = rows // 4 * cols // 4                    # our bytes per plane
+    return b"".join([_add([packed[k::4].translate(_EXT_SHL[i][k]) for k in range(4)], m)
+                     for i in range(4)])
+
+
 def hf_packed_from_codes(codes: bytes, rows: int, cols: int) -> bytes:
     q = rows // 4 * cols
     return _add([codes[i * q:(i + 1) * q].translate(_SHL[i]) for i in range(4)], q)
@@ -108,6 +120,10 @@ class BlockFormat:
         self.by_byte = {}
         for w, off, dec, enc in spec:
             self.by_byte.setdefault(off, []).append((w, enc))
+        by_w = {w: (off, dec) for w, off, dec, _ in spec}
+        # our packed byte g of a block = weights 4g..4g+3, each from its own byte and field
+        self.groups = [[(by_w[4 * g + t][0], bytes((d & 3) << (2 * t) for d in by_w[4 * g + t][1]))
+                        for t in range(4)] for g in range(W // 4)]
 
     def decode(self, data: bytes, n: int) -> bytes:
         """Blocks -> codes[n] (scales ignored here)."""
@@ -115,6 +131,15 @@ class BlockFormat:
         out = bytearray(n)
         for w, off, dec, _ in self.spec:
             out[w::self.W] = data[off:nb * self.BS:self.BS].translate(dec)
+        return bytes(out)
+
+    def decode_packed(self, data: bytes, n: int) -> bytes:
+        """Blocks -> our packed bytes for n weights in flat order (rows must be a
+        multiple of 16 long so rows need no padding)."""
+        nb, G = n // self.W, self.W // 4
+        out = bytearray(n // 4)
+        for g, parts in enumerate(self.groups):
+            out[g::G] = _add([data[off:nb * self.BS:self.BS].translate(tab) for off, tab in parts], nb)
         return bytes(out)
 
     def encode(self, codes: bytes, n: int) -> bytearray:
