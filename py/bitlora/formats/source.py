@@ -77,34 +77,44 @@ class FileSource(Source):
 
 
 class UrlSource(Source):
-    """HTTP(S) with Range requests (natively). The server must honour Range."""
+    """HTTP(S), natively (urllib). Reads use Range requests; a server that ignores
+    Range gets the file downloaded once into a temporary file instead. (In the
+    browser, fetch the file in JS and pass the Blob.)"""
 
     def __init__(self, url: str):
         import urllib.request
         self.name = url
         self._urlopen = urllib.request.urlopen
         self._Request = urllib.request.Request
+        self._file = None
         req = self._Request(url, headers={"Range": "bytes=0-0"})
         try:
             with self._urlopen(req) as r:
                 cr = r.headers.get("Content-Range")
-                if cr and "/" in cr:
+                if r.status == 206 and cr and "/" in cr and cr.rsplit("/", 1)[1].isdigit():
                     self.size = int(cr.rsplit("/", 1)[1])
-                elif r.status == 200:
-                    self.size = int(r.headers.get("Content-Length", "0"))
-                else:
-                    raise FormatError(f"{url}: no Content-Range in the reply")
+                    return
+                import shutil
+                import tempfile
+                self._file = tempfile.TemporaryFile()
+                shutil.copyfileobj(r, self._file, 1 << 20)
+                self.size = self._file.tell()
         except OSError as e:
             raise FormatError(f"{url}: cannot open: {e}") from e
 
     def read(self, offset, n):
         if n == 0:
             return b""
+        if self._file is not None:
+            self._file.seek(offset)
+            return self._file.read(n)
         req = self._Request(self.name, headers={"Range": f"bytes={offset}-{offset + n - 1}"})
         with self._urlopen(req) as r:
-            if r.status == 200:                   # Range ignored: skip to offset
-                r.read(offset)
             return r.read(n)
+
+    def close(self):
+        if self._file is not None:
+            self._file.close()
 
 
 class BlobSource(Source):
