@@ -235,6 +235,7 @@ _CLR7 = _table(lambda b: b & 0x7F)
 _SGN = _table(lambda b: b >> 7)
 _COMBINE = _table(lambda v: (v // 3 if v // 3 != 1 else v % 3) if v < 9 else 0)
 _FINAL = _table(lambda v: 1 if v < 2 else (2 if v % 2 == 0 else 0))   # state*2 + sign -> code
+_FIN2 = bytes([1, 1, 2, 2, 0, 0, 1, 2, 1, 0] + [1] * 246)
 _INF = {"f32": 0x7F800000, "f16": 0x7C00, "bf16": 0x7F80}
 
 
@@ -258,6 +259,12 @@ def codes_from_threshold(data: bytes, dtype: str, n: int, thr: int) -> bytes:
     k = ITEM[dtype]
     tb = thr.to_bytes(k, "little")
     top = data[k - 1::k]
+    if k == 2:      # one combine: top byte decides (0 below, 2/4 above +/-) or defers (6/8 equal +/-)
+        ta = _table(lambda b: (lambda mag, neg: 0 if mag < tb[1] else (4 if neg else 2) if mag > tb[1]
+                               else (8 if neg else 6))(b & 0x7F, b >> 7))
+        ge = _table(lambda b: int(b >= tb[0]))
+        x = int.from_bytes(top.translate(ta), "little") | int.from_bytes(data[0::2].translate(ge), "little")
+        return x.to_bytes(n, "little").translate(_FIN2)
     sign = top.translate(_SGN)
     state = top.translate(_CLR7).translate(_cmp_table(tb[k - 1]))
     for j in range(k - 2, -1, -1):
