@@ -340,3 +340,21 @@ def test_gguf_tokenizer_metadata(tiny):
     ref = HFTokenizer.from_str(hf.tokenizer_json)
     for text in ["The quick brown fox", "Hello, world!  I'm fine; 12345 tokens\n\nbye", "<|end_of_text|>x"]:
         assert ours.encode(text) == ref.encode(text, add_special_tokens=False).ids, text
+
+
+def test_tq_block_scales():
+    """One scale per tensor: all-zero blocks may carry d = 0; differing scales are refused."""
+    n = 256 * 3
+    codes = bytearray(np.random.default_rng(5).integers(0, 3, n, dtype=np.uint8).tobytes())
+    codes[256:512] = b"\x01" * 256
+    F = T.TQ2_0
+    blocks = F.encode(bytes(codes), n)
+    d = struct.pack("<e", 0.5)
+    for b, dd in enumerate([d, b"\0\0", d]):
+        blocks[b * F.BS + 64:b * F.BS + 66] = dd
+    assert T.tq_scale(bytes(blocks), F, n) == (0.5, [1])
+    blocks[1 * F.BS] = 0x00                        # garbage codes under d = 0 count as zeros
+    scale, zero = T.tq_scale(bytes(blocks), F, n)
+    assert T.zero_blocks(F.decode(bytes(blocks), n), F.W, zero) == bytes(codes)
+    blocks[2 * F.BS + 64:2 * F.BS + 66] = struct.pack("<e", 0.25)
+    assert T.tq_scale(bytes(blocks), F, n) is None
