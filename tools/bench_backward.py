@@ -8,7 +8,8 @@ Seen on one NVIDIA H200 (wgpu-native, Vulkan), B=2 T=256 (N=512), ms per call:
 cross_entropy 1.98, lm_head (bf16 E, 8 vocabulary chunks) 355 (~0.95 TFLOP/s),
 rmsnorm 0.15, bitlinear q 4.6 / gate 12.0 / down 9.7, relu2 0.19, rope q 0.15,
 attention 5.9, lora forward 0.25, lora backward 0.77. So one layer's backward is
-about 50 ms and the lm_head dominates the head.
+about 50 ms and the lm_head dominates the head. (bitlinear timed before its 64-row
+tiles, commit "64-row tiles"; not re-timed since.)
 """
 import argparse
 import time
