@@ -1,6 +1,7 @@
 """The `bitlora` command line.
 
     bitlora serve [--host 127.0.0.1] [--port 8765]   the web app, Pyodide and the wheel
+    bitlora train [--model M] [--data D] [--out DIR] ...  LoRA finetuning (alpaca-lora flags)
     bitlora bench optim --params N                    optimizer step benchmark (native)
     bitlora info                                      the native GPU adapter and its limits
 """
@@ -32,6 +33,21 @@ def cmd_serve(args) -> int:
     return 0
 
 
+def cmd_train(args) -> int:
+    from bitlora.config import ConfigError, TrainConfig
+
+    try:
+        cfg = TrainConfig.from_cli(args)
+    except ConfigError as e:
+        print(f"bitlora train: {e}", file=sys.stderr)
+        return 2
+    if cfg.backend == "browser":
+        from .train_browser import train_in_browser
+        return train_in_browser(cfg)
+    from .train_native import train_native
+    return train_native(cfg)
+
+
 def cmd_info(args) -> int:
     from bitlora import gpu
 
@@ -46,7 +62,8 @@ def cmd_bench(args) -> int:
     except ImportError as e:
         print(f"bitlora bench: benchmarks unavailable ({e})", file=sys.stderr)
         return 2
-    return bench.run_cli(args)
+    bench.main_optim(args)
+    return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -59,16 +76,24 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--quiet", action="store_true", help="do not log requests")
     s.set_defaults(func=cmd_serve)
 
+    s = sub.add_parser("train", help="LoRA-finetune a BitNet model on Alpaca-format data",
+                       description="LoRA finetuning with alpaca-lora-style flags. Defaults: the built-in "
+                                   "demo model and dataset. Writes OUT/adapter_config.json, "
+                                   "OUT/adapter_model.safetensors and OUT/metrics.jsonl.")
+    from bitlora.config import TrainConfig
+    TrainConfig.add_cli_args(s)
+    s.set_defaults(func=cmd_train)
+
     s = sub.add_parser("info", help="show the native GPU adapter and its limits")
     s.set_defaults(func=cmd_info)
 
     s = sub.add_parser("bench", help="benchmarks that print figures")
-    s.add_argument("what", choices=["optim"], help="what to measure")
-    s.add_argument("--params", type=int, default=1 << 24, help="number of f32 parameters (default 2^24)")
-    s.add_argument("--tensors", type=int, default=200, help="how many tensors they are split into")
-    s.add_argument("--iters", type=int, default=50, help="timed steps")
-    s.add_argument("--torch", action="store_true", help="also time torch clip_grad_norm_ + AdamW")
-    s.set_defaults(func=cmd_bench)
+    bsub = s.add_subparsers(dest="what", required=True)
+    b = bsub.add_parser("optim", help="one fused optimizer step (norm, clip, scale, AdamW, zeroing) "
+                                      "beside torch clip_grad_norm_ + fused AdamW where CUDA is present")
+    from bitlora.bench import add_optim_args
+    add_optim_args(b)
+    b.set_defaults(func=cmd_bench)
     return p
 
 

@@ -5,9 +5,14 @@ so the same `await`-based code above runs unchanged under CPython's asyncio.
 """
 from __future__ import annotations
 
-import wgpu
+import os
+import tempfile
 
-from .device import RAISED_LIMITS, GPUError, GPUUnavailable, MAP_READ, COPY_DST
+os.environ.setdefault("XDG_RUNTIME_DIR", tempfile.gettempdir())  # quiets Mesa on headless machines
+
+import wgpu  # noqa: E402
+
+from .device import COPY_DST, COPY_SRC, MAP_READ, RAISED_LIMITS, GPUError, GPUUnavailable  # noqa: E402
 
 
 def _hyphen(name: str) -> str:
@@ -134,7 +139,11 @@ class NativeBackend:
             raise GPUError(f"submit failed: {e}") from None
 
     async def wait_idle(self):
-        self.queue.on_submitted_work_done_sync()
+        # queue.on_submitted_work_done_sync() fails in wgpu-py 0.32 (a cffi TypeError);
+        # reading a tiny buffer waits for all submitted work just the same.
+        if not hasattr(self, "_fence"):
+            self._fence = self.device.create_buffer(size=4, usage=COPY_SRC)
+        self.queue.read_buffer(self._fence)
 
     def take_error(self):
         err, self._error = self._error, None
