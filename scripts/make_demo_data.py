@@ -8,7 +8,7 @@ steps: uppercase a word, reverse a short list, sort a few numbers, add two small
 numbers, give an opposite, count letters, repeat a phrase, even or odd, first
 letter. Deterministic: the same seed gives the same file, byte for byte.
 
-The word lists and the `facts()` sentences are also used by
+The word lists and the `fact()` sentences are also used by
 scripts/make_demo_model.py to pretrain the demo model on the same skills in a
 plain-sentence format, so that LoRA only has to learn the Alpaca format.
 
@@ -136,38 +136,45 @@ def make_records(seed: int = 0, per_task: int = 40) -> list[dict]:
     return records
 
 
-def facts(rng: random.Random) -> str:
+def fact(rng: random.Random) -> tuple[str, str, str]:
     """One plain sentence stating a fact of one of the tasks' skills, in a format
-    unlike the Alpaca prompt. Used to pretrain the demo model (make_demo_model.py)."""
+    unlike the Alpaca prompt, as (prefix, answer, suffix); the sentence is their
+    concatenation. Used to pretrain and probe the demo model (make_demo_model.py)."""
     k = rng.randrange(10)
     w = rng.choice(WORDS)
     if k == 0:
-        return f"{w} in capitals is {w.upper()}."
+        return f"{w} in {rng.choice(['capitals', 'capital letters', 'upper case'])} is ", w.upper(), "."
     if k == 1:
         ws = rng.sample(WORDS, rng.randint(2, 5))
-        return f"{', '.join(ws)} backwards is {', '.join(reversed(ws))}."
+        return f"{', '.join(ws)} backwards is ", ", ".join(reversed(ws)), "."
     if k == 2:
         ns = rng.sample(range(1, 30), rng.randint(2, 5))
-        return f"{' '.join(map(str, ns))} sorted is {' '.join(map(str, sorted(ns)))}."
+        return f"{' '.join(map(str, ns))} sorted is ", " ".join(map(str, sorted(ns))), "."
     if k == 3:
         a, b = rng.randint(0, 12), rng.randint(0, 12)
-        return rng.choice([f"{a} + {b} = {a + b}.", f"{a} plus {b} makes {a + b}."])
+        return rng.choice([f"{a} + {b} = ", f"{a} plus {b} makes "]), str(a + b), "."
     if k == 4:
         o = rng.choice(sorted(OPPOSITE))
-        return f"the opposite of {o} is {OPPOSITE[o]}."
+        return f"the opposite of {o} is ", OPPOSITE[o], "."
     if k == 5:
-        return f"the word {w} has {len(w)} letters."
+        return f"the word {w} has ", str(len(w)), " letters."
     if k == 6:
         p, n = rng.choice(PHRASES), rng.choice(sorted(TIMES))
-        return f"{p} said {TIMES[n]} times is {' '.join([p] * n)}."
+        return f"{p} said {TIMES[n]} times is ", " ".join([p] * n), "."
     if k == 7:
         n = rng.randint(0, 99)
-        return f"{n} is {'even' if n % 2 == 0 else 'odd'}."
+        return f"{n} is ", "even" if n % 2 == 0 else "odd", "."
     if k == 8:
-        return f"the word {w} starts with {w[0]}."
+        return f"the word {w} starts with ", w[0], "."
     a, c, t = rng.choice(ANIMALS), rng.choice(COLOURS), rng.choice(THINGS + FRUITS)
-    return rng.choice([f"the {c} {a} has a {t}.", f"a {a} sees the {c} {t}.",
-                       f"the {a} likes the {t}.", f"{NUMBER_WORDS[rng.randint(2, 10)]} {a}s sit by the {t}."])
+    return rng.choice([(f"the {c} {a} has a ", t, "."), (f"a {a} sees the {c} ", t, "."),
+                       (f"the {a} likes the ", t, "."),
+                       (f"{NUMBER_WORDS[rng.randint(2, 10)]} {a}s sit by the ", t, ".")])
+
+
+def facts(rng: random.Random) -> str:
+    """One fact sentence (see `fact`)."""
+    return "".join(fact(rng))
 
 
 def main() -> None:
