@@ -104,3 +104,20 @@ def test_gguf_matches_hf_folder():
                 assert a.packed == b.packed and abs(a.scale - b.scale) <= 1e-7 * abs(a.scale), name
             else:
                 assert (a.dtype, bytes(a.data)) == (b.dtype, bytes(b.data)), name
+
+
+def test_bitlora_tokenizer_matches_hf_on_the_demo(records):
+    hf_tokenizers = pytest.importorskip("tokenizers")
+    from bitlora.formats.checkpoint import open_checkpoint
+    from bitlora.tokenizer import Tokenizer
+    hf = hf_tokenizers.Tokenizer.from_file(str(MODEL_DIR / "tokenizer.json"))
+    ours = Tokenizer.from_json((MODEL_DIR / "tokenizer.json").read_text(),
+                               json.loads((MODEL_DIR / "tokenizer_config.json").read_text()))
+    with open_checkpoint(MODEL_GGUF) as gg:
+        ours_gguf = Tokenizer.from_gguf_metadata(gg.gguf_metadata)
+    texts = [f"### Instruction:\n{r['instruction']}\n\n### Input:\n{r['input']}\n\n### Response:\n{r['output']}"
+             for r in records[:100]] + ["Héllo wörld! it's   x\n\n\ty 123456"]
+    for t in texts:
+        want = hf.encode(t, add_special_tokens=True).ids
+        assert want[0] == 0 and ours.encode(t, add_special_tokens=True) == want, t
+        assert ours_gguf.encode(t, add_special_tokens=True) == want, t
