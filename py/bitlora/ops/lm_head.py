@@ -1,0 +1,18 @@
+"""Wrapper for shaders/lm_head.wgsl: the dense output head over a weight kept in row
+chunks (linear_backward_input is in ops/backward.py). Browser-safe: stdlib + bitlora."""
+from __future__ import annotations
+
+import struct
+
+from ._check import need
+
+
+async def linear_forward(dev, x, chunks, y, N: int, I: int, O: int, x_row0: int = 0, x_step: int = 1) -> None:
+    """x[.., I] (rows x_row0 + n*x_step, n < N), chunks = [(v0, Oc, w[Oc, I] buffer), ...]
+    covering O rows -> y[N, O] = x W^T."""
+    need(x, (x_row0 + (N - 1) * x_step + 1) * I, "x", "linear_forward")
+    need(y, N * O, "y", "linear_forward")
+    k = await dev.kernel("lm_head.wgsl", "linear_forward")
+    for v0, oc, w in chunks:
+        need(w, oc * I, "w", "linear_forward")
+        dev.dispatch(k, [x, w, y], groups=(-(-oc // 64), -(-N // 8), 1), params=struct.pack("<IIIIIII", N, I, oc, O, v0, x_row0, x_step))

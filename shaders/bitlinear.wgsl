@@ -1,0 +1,100 @@
+// bitlinear.wgsl — BitNet b1.58's BitLinear forward, y = actquant(x) (t * scale)^T,
+// in two passes so one quantised input feeds several projections (q, k, v; gate, up).
+//
+// actquant_forward   per-token absmax int8 quantisation (HF ActQuant):
+//   s[n] = 127 / max(max_i |x[n, i]|, 1e-5),  xq[n, i] = clamp(round(x[n, i] * s[n]), -128, 127)
+//   WGSL round() rounds half to even, like torch.round. xq holds the integers as f32.
+//   0 params {N, I} | 1 x[N, I] read | 2 xq[N, I] write | 3 s[N] write
+//   dispatch: one workgroup (256) per row: N workgroups split over x, y
+//
+// bitlinear_forward   y[n, o] (= or +=) (sum_i xq[n, i] t[o, i]) * scale / s[n]
+//   The dot products of integers are exact in f32 (|sum| < 2^24 for I < 131072).
+//   t from w_packed[O, ceil(I/16)] u32 (formats/tensors.py: weight (o, i) is code
+//   (word >> 2*(i%16)) & 3 of word o*ceil(I/16) + i/16, t = code - 1); never expanded.
+//   accumulate = 1 adds into y (o_proj and down_proj write into the residual stream).
+//   0 params {N, I, O, scale, accumulate} | 1 xq[N, I] read | 2 s[N] read |
+//   3 w_packed[O, ceil(I/16)] u32 read | 4 y[N, O] read_write
+//   dispatch: groups (ceil(O/64), ceil(N/8)); a workgroup (64) owns 64 outputs x 8 rows,
+//   a thread one output for 8 rows; xq is staged through workgroup memory 256 columns
+//   (16 words) at a time.
+
+const WG: u32 = 256u;
+struct QuantParams { n: u32, i: u32 };
+@group(0) @binding(0) var<uniform> qp: QuantParams;
+@group(0) @binding(1) var<storage, read> q_x: array<f32>;
+@group(0) @binding(2) var<storage, read_write> q_xq: array<f32>;
+@group(0) @binding(3) var<storage, read_write> q_s: array<f32>;
+var<workgroup> q_sh: array<f32, WG>;
+
+@compute @workgroup_size(WG)
+fn actquant_forward(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>,
+                    @builtin(num_workgroups) nw: vec3<u32>) {
+    let lid = lid3.x;
+    let n = wid.x + wid.y * nw.x;
+    if (n >= qp.n) { return; }
+    let base = n * qp.i;
+    var m = 0.0;
+    for (var i = lid; i < qp.i; i += WG) { m = max(m, abs(q_x[base + i])); }
+    q_sh[lid] = m;
+    workgroupBarrier();
+    for (var st = WG / 2u; st > 0u; st = st >> 1u) {
+        if (lid < st) { q_sh[lid] = max(q_sh[lid], q_sh[lid + st]); }
+        workgroupBarrier();
+    }
+    let s = 127.0 / max(q_sh[0], 1e-5);
+    for (var i = lid; i < qp.i; i += WG) { q_xq[base + i] = clamp(round(q_x[base + i] * s), -128.0, 127.0); }
+    if (lid == 0u) { q_s[n] = s; }
+}
+
+const TO: u32 = 64u;   // outputs per workgroup (one per thread)
+const TN: u32 = 8u;    // rows per workgroup
+const KW: u32 = 16u;   // packed words per staged chunk (256 columns)
+struct LinParams { n: u32, i: u32, o: u32, scale: f32, accumulate: u32 };
+@group(0) @binding(0) var<uniform> lp: LinParams;
+@group(0) @binding(1) var<storage, read> l_xq: array<f32>;
+@group(0) @binding(2) var<storage, read> l_s: array<f32>;
+@group(0) @binding(3) var<storage, read> l_w: array<u32>;
+@group(0) @binding(4) var<storage, read_write> l_y: array<f32>;
+var<workgroup> l_xsh: array<array<f32, 256>, TN>;  // [row][column in chunk]
+
+@compute @workgroup_size(TO)
+fn bitlinear_forward(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
+    let lid = lid3.x;
+    let o = wid.x * TO + lid;
+    let n0 = wid.y * TN;
+    let words = (lp.i + 15u) / 16u;
+    var acc: array<f32, TN>;
+    for (var r = 0u; r < TN; r++) { acc[r] = 0.0; }
+    for (var w0 = 0u; w0 < words; w0 += KW) {
+        // stage xq[n0 .. n0+TN, 16*w0 .. 16*w0 + 256] (zeros past the edges)
+        for (var e = lid; e < TN * 256u; e += TO) {
+            let r = e / 256u;
+            let col = w0 * 16u + e % 256u;
+            var v = 0.0;
+            if (n0 + r < lp.n && col < lp.i) { v = l_xq[(n0 + r) * lp.i + col]; }
+            l_xsh[r][e % 256u] = v;
+        }
+        workgroupBarrier();
+        if (o < lp.o) {
+            let wend = min(w0 + KW, words);
+            for (var w = w0; w < wend; w++) {
+                let word = l_w[o * words + w];
+                let cb = (w - w0) * 16u;
+                for (var k = 0u; k < 16u; k++) {
+                    let t = f32((word >> (2u * k)) & 3u) - 1.0;
+                    for (var r = 0u; r < TN; r++) { acc[r] += l_xsh[r][cb + k] * t; }
+                }
+            }
+        }
+        workgroupBarrier();
+    }
+    if (o >= lp.o) { return; }
+    for (var r = 0u; r < TN; r++) {
+        let n = n0 + r;
+        if (n < lp.n) {
+            let v = acc[r] * lp.scale / l_s[n];
+            let a = n * lp.o + o;
+            if (lp.accumulate != 0u) { l_y[a] = l_y[a] + v; } else { l_y[a] = v; }
+        }
+    }
+}

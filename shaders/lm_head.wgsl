@@ -1,0 +1,56 @@
+// lm_head.wgsl — dense (unquantised) linear layer for the output head, forward:
+// logits = x W^T with W[V, C] f32 (the tied embedding or an untied lm_head; HF's
+// lm_head is a plain nn.Linear, not a BitLinear). W may be split into row chunks,
+// each its own buffer under maxStorageBufferBindingSize: one dispatch per chunk,
+// writing columns [v0, v0 + Oc) of y. (linear_backward_input is in backward.wgsl.)
+//
+// linear_forward   y[n, v0 + o] = sum_i x[row(n), i] w[o, i]   for o < Oc,
+//   row(n) = x_row0 + n * x_step (x_row0 = 0, x_step = 1 for every row; x_row0 = T-1,
+//   x_step = T for the last token of each sequence when decoding)
+//   0 params {N, I, Oc, ld_y, v0, x_row0, x_step} | 1 x[N, I] read | 2 w[Oc, I] read | 3 y[N, ld_y] read_write
+//   dispatch: groups (ceil(Oc/64), ceil(N/8)); a workgroup (64) owns 64 outputs x 8 rows,
+//   a thread one output for 8 rows; x is staged through workgroup memory 256 columns
+//   at a time.
+
+const TO: u32 = 64u;
+const TN: u32 = 8u;
+const KC: u32 = 256u;
+struct LinParams { n: u32, i: u32, oc: u32, ld_y: u32, v0: u32, x_row0: u32, x_step: u32 };
+@group(0) @binding(0) var<uniform> p: LinParams;
+@group(0) @binding(1) var<storage, read> x: array<f32>;
+@group(0) @binding(2) var<storage, read> w: array<f32>;
+@group(0) @binding(3) var<storage, read_write> y: array<f32>;
+var<workgroup> xsh: array<array<f32, KC>, TN>;
+
+@compute @workgroup_size(TO)
+fn linear_forward(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
+    let lid = lid3.x;
+    let o = wid.x * TO + lid;
+    let n0 = wid.y * TN;
+    var acc: array<f32, TN>;
+    for (var r = 0u; r < TN; r++) { acc[r] = 0.0; }
+    for (var c0 = 0u; c0 < p.i; c0 += KC) {
+        for (var e = lid; e < TN * KC; e += TO) {
+            let r = e / KC;
+            let col = c0 + e % KC;
+            var v = 0.0;
+            if (n0 + r < p.n && col < p.i) { v = x[(p.x_row0 + (n0 + r) * p.x_step) * p.i + col]; }
+            xsh[r][e % KC] = v;
+        }
+        workgroupBarrier();
+        if (o < p.oc) {
+            let cend = min(KC, p.i - c0);
+            let wb = o * p.i + c0;
+            for (var c = 0u; c < cend; c++) {
+                let wv = w[wb + c];
+                for (var r = 0u; r < TN; r++) { acc[r] += xsh[r][c] * wv; }
+            }
+        }
+        workgroupBarrier();
+    }
+    if (o >= p.oc) { return; }
+    for (var r = 0u; r < TN; r++) {
+        let n = n0 + r;
+        if (n < p.n) { y[n * p.ld_y + p.v0 + o] = acc[r]; }
+    }
+}

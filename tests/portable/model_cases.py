@@ -1,0 +1,50 @@
+"""Portable cases for the whole model (py/bitlora/model.py): load a checkpoint given
+as {file name: base64}, run the forward / generation, return plain lists. The pytest
+side (tests/test_model.py) compares with transformers' BitNetForCausalLM.
+Standard library + bitlora only."""
+from __future__ import annotations
+
+import base64
+import time
+
+from bitlora.api import aload_model
+
+
+async def _load(dev, files, max_binding=None):
+    srcs = {name: base64.b64decode(b) for name, b in files.items()}
+    gg = [s for n, s in srcs.items() if n.endswith(".gguf")]
+    return await aload_model(gg[0] if gg else srcs, device=dev, max_binding=max_binding)
+
+
+async def case_logits(dev, files, ids, max_binding=None):
+    """logits[T, V] (or [B*T, V] for ids[B, T]) and how the vocabulary was chunked."""
+    m = await _load(dev, files, max_binding)
+    t0 = time.perf_counter()
+    rows = await m.alogits(ids)
+    return {"logits": [list(r) for r in rows], "chunks": [[v0, n] for v0, n, _ in m.embed],
+            "seconds": time.perf_counter() - t0}
+
+
+async def case_incremental(dev, files, ids, split):
+    """Logits of the last position: ids[:split] at once, then one token at a time
+    through the KV cache; every step's last row."""
+    m = await _load(dev, files)
+    m.reset_cache(1, len(ids))
+    out = []
+    buf, _ = await m.forward(ids[:split], 0, last_only=True)
+    row = await dev.read(buf, 0, 4 * m.V)
+    import array
+    a = array.array("f"); a.frombytes(row); out.append(list(a))
+    for p in range(split, len(ids)):
+        buf, _ = await m.forward([ids[p]], p, last_only=True)
+        a = array.array("f"); a.frombytes(await dev.read(buf, 0, 4 * m.V)); out.append(list(a))
+    return out
+
+
+async def case_generate(dev, files, prompt, max_new_tokens, temperature=0.0, top_p=1.0, seed=0, eos=None):
+    m = await _load(dev, files)
+    if eos is not None:
+        m.config["eos_token_id"] = eos
+        m.tokenizer.eos_id = None
+    g = await m.agenerate(prompt, max_new_tokens, temperature, top_p, seed)
+    return {"text": g.text, "ids": g.ids, "prompt_ids": g.prompt_ids, "eos": g.stopped_at_eos}
