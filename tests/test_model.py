@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from fixtures.make_tiny import make_hf
+from fixtures.make_tiny import make_gguf, make_hf
 
 SMALL = dict(vocab_size=300, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
              num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
@@ -57,22 +57,37 @@ def hf_logits(folder, ids) -> np.ndarray:
         return hf_model(folder)(torch.tensor([ids])).logits[0].numpy()
 
 
-def check(ours, want, what=""):
+def check(ours, want, what="", rel=1e-3, agree=0.99):
     ours = np.asarray(ours, dtype=np.float64)
     want = np.asarray(want, dtype=np.float64)
     assert ours.shape == want.shape, (ours.shape, want.shape)
     diff = np.abs(ours - want)
-    tol = 1e-3 * np.abs(want).max()
+    tol = rel * np.abs(want).max()
     i = np.unravel_index(diff.argmax(), diff.shape)
     assert diff.max() <= tol, f"{what}: max |diff| {diff.max():.3g} > {tol:.3g} at {i}: ours {ours[i]} hf {want[i]}"
     same = (ours.argmax(-1) == want.argmax(-1)).mean()
-    assert same >= 0.99, f"{what}: argmax agrees on {same:.1%} of positions"
+    assert same >= agree, f"{what}: argmax agrees on {same:.1%} of positions"
 
 
 @pytest.mark.parametrize("name", list(FOLDERS))
 def test_logits_match_hf(run_case, folders, name):
     r = run_case("model_cases", "case_logits", files=files_of(folders[name]), ids=IDS)
     check(r["logits"], hf_logits(folders[name], IDS), name)
+
+
+@pytest.mark.parametrize("ttype,arch", [("i2_s", "bitnet-b1.58"), ("tq2_0", "bitnet"), ("tq1_0", "bitnet")])
+def test_gguf_logits_match_hf(run_case, folders, tmp_path, ttype, arch):
+    """The same model through a GGUF file (tokenizer from the GGUF metadata). I2_S keeps
+    an f32 scale: HF's logits at the usual tolerance. TQ blocks store the scale as f16
+    (codes identical, scale off by up to ~5e-4 relative, see test_formats), which flips
+    a few int8 activation roundings downstream: a looser bound (measured ~1.7%)."""
+    f = folders["online_f32"]
+    if ttype.startswith("tq"):   # TQ blocks need rows of 256 weights
+        f = make_hf(tmp_path / "wide", "online_f32", dims=dict(SMALL, hidden_size=256, intermediate_size=512))
+    g = make_gguf(f, tmp_path / "m.gguf", ttype, arch, embed_type="f32")
+    r = run_case("model_cases", "case_logits", files={"m.gguf": base64.b64encode(g.read_bytes()).decode()}, ids=IDS)
+    loose = ttype.startswith("tq")
+    check(r["logits"], hf_logits(f, IDS), f"gguf {ttype}", rel=5e-2 if loose else 1e-3, agree=0.9 if loose else 0.99)
 
 
 def test_logits_t1_and_batch(run_case, folders):
