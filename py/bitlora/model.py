@@ -115,6 +115,8 @@ class Model:
         self.cos = self.sin = None
         self._scratch = _Scratch(0)
         self.cache = None          # (B, S, [(k_cache, v_cache)] per layer)
+        self._logits = None        # logits[rows, V], sized for the most rows asked
+        self._last_n = 0           # N of the last forward
 
     # -- construction ---------------------------------------------------------
     @classmethod
@@ -169,7 +171,7 @@ class Model:
             C, F, V, H = self.C, self.F, self.V, self.H
             kv = self.Hkv * self.D
             shapes = dict(ids=N, x=N * C, nrm=N * C, rstd=N, xq=N * max(C, F), s=N, q=N * C, k=N * kv, v=N * kv,
-                          att=N * C, lse=N * H, g=N * F, u=N * F, hf=N * F, hn=N * F, logits=N * V)
+                          att=N * C, lse=N * H, g=N * F, u=N * F, hf=N * F, hn=N * F)
             self._scratch = _Scratch(N, {k: self.dev.buffer(4 * n, k) for k, n in shapes.items()})
         return self._scratch.bufs
 
@@ -182,12 +184,14 @@ class Model:
         self._rope(S)
 
     # -- forward ----------------------------------------------------------------
-    async def forward(self, ids, pos0: int = 0, last_only: bool = False):
+    async def forward(self, ids, pos0: int = 0, last_only: bool = False, head: bool = True):
         """Run ids[B, T] (a list of B equal-length lists, or one flat list: B = 1) at
         positions pos0..pos0+T-1 through the model, writing their k, v into the cache
         (pos0 = 0 starts a fresh cache sized T unless reset_cache made a larger one).
         Returns (logits buffer, rows): logits[rows, V] for all N = B*T rows, or only each
-        sequence's last row (rows = B) when last_only. Records; does not submit."""
+        sequence's last row (rows = B) when last_only; with head=False, (None, 0) and
+        the normed final hidden states stay in scratch for `head()`. Records; does not
+        submit."""
         seqs = [list(ids)] if ids and isinstance(ids[0], int) else [list(s) for s in ids]
         B, T = len(seqs), len(seqs[0]) if seqs else 0
         if T == 0 or any(len(s) != T for s in seqs):
@@ -203,6 +207,7 @@ class Model:
             raise ValueError(f"forward: cache holds B={cB}, S={S}; asked B={B}, positions {pos0}..{pos0 + T - 1}")
         dev, C, F, H, Hkv, D, eps = self.dev, self.C, self.F, self.H, self.Hkv, self.D, self.eps
         N, KV = B * T, Hkv * D
+        self._last_n = N
         b = self._bufs(N)
         ids_buf = b["ids"]
         dev.write(ids_buf, array.array("I", flat))   # lands before this forward's submit
@@ -232,21 +237,39 @@ class Model:
             await rmsnorm_forward(dev, b["hf"], W["mlp.ffn_sub_norm"], b["hn"], rstd, N, F, eps)
             await bitlin(b["hn"], F, [(P["mlp.down_proj"], x)], accumulate=True)
         await rmsnorm_forward(dev, x, self.norm, nrm, rstd, N, C, eps)
-        if last_only:   # rows T-1, 2T-1, ... of nrm
-            rows = B
-            await linear_forward(dev, nrm, self.head, b["logits"], B, C, self.V, T - 1, T)
-        else:
-            rows = N
-            await linear_forward(dev, nrm, self.head, b["logits"], N, C, self.V)
-        return b["logits"], rows
+        if not head:
+            return None, 0
+        if last_only:   # rows T-1, 2T-1, ... of the final hidden states
+            return await self.head_rows(B, T - 1, T), B
+        return await self.head_rows(N), N
+
+    async def head_rows(self, rows: int, row0: int = 0, step: int = 1):
+        """logits[rows, V] of final hidden-state rows row0 + r*step of the last forward
+        (lm_head over every vocabulary chunk). Returns the logits buffer."""
+        need = 4 * rows * self.V
+        if need > self.max_binding:
+            raise ValueError(f"{rows} logits rows need {need} bytes, over one binding's {self.max_binding}: "
+                             f"ask for fewer rows at a time (alogits does)")
+        if self._logits is None or self._logits.size < need:
+            self._logits = self.dev.buffer(need, "logits")
+        await linear_forward(self.dev, self._scratch.bufs["nrm"], self.head, self._logits, rows, self.C,
+                             self.V, row0, step)
+        return self._logits
 
     async def alogits(self, ids) -> list:
         """logits of every position of ids[T] (or ids[B, T]: rows b*T + t): a list of
         N rows, each an array('f') of V floats."""
-        buf, rows = await self.forward(ids)
-        flat = array.array("f")
-        flat.frombytes(await self.dev.read(buf, 0, 4 * rows * self.V))
-        return [flat[r * self.V:(r + 1) * self.V] for r in range(rows)]
+        await self.forward(ids, head=False)
+        N = self._last_n
+        per = max(1, min(N, self.max_binding // (4 * self.V)))   # rows per lm_head pass
+        out = []
+        for r0 in range(0, N, per):
+            rows = min(per, N - r0)
+            buf = await self.head_rows(rows, r0)
+            flat = array.array("f")
+            flat.frombytes(await self.dev.read(buf, 0, 4 * rows * self.V))
+            out += [flat[r * self.V:(r + 1) * self.V] for r in range(rows)]
+        return out
 
     # -- generation ---------------------------------------------------------------
     def eos_ids(self) -> set:
