@@ -165,6 +165,7 @@ def test_native_api_plain_calls(folders):
     import bitlora
     m = bitlora.load_model(str(folders["online_f32"]))
     assert m.config["hidden_size"] == 128 and m.tokenizer is not None
+    assert m.name == str(folders["online_f32"])
     rows = m.logits(IDS[:5])
     check([list(r) for r in rows], hf_logits(folders["online_f32"], IDS[:5]), "api")
     out = m.generate("Hello", max_new_tokens=3)

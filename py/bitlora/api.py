@@ -44,9 +44,18 @@ async def aload_model(src, progress=None, device=None, max_binding: int | None =
             tok = Tokenizer.from_json(ck.tokenizer_json)
         elif getattr(ck, "gguf_metadata", None) and "tokenizer.ggml.tokens" in ck.gguf_metadata:
             tok = Tokenizer.from_gguf_metadata(ck.gguf_metadata)
-        return await Model.create(dev, ck.config, ck.load, tok, max_binding)
+        return await Model.create(dev, ck.config, ck.load, tok, max_binding, model_name(src))
     finally:
         ck.close()
+
+
+def model_name(src) -> str:
+    """A short name for where a model came from: a path or URL as given, else "bitnet"."""
+    if isinstance(src, str):
+        return str(src).rstrip("/")
+    if hasattr(src, "__fspath__"):
+        return str(src.__fspath__()).rstrip("/")
+    return "bitnet"
 
 
 def load_model(src, progress=None, device=None, max_binding: int | None = None):

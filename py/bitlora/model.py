@@ -95,8 +95,9 @@ class Model:
     """A BitNet b1.58 model on a bitlora Device. Build with `await Model.create(...)`
     (or `bitlora.load_model`). `config` uses HF BitNetConfig keys plus head_dim."""
 
-    def __init__(self, dev, config: dict, tokenizer=None, max_binding: int | None = None):
+    def __init__(self, dev, config: dict, tokenizer=None, max_binding: int | None = None, name: str = "bitnet"):
         self.dev, self.config, self.tokenizer = dev, dict(config), tokenizer
+        self.name = name           # where it came from (adapter_config's base_model_name_or_path)
         c = self.config
         self.C, self.F, self.V = c["hidden_size"], c["intermediate_size"], c["vocab_size"]
         self.H, self.Hkv = c["num_attention_heads"], c["num_key_value_heads"]
@@ -120,9 +121,10 @@ class Model:
 
     # -- construction ---------------------------------------------------------
     @classmethod
-    async def create(cls, dev, config: dict, load, tokenizer=None, max_binding: int | None = None) -> "Model":
+    async def create(cls, dev, config: dict, load, tokenizer=None, max_binding: int | None = None,
+                     name: str = "bitnet") -> "Model":
         """`load(hf_name) -> TernaryTensor | FloatTensor` (e.g. a checkpoint's `load`)."""
-        m = cls(dev, config, tokenizer, max_binding)
+        m = cls(dev, config, tokenizer, max_binding, name)
         m.embed = m._upload_rows("model.embed_tokens.weight", load("model.embed_tokens.weight"))
         for i in range(m.L):
             p = f"model.layers.{i}."
@@ -321,6 +323,12 @@ class Model:
         """`agenerate` as a plain call natively; in Pyodide an awaitable."""
         from .api import maybe_run
         return maybe_run(self.agenerate(prompt, max_new_tokens, temperature, top_p, seed))
+
+
+def load_model(src, progress=None, device=None, max_binding: int | None = None):
+    """`bitlora.load_model` (api.py): a Model natively, an awaitable in Pyodide."""
+    from .api import load_model as load
+    return load(src, progress, device, max_binding)
 
 
 def sample(row, temperature: float, top_p: float, rng: random.Random) -> int:
