@@ -2,7 +2,8 @@
 from the same Hugging Face folder (random tiny models: online master weights and
 offline packed ones, tied and untied heads), plus the KV cache and generation.
 Criteria (issue 4): max |logits diff| <= 1e-3 * max|logit|, same argmax on >= 99%
-of positions."""
+of positions. Measured on lavapipe: max |diff| / max |logit| about 5e-7 for every
+HF kind, argmax 100%."""
 from __future__ import annotations
 
 import base64
@@ -170,3 +171,8 @@ def test_native_api_plain_calls(folders):
     check([list(r) for r in rows], hf_logits(folders["online_f32"], IDS[:5]), "api")
     out = m.generate("Hello", max_new_tokens=3)
     assert isinstance(out.text, str) and len(out.ids) <= 3
+
+
+def test_nothing_recompiles(run_case, folders):
+    r = run_case("model_cases", "case_compile_once", files=files_of(folders["online_f32"]), ids=IDS)
+    assert r["again"] == 0, r   # (first may be 0: the device and its pipelines outlive a case)

@@ -48,3 +48,15 @@ async def case_generate(dev, files, prompt, max_new_tokens, temperature=0.0, top
         m.tokenizer.eos_id = None
     g = await m.agenerate(prompt, max_new_tokens, temperature, top_p, seed)
     return {"text": g.text, "ids": g.ids, "prompt_ids": g.prompt_ids, "eos": g.stopped_at_eos}
+
+
+async def case_compile_once(dev, files, ids):
+    """Pipelines compiled by a first logits + generate, and by doing both again."""
+    m = await _load(dev, files)
+    c0 = dev.pipelines_compiled
+    await m.alogits(ids)
+    await m.agenerate(ids[:3], 2)
+    c1 = dev.pipelines_compiled
+    await m.alogits(ids[:5])
+    await m.agenerate(ids[:4], 3, temperature=1.0, top_p=0.5, seed=3)
+    return {"first": c1 - c0, "again": dev.pipelines_compiled - c1}
