@@ -109,7 +109,8 @@ def test_vocabulary_split_into_chunks(run_case, folders):
     for name in ("online_f32", "odd_untied"):
         f = folders[name]
         C = FOLDERS[name][1]["hidden_size"]
-        r = run_case("model_cases", "case_logits", files=files_of(f), ids=IDS, max_binding=64 * C * 4)
+        r = run_case("model_cases", "case_logits", files=files_of(f), ids=IDS, max_binding=64 * C * 4,
+                     upload_piece=7 * C * 4)   # and each chunk uploaded 7 rows at a time
         assert r["chunks"] == [[0, 64], [64, 64], [128, 64], [192, 64], [256, 44]]
         check(r["logits"], hf_logits(f, IDS), name + " chunked")
 

@@ -95,6 +95,8 @@ class Model:
     """A BitNet b1.58 model on a bitlora Device. Build with `await Model.create(...)`
     (or `bitlora.load_model`). `config` uses HF BitNetConfig keys plus head_dim."""
 
+    UPLOAD_PIECE = 16 << 20   # bytes of f32 made on the host at a time when uploading tables
+
     def __init__(self, dev, config: dict, tokenizer=None, max_binding: int | None = None, name: str = "bitnet"):
         self.dev, self.config, self.tokenizer = dev, dict(config), tokenizer
         self.name = name           # where it came from (adapter_config's base_model_name_or_path)
@@ -154,10 +156,15 @@ class Model:
         per = max(1, self.max_binding // (4 * C))
         if per < rows:
             per = max(64, per // 64 * 64) if per >= 64 else per
+        piece = max(1, self.UPLOAD_PIECE // (4 * C))   # rows converted to f32 at a time
         out = []
         for v0 in range(0, rows, per):
             n = min(per, rows - v0)
-            out.append((v0, n, self.dev.buffer(4 * n * C, f"{name}[{v0}:]", data=f32_bytes(t, v0 * C, n * C))))
+            buf = self.dev.buffer(4 * n * C, f"{name}[{v0}:]")
+            for r in range(0, n, piece):
+                k = min(piece, n - r)
+                self.dev.write(buf, f32_bytes(t, (v0 + r) * C, k * C), 4 * r * C)
+            out.append((v0, n, buf))
         return out
 
     def _rope(self, P: int) -> None:

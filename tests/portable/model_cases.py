@@ -16,9 +16,15 @@ async def _load(dev, files, max_binding=None):
     return await aload_model(gg[0] if gg else srcs, device=dev, max_binding=max_binding)
 
 
-async def case_logits(dev, files, ids, max_binding=None):
+async def case_logits(dev, files, ids, max_binding=None, upload_piece=None):
     """logits[T, V] (or [B*T, V] for ids[B, T]) and how the vocabulary was chunked."""
-    m = await _load(dev, files, max_binding)
+    from bitlora.model import Model
+    old = Model.UPLOAD_PIECE
+    Model.UPLOAD_PIECE = upload_piece or old
+    try:
+        m = await _load(dev, files, max_binding)
+    finally:
+        Model.UPLOAD_PIECE = old
     t0 = time.perf_counter()
     rows = await m.alogits(ids)
     return {"logits": [list(r) for r in rows], "chunks": [[v0, n] for v0, n, _ in m.embed],
