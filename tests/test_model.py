@@ -177,3 +177,19 @@ def test_native_api_plain_calls(folders):
 def test_nothing_recompiles(run_case, folders):
     r = run_case("model_cases", "case_compile_once", files=files_of(folders["online_f32"]), ids=IDS)
     assert r["again"] == 0, r   # (first may be 0: the device and its pipelines outlive a case)
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f16", "bf16"])
+def test_f32_bytes(dtype):
+    from bitlora.formats.tensors import FloatTensor
+    from bitlora.model import f32_bytes
+    x = np.random.default_rng(0).standard_normal(37).astype(np.float32)
+    if dtype == "bf16":
+        x = torch.tensor(x).bfloat16().float().numpy()
+        raw = torch.tensor(x).bfloat16().view(torch.int16).numpy().tobytes()
+    else:
+        x = x.astype("<f2").astype(np.float32) if dtype == "f16" else x
+        raw = x.astype("<f2" if dtype == "f16" else "<f4").tobytes()
+    t = FloatTensor((37,), dtype, raw)
+    assert np.frombuffer(f32_bytes(t), "<f4").tolist() == x.tolist()
+    assert np.frombuffer(f32_bytes(t, 5, 9), "<f4").tolist() == x[5:14].tolist()
