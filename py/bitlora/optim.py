@@ -185,6 +185,10 @@ class AdamW:
         self.dev.submit()
         return res
 
+    def set_step(self, step: int, skipped: int = 0) -> None:
+        """Set AdamW's step count t (and the skip counter), e.g. when resuming a run."""
+        self.dev.write(self.state, struct.pack("<II", int(skipped), int(step)), 20)
+
     # -- the seed's separate operations (record only; tests compose them) -------
     def zero_accumulator(self) -> None:
         self.dev.write(self.acc, bytes(16))

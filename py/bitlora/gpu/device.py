@@ -135,7 +135,8 @@ class Device:
         # live in an arena buffer that may still have to grow; then they are encoded.
         self._ops: list = []
         self._params_buf: Buffer | None = None
-        self._params = bytearray()
+        self._params = bytearray()   # this submit's params slots
+        self._params_sent = 0         # how many of those bytes are uploaded already
         self._align = max(16, int(self.limits.get("minUniformBufferOffsetAlignment", 256)))
 
     # -- buffers -------------------------------------------------------------
@@ -213,29 +214,36 @@ class Device:
         self._ops.append((kernel, entries, groups))
 
     def _flush_ops(self) -> None:
-        """Encode the queued dispatches (needs the params arena to be final)."""
+        """Encode the queued dispatches. Params slots of one submit never share bytes:
+        offsets keep growing until submit() (a flush before a copy must not let later
+        params overwrite earlier ones, since every write lands before the command
+        buffer runs). Only the bytes added since the last flush are uploaded."""
         if not self._ops:
             return
-        if self._params:
-            need = len(self._params)
+        need = len(self._params)
+        if need > self._params_sent:
             if self._params_buf is None or self._params_buf.size < need:
-                cap = max(need, 64 * 1024)
+                # Earlier ops of this submit keep the old buffer (referenced by their
+                # bind groups); the new one gets everything so far, offsets unchanged.
+                cap = max(need, 2 * (self._params_buf.size if self._params_buf else 0), 64 * 1024)
                 self._params_buf = Buffer(self.backend.create_buffer(cap, UNIFORM | COPY_DST, "params"), cap, "params")
-                self._bind_groups.clear()
-            self.backend.write_buffer(self._params_buf.handle, 0, memoryview(self._params))
+                self._params_sent = 0
+            self.backend.write_buffer(self._params_buf.handle, self._params_sent,
+                                      memoryview(self._params)[self._params_sent:need])
+            self._params_sent = need
+        pbuf = self._params_buf
         for kernel, entries, groups in self._ops:
-            key = (id(kernel), tuple((e.buffer.uid if e.buffer else 0, e.offset, e.size) for e in entries))
+            key = (id(kernel), tuple((e.buffer.uid if e.buffer else pbuf.uid, e.offset, e.size) for e in entries))
             bg = self._bind_groups.get(key)
             if bg is None:
                 if len(self._bind_groups) > 8192:
                     self._bind_groups.clear()
-                bound = [(self._params_buf.handle if e.buffer is None else e.buffer.handle, e.offset, e.size)
+                bound = [(pbuf.handle if e.buffer is None else e.buffer.handle, e.offset, e.size)
                          for e in entries]
                 bg = self.backend.create_bind_group(kernel.layout, bound)
                 self._bind_groups[key] = bg
             self.backend.dispatch(self._pass, kernel.pipeline, bg, groups)
         self._ops = []
-        self._params = bytearray()
 
     def copy(self, src: Buffer, dst: Buffer, size: int | None = None, src_offset: int = 0, dst_offset: int = 0) -> None:
         """Record a buffer-to-buffer copy (sizes and offsets multiples of 4)."""
@@ -272,6 +280,8 @@ class Device:
         if self._encoder is not None:
             self.backend.submit(self._encoder)
             self._encoder = None
+        self._params = bytearray()
+        self._params_sent = 0
         for rb in self._pending_reads:
             self.backend.after_submit(rb._staging)
         self._pending_reads = []

@@ -1,0 +1,78 @@
+"""`bitlora train --backend native`: LoRA finetuning on this machine's GPU (wgpu-py),
+with a progress bar, metrics.jsonl, checkpoints and a PEFT adapter in OUT.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+
+def _fail(msg: str) -> int:
+    print(f"bitlora train: {msg}", file=sys.stderr)
+    return 2
+
+
+def train_native(cfg) -> int:
+    from tqdm import tqdm
+
+    from bitlora import gpu
+    from bitlora.data import DataError
+    from bitlora.formats import FormatError
+    from bitlora.metrics import MetricsWriter
+    from bitlora.model import load_model
+    from bitlora.train import Trainer
+
+    os.makedirs(cfg.out, exist_ok=True)
+    try:
+        with tqdm(total=0, unit="B", unit_scale=True, desc="loading model", leave=False) as bar:
+            def progress(done, total):
+                bar.total = total
+                bar.n = done
+                bar.refresh()
+            model = load_model(cfg.model, progress=progress)
+        trainer = Trainer(model, cfg.data, cfg)
+    except (FormatError, DataError, ValueError, OSError, gpu.GPUError) as e:
+        return _fail(str(e))
+    ds = trainer.dataset
+    print(f"bitlora: {model.name} on {model.dev.describe()}; {len(ds)} records "
+          f"({len(ds.invalid)} skipped), {trainer.total_steps} optimizer steps", flush=True)
+    for index, reason in ds.invalid[:20]:
+        print(f"  skipped record {index}: {reason}", file=sys.stderr)
+    if len(ds.invalid) > 20:
+        print(f"  ... and {len(ds.invalid) - 20} more", file=sys.stderr)
+
+    trainer.checkpoint_dir = os.path.join(cfg.out, "checkpoint")
+    bar = tqdm(total=trainer.total_steps, unit="step", desc="training", dynamic_ncols=True)
+
+    def on_step(row):
+        bar.n = row["step"]
+        bar.set_postfix(loss=f"{row['loss']:.4f}", grad_norm=f"{row['grad_norm']:.3f}",
+                        lr=f"{row['lr']:.2e}", tok_s=f"{row['tokens_per_s']:.0f}", refresh=False)
+        bar.refresh()
+
+    trainer.on_step = on_step
+
+    async def run():
+        await trainer._setup()   # loads --resume state, so the metrics file can be trimmed to it
+        resumed = trainer.step if cfg.resume else None
+        trainer._metrics_writer = MetricsWriter(os.path.join(cfg.out, "metrics.jsonl"), resume_step=resumed)
+        bar.n = trainer.step
+        try:
+            await trainer.atrain()
+        finally:
+            await trainer.asave_adapter(cfg.out)
+
+    try:
+        gpu.run(run())
+    except KeyboardInterrupt:
+        bar.close()
+        print("\nbitlora train: interrupted; the adapter so far is in " + cfg.out, file=sys.stderr)
+        return 130
+    except (gpu.GPUError, ValueError, OSError) as e:
+        bar.close()
+        return _fail(str(e))
+    bar.close()
+    last = trainer.metrics[-1] if trainer.metrics else None
+    if last:
+        print(f"bitlora: done, step {last['step']}, loss {last['loss']:.4f}; adapter and metrics in {cfg.out}")
+    return 0

@@ -1,0 +1,238 @@
+"""The training loop: Alpaca steps -> GPU forward/backward -> clip + AdamW -> metrics.
+
+    trainer = Trainer(model, "alpaca.json", TrainConfig(max_steps=50))
+    trainer.train()            # natively; `await trainer.train()` under Pyodide / Jupyter
+    trainer.metrics            # [{"step", "loss", "grad_norm", "lr", "tokens", "tokens_per_s", ...}]
+    trainer.save_adapter("out")
+
+One optimizer step (step semantics pinned by the issue): every micro-batch of the
+step runs forward and backward on the GPU, adding raw (unnormalised) cross-entropy
+gradient sums into the arena's gradients and the summed loss into a GPU scalar;
+then `AdamW.step(n_targets)` divides by the step's target-token count, clips the
+mean gradient by global norm and updates — one submit. The loss and the pre-clip
+norm are read back a step late, so the GPU never waits for Python.
+
+Checkpoints (every `save_every` steps, and on stop): the LoRA tensors, AdamW moments,
+step and data cursor (checkpoint_state.py). Dropout masks are a pure function of
+(seed, step, micro-batch), so a resumed run needs no other RNG state and repeats
+the uninterrupted run's losses exactly.
+
+Standard library only: this module runs in the browser.
+"""
+from __future__ import annotations
+
+import asyncio
+import os
+import struct
+import time
+
+from . import adapter as adapter_io
+from . import checkpoint_state, gpu
+from .config import TrainConfig
+from .data import Dataset, load_records
+from .lora import LoraModel
+from .optim import AdamW
+from .schedule import lr_at
+
+CHECKPOINT_DIR = "checkpoint"
+
+
+class Control:
+    """Pause / resume / stop, checked between optimizer steps."""
+
+    def __init__(self):
+        self.stopped = False
+        self._running = asyncio.Event()
+        self._running.set()
+
+    def pause(self):
+        self._running.clear()
+
+    def resume(self):
+        self._running.set()
+
+    def stop(self):
+        self.stopped = True
+        self._running.set()
+
+    @property
+    def paused(self) -> bool:
+        return not self._running.is_set()
+
+    async def wait(self):
+        await self._running.wait()
+
+
+def _config(config, overrides) -> TrainConfig:
+    if config is None:
+        config = TrainConfig()
+    elif isinstance(config, dict):
+        config = TrainConfig.from_dict(config)
+    if overrides:
+        config = TrainConfig.from_dict({**config.to_dict(), **overrides})
+    return config
+
+
+class Trainer:
+    """LoRA finetuning of a loaded bitlora model on Alpaca-format data.
+
+    model: a `bitlora.model.Model`; data: a path, URL, JSON text, bytes, a list of
+    records or a `Dataset`; config: a TrainConfig or dict (keyword overrides win)."""
+
+    def __init__(self, model, data, config=None, **overrides):
+        self.model = model
+        self.config = cfg = _config(config, overrides)
+        max_pos = int(model.config.get("max_position_embeddings", cfg.cutoff_len))
+        self.cutoff_len = min(cfg.cutoff_len, max_pos)   # a sequence must fit the model's context
+        if isinstance(data, Dataset):
+            self.dataset = data
+        else:
+            records = load_records(data) if not isinstance(data, list) else data
+            self.dataset = Dataset(records, model.tokenizer, self.cutoff_len, cfg.train_on_inputs)
+        self.total_steps = self.dataset.total_steps(cfg.micro_batch_size, cfg.grad_accum, cfg.epochs,
+                                                    cfg.max_steps)
+        self.metrics: list[dict] = []
+        self.control = Control()
+        self.step = 0                     # optimizer steps taken
+        self.cursor = None                # where the next step's data starts
+        self.lora = None
+        self.opt = None
+        self.on_step = None               # callback(metrics_row) after each step lands
+        self.on_checkpoint = None         # callback(step) after a checkpoint is written
+        self.checkpoint_dir = None        # where save_every writes (default OUT/checkpoint)
+        self.metrics_path = None          # metrics.jsonl (native CLI)
+        self._metrics_writer = None
+
+    # -- set-up ----------------------------------------------------------------
+    async def _setup(self):
+        if self.lora is not None:
+            return
+        cfg = self.config
+        init = None
+        if cfg.init_adapter:
+            conf, init = adapter_io.load_adapter(cfg.init_adapter)
+            settings = adapter_io.adapter_settings(conf)
+            cfg.lora_r, cfg.lora_alpha = settings["r"], settings["lora_alpha"]
+            cfg.target_modules = settings["target_modules"]
+        self.lora = await LoraModel.create(self.model, cfg, init=init)
+        self.opt = AdamW(self.model.dev, self.lora.arena, lr=cfg.lr, betas=(cfg.adam_beta1, cfg.adam_beta2),
+                         eps=cfg.adam_eps, weight_decay=cfg.weight_decay, max_grad_norm=cfg.max_grad_norm)
+        if cfg.resume:
+            await self.load_checkpoint(cfg.resume)
+
+    # -- the loop --------------------------------------------------------------
+    async def atrain(self) -> list:
+        """Train until the configured end (or stop()); returns the metrics."""
+        await self._setup()
+        cfg, ds, dev = self.config, self.dataset, self.model.dev
+        pending = None
+        t_last = time.perf_counter()
+        for step in ds.steps(cfg.micro_batch_size, cfg.grad_accum, cfg.epochs, seed=cfg.seed,
+                             shuffle=cfg.shuffle, max_steps=cfg.max_steps, cursor=self.cursor):
+            if self.control.paused:
+                if pending is not None:
+                    t_last = self._land(await self._finish(pending), t_last)
+                    pending = None
+                await self.control.wait()
+                t_last = time.perf_counter()
+            if self.control.stopped:
+                break
+            lr = lr_at(cfg, step.index, self.total_steps)
+            self.opt.lr = lr
+            self.lora.begin_step()
+            for j, mb in enumerate(step.micro_batches):
+                await self.lora.accumulate(mb, seed=cfg.seed, step=step.index, micro=j)
+            loss_rb = dev.read_later(self.lora.loss_sum, 0, 4)
+            res = await self.opt.step(step.n_targets)
+            if pending is not None:
+                t_last = self._land(await self._finish(pending), t_last)
+            pending = (step, lr, loss_rb, res)
+            self.step, self.cursor = step.index + 1, step.cursor
+            if cfg.save_every and self.step % cfg.save_every == 0:
+                t_last = self._land(await self._finish(pending), t_last)
+                pending = None
+                await self.save_checkpoint()
+        if pending is not None:
+            self._land(await self._finish(pending), t_last)
+        return self.metrics
+
+    async def _finish(self, pending) -> dict:
+        step, lr, loss_rb, res = pending
+        loss_sum = struct.unpack("<f", await loss_rb.get())[0]
+        info = await res.get()
+        return {"step": step.index + 1, "loss": loss_sum / step.n_targets, "grad_norm": info["norm"],
+                "lr": lr, "tokens": step.n_targets, "epoch": step.epoch,
+                "clip": info["clip"], "skipped": info["skipped"], "skipped_step": info["skipped_step"]}
+
+    def _land(self, row: dict, t_last: float) -> float:
+        now = time.perf_counter()
+        row["tokens_per_s"] = row["tokens"] / max(now - t_last, 1e-9)
+        done = len(self.metrics) + 1
+        row["eta_s"] = (self.total_steps - row["step"]) * (now - t_last) if done else None
+        self.metrics.append(row)
+        if self._metrics_writer is not None:
+            self._metrics_writer.write(row)
+        if self.on_step is not None:
+            self.on_step(row)
+        return now
+
+    def train(self):
+        """Natively: run to the end and return the metrics. Under Pyodide: a coroutine."""
+        if gpu.IN_BROWSER:
+            return self.atrain()
+        return gpu.run(self.atrain())
+
+    # -- control ---------------------------------------------------------------
+    def pause(self):
+        self.control.pause()
+
+    def resume(self):
+        self.control.resume()
+
+    def stop(self):
+        self.control.stop()
+
+    # -- adapters and checkpoints ---------------------------------------------
+    async def aadapter_tensors(self) -> dict:
+        await self._setup()
+        return await self.lora.read_adapter()
+
+    async def asave_adapter(self, out_dir) -> None:
+        tensors = await self.aadapter_tensors()
+        adapter_io.save_adapter(out_dir, tensors, self.config, base_model_name_or_path=self.model.name)
+
+    def save_adapter(self, out_dir):
+        if gpu.IN_BROWSER:
+            return self.asave_adapter(out_dir)
+        return gpu.run(self.asave_adapter(out_dir))
+
+    async def save_checkpoint(self, ckpt_dir=None) -> str:
+        ckpt_dir = ckpt_dir or self.checkpoint_dir or os.path.join(self.config.out, CHECKPOINT_DIR)
+        arena = self.lora.arena
+        params = await arena.read(arena.params)
+        m = await arena.read(arena.m)
+        v = await arena.read(arena.v)
+        shapes = {s.name: s.shape for s in arena.slots}
+        pack = lambda d: {k: (shapes[k], d[k]) for k in d}  # noqa: E731
+        path = checkpoint_state.save_state(
+            ckpt_dir, step=self.step, params=pack(params), exp_avg=pack(m), exp_avg_sq=pack(v),
+            cursor={**self.cursor, "fingerprint": self.dataset.fingerprint()},
+            config=self.config.to_dict(), extra={"metrics": self.metrics[-10000:],
+                                                 "skipped": self.metrics[-1]["skipped"] if self.metrics else 0},
+            base_model_name_or_path=self.model.name)
+        if self.on_checkpoint is not None:
+            self.on_checkpoint(self.step)
+        return path
+
+    async def load_checkpoint(self, ckpt_dir) -> None:
+        st = checkpoint_state.load_state(ckpt_dir)
+        fp = st.cursor.get("fingerprint")
+        if fp is not None and fp != self.dataset.fingerprint():
+            raise ValueError(f"{ckpt_dir}: the checkpoint was made with different data or settings "
+                             "(dataset fingerprint differs); resume with the same data and cutoff")
+        await self.lora.load_state(st.params, st.exp_avg, st.exp_avg_sq)
+        skipped = int(st.extra.get("skipped", 0))
+        self.opt.set_step(st.step - skipped, skipped)   # AdamW's t counts the steps not skipped
+        self.step = st.step
+        self.cursor = {k: st.cursor[k] for k in ("epoch", "micro_batch", "step")}
+        self.metrics = list(st.extra.get("metrics", []))
