@@ -74,7 +74,8 @@ class _Workspace:
         self.N = N
         self.layers = [_Acts(dev, m, N, li, {mod: R for mod in modules}) for li in range(m.L)]
         b = lambda n, name: dev.buffer(4 * n, name)  # noqa: E731
-        self.ids, self.targets = b(N, "ids"), b(N, "targets")
+        self._dev = dev
+        self._io: dict = {}      # micro-batch index -> (ids[N], targets[N])
         self.h_out, self.xf, self.rstd_out = b(N * C, "h_out"), b(N * C, "xf"), b(N, "rstd_out")
         self.logits, self.losses = b(N * V, "logits"), b(N, "losses")
         self.xq, self.s = b(N * max(C, F), "xq"), b(N, "s")
@@ -84,6 +85,15 @@ class _Workspace:
         self.dn, self.d_an, self.d_att = b(N * C, "dn"), b(N * C, "d_an"), b(N * C, "d_att")
         self.dq, self.dk, self.dv = b(N * C, "dq"), b(N * KV, "dk"), b(N * KV, "dv")
         self.stats, self.du_lora = b(N * H * 2, "stats"), b(N * R, "du_lora")
+
+    def io(self, micro: int) -> tuple:
+        """ids[N] and targets[N] for micro-batch `micro` of a step. Every micro-batch of a
+        step is recorded into one submit, and queued writes all land before it runs, so
+        each micro-batch needs buffers of its own."""
+        if micro not in self._io:
+            self._io[micro] = (self._dev.buffer(4 * self.N, f"ids{micro}"),
+                               self._dev.buffer(4 * self.N, f"targets{micro}"))
+        return self._io[micro]
 
 
 class LoraModel:
@@ -151,9 +161,9 @@ class LoraModel:
         N = B * T
         ws = self._workspace(N)
         C, F, H, Hkv, D, eps = m.C, m.F, m.H, m.Hkv, m.D, m.eps
-        dev.write(ws.ids, array.array("I", ids))
-        first = ws.layers[0].h_in
-        await embedding_forward(dev, ws.ids, m.embed, first, N, C)
+        ids_buf = ws.io(micro)[0]
+        dev.write(ids_buf, array.array("I", ids))
+        await embedding_forward(dev, ids_buf, m.embed, ws.layers[0].h_in, N, C)
         for li, lay in enumerate(m.layers):
             a = ws.layers[li]
             out = ws.layers[li + 1].h_in if li + 1 < m.L else ws.h_out
@@ -199,8 +209,9 @@ class LoraModel:
         B, T = mb.B, mb.T
         N = B * T
         ws = await self.forward(mb.ids, B, T, step, micro, train=True)
-        dev.write(ws.targets, array.array("i", mb.targets))
-        await ce.cross_entropy_forward_backward(dev, ws.logits, ws.targets, ws.losses, N, m.V, 1.0)
+        targets = ws.io(micro)[1]
+        dev.write(targets, array.array("i", mb.targets))
+        await ce.cross_entropy_forward_backward(dev, ws.logits, targets, ws.losses, N, m.V, 1.0)
         await ce.cross_entropy_sum(dev, ws.losses, self.loss_sum, N)
         await self.backward(ws, B, T, step, micro)
 

@@ -112,7 +112,7 @@ class Trainer:
         if cfg.init_adapter:
             conf, init = adapter_io.load_adapter(cfg.init_adapter)
             settings = adapter_io.adapter_settings(conf)
-            cfg.lora_r, cfg.lora_alpha = settings["r"], settings["lora_alpha"]
+            cfg.lora_r, cfg.lora_alpha = settings["lora_r"], settings["lora_alpha"]
             cfg.target_modules = settings["target_modules"]
         self.lora = await LoraModel.create(self.model, cfg, init=init)
         self.opt = AdamW(self.model.dev, self.lora.arena, lr=cfg.lr, betas=(cfg.adam_beta1, cfg.adam_beta2),

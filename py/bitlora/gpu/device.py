@@ -153,7 +153,9 @@ class Device:
         return buf
 
     def write(self, buf: Buffer, data, offset: int = 0) -> None:
-        """Queue `data` (bytes-like) into `buf` at `offset`; lands before the next submit."""
+        """Queue `data` (bytes-like) into `buf` at `offset`. It lands before the next
+        submit runs: every dispatch of that submit sees the last data written to a
+        range, so data that differs between dispatches of one step needs its own buffer."""
         mv = memoryview(data).cast("B")
         if offset + mv.nbytes > buf.size:
             raise GPUError(f"write of {mv.nbytes} bytes at {offset} overflows {buf.label!r} ({buf.size} bytes)")

@@ -1,0 +1,53 @@
+"""Portable training cases: LoRA steps on a tiny model passed in as file bytes, so the
+same steps run natively and inside Pyodide; pytest compares them with PEFT + torch."""
+import array
+import base64
+import os
+
+from bitlora.api import aload_model
+from bitlora.config import TrainConfig
+from bitlora.data import Dataset
+from bitlora.lora import LoraModel
+from bitlora.train import Trainer
+
+
+def _write_adapter(files: dict, where: str) -> str:
+    os.makedirs(where, exist_ok=True)
+    for name, b64 in files.items():
+        with open(os.path.join(where, name), "wb") as f:
+            f.write(base64.b64decode(b64))
+    return where
+
+
+async def _model(dev, model_files):
+    return await aload_model({k: base64.b64decode(v) for k, v in model_files.items()}, device=dev)
+
+
+async def case_train(dev, model_files, adapter_files, records, config):
+    """Train with `config` from the given initial adapter; return per-step metrics and
+    the final adapter."""
+    m = await _model(dev, model_files)
+    config = dict(config, init_adapter=_write_adapter(adapter_files, "/tmp/bitlora-init-adapter"))
+    tr = Trainer(m, records, config)
+    await tr.atrain()
+    final = await tr.aadapter_tensors()
+    return {"metrics": tr.metrics, "adapter": {k: list(v[1]) for k, v in final.items()}}
+
+
+async def case_step1_grads(dev, model_files, adapter_files, records, config):
+    """The mean-loss gradient of optimizer step 1 (raw GPU sums / target tokens)."""
+    m = await _model(dev, model_files)
+    from bitlora import adapter as adapter_io
+    cfg = TrainConfig.from_dict(config)
+    _, init = adapter_io.load_adapter(_write_adapter(adapter_files, "/tmp/bitlora-init-adapter"))
+    lm = await LoraModel.create(m, cfg, init=init)
+    ds = Dataset(records, m.tokenizer, cfg.cutoff_len, cfg.train_on_inputs)
+    step = next(iter(ds.steps_for(cfg)))
+    lm.begin_step()
+    for j, mb in enumerate(step.micro_batches):
+        await lm.accumulate(mb, seed=cfg.seed, step=0, micro=j)
+    grads = await lm.arena.read(lm.arena.grads)
+    loss = array.array("f")
+    loss.frombytes(await dev.read(lm.loss_sum))
+    return {"n_targets": step.n_targets, "loss_sum": loss[0],
+            "grads": {k: [g / step.n_targets for g in v] for k, v in grads.items()}}
