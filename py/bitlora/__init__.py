@@ -1,8 +1,39 @@
+"""bitlora: LoRA finetuning of BitNet b1.58 on WebGPU — the notebook API.
+
+    import bitlora
+    model = bitlora.load_model("demo")              # HF folder, .gguf, URL, bytes or "demo"
+    trainer = bitlora.Trainer(model, "demo", {"max_steps": 20, "lr": 2e-3})
+    bitlora.train_with_display(trainer)             # progress bar + loss plot in a notebook
+    trainer.metrics, trainer.save_adapter("out"), str(model.generate("Hello"))
+    bitlora.show_app()                              # the web app in an output cell
+
+Natively every call runs to the end; under Pyodide (a JupyterLite or browser kernel)
+load_model, train, save_adapter, generate and train_with_display return awaitables.
+
+Everything is exported lazily (module `__getattr__`): `import bitlora` imports no GPU
+library, so it is cheap and works in Pyodide before a device exists.
+"""
+from __future__ import annotations
+
+__all__ = ["load_model", "aload_model", "Trainer", "TrainConfig", "attach_display",
+           "train_with_display", "NotebookProgress", "show_app"]
+
+# name -> module that defines it (imported on first use)
+_LAZY = {
+    "load_model": "notebook", "aload_model": "notebook", "Trainer": "notebook",
+    "attach_display": "notebook", "train_with_display": "notebook",
+    "NotebookProgress": "notebook", "show_app": "notebook", "TrainConfig": "config",
+}
 
 
 def __getattr__(name):
-    # lazy: `import bitlora` stays cheap; load_model pulls in the model and the GPU
-    if name in ("load_model", "aload_model"):
-        from . import api
-        return getattr(api, name)
+    if name in _LAZY:
+        import importlib
+        value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+        globals()[name] = value          # next lookups skip __getattr__
+        return value
     raise AttributeError(f"module 'bitlora' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))
