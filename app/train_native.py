@@ -29,7 +29,11 @@ def train_native(cfg) -> int:
                 bar.total = total
                 bar.n = done
                 bar.refresh()
-            model = load_model(cfg.model, progress=progress)
+            src = cfg.model
+            if src == "demo":
+                from bitlora.demo import MODEL_DIR
+                src = str(MODEL_DIR)
+            model = load_model(src, progress=progress)
         trainer = Trainer(model, cfg.data, cfg)
     except (FormatError, DataError, ValueError, OSError, gpu.GPUError) as e:
         return _fail(str(e))

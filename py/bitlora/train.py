@@ -126,17 +126,16 @@ class Trainer:
         await self._setup()
         cfg, ds, dev = self.config, self.dataset, self.model.dev
         pending = None
-        t_last = time.perf_counter()
         for step in ds.steps(cfg.micro_batch_size, cfg.grad_accum, cfg.epochs, seed=cfg.seed,
                              shuffle=cfg.shuffle, max_steps=cfg.max_steps, cursor=self.cursor):
             if self.control.paused:
                 if pending is not None:
-                    t_last = self._land(await self._finish(pending), t_last)
+                    self._land(await self._finish(pending))
                     pending = None
                 await self.control.wait()
-                t_last = time.perf_counter()
             if self.control.stopped:
                 break
+            t0 = time.perf_counter()
             lr = lr_at(cfg, step.index, self.total_steps)
             self.opt.lr = lr
             self.lora.begin_step()
@@ -145,36 +144,39 @@ class Trainer:
             loss_rb = dev.read_later(self.lora.loss_sum, 0, 4)
             res = await self.opt.step(step.n_targets)
             if pending is not None:
-                t_last = self._land(await self._finish(pending), t_last)
-            pending = (step, lr, loss_rb, res)
+                self._land(await self._finish(pending), t0)
+            pending = (step, lr, loss_rb, res, t0)
             self.step, self.cursor = step.index + 1, step.cursor
             if cfg.save_every and self.step % cfg.save_every == 0:
-                t_last = self._land(await self._finish(pending), t_last)
+                self._land(await self._finish(pending))
                 pending = None
                 await self.save_checkpoint()
         if pending is not None:
-            self._land(await self._finish(pending), t_last)
+            self._land(await self._finish(pending))
         return self.metrics
 
     async def _finish(self, pending) -> dict:
-        step, lr, loss_rb, res = pending
+        step, lr, loss_rb, res, t0 = pending
         loss_sum = struct.unpack("<f", await loss_rb.get())[0]
         info = await res.get()
         return {"step": step.index + 1, "loss": loss_sum / step.n_targets, "grad_norm": info["norm"],
                 "lr": lr, "tokens": step.n_targets, "epoch": step.epoch,
-                "clip": info["clip"], "skipped": info["skipped"], "skipped_step": info["skipped_step"]}
+                "clip": info["clip"], "skipped": info["skipped"], "skipped_step": info["skipped_step"],
+                "_t0": t0}
 
-    def _land(self, row: dict, t_last: float) -> float:
-        now = time.perf_counter()
-        row["tokens_per_s"] = row["tokens"] / max(now - t_last, 1e-9)
-        done = len(self.metrics) + 1
-        row["eta_s"] = (self.total_steps - row["step"]) * (now - t_last) if done else None
+    def _land(self, row: dict, t_end: float | None = None) -> None:
+        """Record a finished step. Its time runs from its own start to the next step's
+        start (the GPU works on one while Python records the next), or to now."""
+        t_end = time.perf_counter() if t_end is None else t_end
+        dt = max(t_end - row.pop("_t0"), 1e-9)
+        row["tokens_per_s"] = row["tokens"] / dt
+        self._step_times = (getattr(self, "_step_times", []) + [dt])[-20:]
+        row["eta_s"] = (self.total_steps - row["step"]) * sum(self._step_times) / len(self._step_times)
         self.metrics.append(row)
         if self._metrics_writer is not None:
             self._metrics_writer.write(row)
         if self.on_step is not None:
             self.on_step(row)
-        return now
 
     def train(self):
         """Natively: run to the end and return the metrics. Under Pyodide: a coroutine."""

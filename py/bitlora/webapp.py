@@ -9,6 +9,10 @@ so pause/stop messages are handled while a training run is going.
 from __future__ import annotations
 
 import array
+import asyncio
+import json
+import os
+import time
 import traceback
 
 from . import gpu
@@ -22,15 +26,23 @@ def post(msg: dict) -> None:
     js.postMessage(to_js(msg, dict_converter=js.Object.fromEntries))
 
 
+CKPT = "/bitlora-ckpt"          # IndexedDB-backed folder: checkpoints survive a reload
+DEMO_FILES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
+              "generation_config.json")
+
+
 class Session:
     """What the page has loaded: one model, one dataset, at most one training run."""
 
     def __init__(self):
         self.model = None
         self.model_name = ""
+        self.model_source = None  # {"source": "demo"} or a description of the user's file
         self.records = None
         self.data_name = ""
         self.trainer = None
+        self.task = None
+        self.storage_ready = False
 
 
 S = Session()
@@ -72,6 +84,7 @@ async def on_hello(msg: dict) -> None:
     out.frombytes(await dev.read(y))
     post({"type": "hello", "adapter": dev.describe(), "info": dev.adapter_info,
           "limits": dev.limits, "x": [float(i) for i in range(n)], "y": list(out)})
+    await on_checkpoint_query()
 
 
 def _histogram(lengths: list, bins: int = 20) -> dict:
@@ -135,9 +148,342 @@ async def on_load_data(msg: dict) -> None:
     post(data_report())
 
 
+# -- model ---------------------------------------------------------------------------
+
+class _Progress:
+    """Posts loading progress at most every 100 ms."""
+
+    def __init__(self, what: str):
+        self.what, self.last = what, 0.0
+
+    def __call__(self, done, total, text=""):
+        now = time.monotonic()
+        if now - self.last >= 0.1 or done >= total:
+            self.last = now
+            post({"type": "progress", "what": self.what, "done": int(done), "total": int(total), "text": text})
+
+
+async def demo_model_files() -> dict:
+    files = {}
+    for name in DEMO_FILES:
+        try:
+            files[name] = await url_bytes(f"/demo/model/{name}")
+        except OSError:
+            if name in ("config.json", "model.safetensors"):
+                raise
+    return files
+
+
+async def on_load_model(msg: dict) -> None:
+    from .api import aload_model
+    from .formats import FormatError
+    source = msg.get("source")
+    if S.task is not None and not S.task.done():
+        post({"type": "error", "where": "model", "text": "stop the training run before loading another model"})
+        return
+    progress = _Progress("model")
+    try:
+        if source == "demo":
+            name, src = "bitlora demo model", await demo_model_files()
+        elif source == "file":
+            name, src = str(msg.get("name") or "model file"), msg["file"]
+        elif source == "folder":
+            names = [str(n).split("/")[-1] for n in msg["names"]]
+            name, src = "model folder", dict(zip(names, msg["files"]))
+        elif source == "url":
+            import js
+            name = str(msg["url"])
+            progress(0, 1, "downloading…")
+            resp = await js.fetch(name)
+            if not resp.ok:
+                raise OSError(f"{name}: HTTP {resp.status}")
+            src = await resp.blob()
+        else:
+            raise ValueError(f"unknown model source {source!r}")
+        dev = await gpu.get_device()
+        model = await aload_model(src, progress=progress, device=dev)
+    except (FormatError, OSError, ValueError, gpu.GPUError) as e:
+        post({"type": "error", "where": "model", "text": str(e)})
+        return
+    model.name = name
+    S.model, S.model_name, S.trainer = model, name, None
+    S.model_source = {"source": source, "name": name}
+    c = model.config
+    n_params = sum(p.O * p.I for lay in model.layers for p in lay.proj.values()) + c["vocab_size"] * c["hidden_size"]
+    rows = [["Name", name], ["Architecture", "BitNet b1.58"], ["Parameters", f"{n_params / 1e6:.2f} M"],
+            ["Layers", c["num_hidden_layers"]], ["Hidden / FFN", f"{c['hidden_size']} / {c['intermediate_size']}"],
+            ["Heads / KV heads", f"{c['num_attention_heads']} / {c['num_key_value_heads']}"],
+            ["Vocabulary", c["vocab_size"]], ["Context", c.get("max_position_embeddings")]]
+    post({"type": "model-info", "name": name, "rows": [[str(a), str(b)] for a, b in rows]})
+    if S.records is not None:
+        post(data_report())
+
+
+def memory_estimate(model, cfg) -> dict:
+    """Bytes the training run needs on the GPU, and whether its largest buffer fits."""
+    c = model.config
+    C, F, V, L = c["hidden_size"], c["intermediate_size"], c["vocab_size"], c["num_hidden_layers"]
+    KV = c["num_key_value_heads"] * c.get("head_dim", C // c["num_attention_heads"])
+    N = cfg.micro_batch_size * min(cfg.cutoff_len, int(c.get("max_position_embeddings", cfg.cutoff_len)))
+    weights = sum(p.O * -(-p.I // 16) * 4 for lay in model.layers for p in lay.proj.values()) + 4 * V * C * (
+        1 if c.get("tie_word_embeddings") else 2)
+    acts = 4 * N * L * (9 * C + 2 * KV + 4 * F + 8) + 4 * N * (V + 12 * C + 5 * F)
+    n_lora = sum(cfg.lora_r * (C + C) for _ in range(L) for _ in cfg.target_modules)
+    total = weights + acts + 16 * n_lora
+    largest = 4 * N * V
+    limit = min(model.dev.limits.get("maxBufferSize", 1 << 30), model.dev.limits.get("maxStorageBufferBindingSize", 1 << 30))
+    mb = lambda x: f"{x / 2**20:.0f} MB"  # noqa: E731
+    fits = largest <= limit
+    text = (f"Training with these settings needs about {mb(total)} of GPU memory "
+            f"(largest buffer {mb(largest)}; this device allows {mb(limit)} per buffer).")
+    if not fits:
+        text += " Too big for this device: lower the micro-batch size or the cutoff length."
+    return {"type": "estimate", "text": text, "fits": fits, "bytes": total}
+
+
+async def on_estimate(msg: dict) -> None:
+    from .config import ConfigError, TrainConfig
+    if S.model is None:
+        return
+    try:
+        cfg = TrainConfig.from_dict(dict(msg.get("config") or {}))
+    except ConfigError as e:
+        post({"type": "estimate", "text": f"Settings: {e}", "fits": False})
+        return
+    post(memory_estimate(S.model, cfg))
+
+
+# -- training --------------------------------------------------------------------------
+
+async def _syncfs(populate: bool) -> None:
+    """Copy the IndexedDB-backed folder from (populate) or to the browser's storage."""
+    import pyodide_js
+    from pyodide.ffi import create_once_callable
+    fut = asyncio.get_event_loop().create_future()
+
+    def done(err=None):
+        if err:
+            fut.set_exception(OSError(f"browser storage: {err}"))
+        else:
+            fut.set_result(None)
+    pyodide_js.FS.syncfs(populate, create_once_callable(done))
+    await fut
+
+
+async def storage() -> bool:
+    """Mount the checkpoint folder on IndexedDB once; False where that is unavailable."""
+    if not S.storage_ready:
+        try:
+            import pyodide_js
+            os.makedirs(CKPT, exist_ok=True)
+            pyodide_js.FS.mount(pyodide_js.FS.filesystems.IDBFS, {}, CKPT)
+            await _syncfs(True)
+            S.storage_ready = True
+        except Exception as e:  # noqa: BLE001 - no IndexedDB (private mode): train without checkpoints
+            post({"type": "log", "level": "error", "text": f"checkpoints unavailable: {e}"})
+            return False
+    return True
+
+
+def _training_config(raw: dict):
+    from .config import TrainConfig
+    raw = {k: v for k, v in dict(raw or {}).items() if v is not None}
+    if not raw.get("save_every"):
+        raw["save_every"] = 10     # in the browser a run is always checkpointed: reloads lose nothing
+    raw.update({"model": "browser", "data": "browser", "out": CKPT, "backend": "browser"})
+    return TrainConfig.from_dict(raw)
+
+
+def _step_message(row: dict, total: int) -> dict:
+    return {"type": "step", "total_steps": total, **{k: row[k] for k in ("step", "loss", "grad_norm", "lr", "tokens",
+                                                                        "tokens_per_s", "eta_s", "skipped")}}
+
+
+async def _run_training(trainer, resumed: bool) -> None:
+    S.trainer = trainer
+    total = trainer.total_steps
+    trainer.checkpoint_dir = CKPT + "/state"
+    can_save = await storage()
+
+    def on_step(row):
+        msg = _step_message(row, total)
+        msg["loss"] = msg["loss"] if msg["loss"] == msg["loss"] else None
+        post(msg)
+
+    async def after_checkpoint():
+        with open(CKPT + "/session.json", "w") as f:
+            json.dump({"model": S.model_source, "data_name": S.data_name, "step": trainer.step,
+                       "total_steps": total, "saved_at": time.strftime("%Y-%m-%d %H:%M:%S")}, f)
+        with open(CKPT + "/records.json", "w") as f:
+            json.dump(S.records, f)
+        await _syncfs(False)
+
+    def on_checkpoint(step):
+        post({"type": "checkpoint", "saved": True, "step": step})
+    trainer.on_step = on_step
+    trainer.on_checkpoint = on_checkpoint
+    if not can_save:
+        trainer.config.save_every = 0
+    post({"type": "train-state", "state": "running", "has_adapter": True,
+          "history": trainer.metrics if resumed else None})
+    try:
+        await trainer._setup()
+        if resumed:
+            post({"type": "train-state", "state": "running", "history": trainer.metrics})
+        orig_save = trainer.save_checkpoint
+
+        async def save_and_sync(ckpt_dir=None):
+            path = await orig_save(ckpt_dir)
+            await after_checkpoint()
+            return path
+        trainer.save_checkpoint = save_and_sync
+        await trainer.atrain()
+        state = "stopped" if trainer.control.stopped else "done"
+        if can_save and trainer.metrics:
+            await trainer.save_checkpoint()
+        post({"type": "train-state", "state": state, "has_adapter": True})
+    except gpu.DeviceLost as e:
+        post({"type": "error", "where": "gpu", "text": f"{e}. Reload the page to resume from the last checkpoint."})
+        post({"type": "train-state", "state": "failed", "has_adapter": False})
+    except Exception as e:  # noqa: BLE001 - the app stays usable
+        post({"type": "log", "level": "error", "text": traceback.format_exc()})
+        post({"type": "error", "where": "training", "text": f"{type(e).__name__}: {e}"})
+        post({"type": "train-state", "state": "failed", "has_adapter": S.trainer is not None})
+
+
+async def on_train(msg: dict) -> None:
+    from .config import ConfigError
+    from .data import DataError
+    from .train import Trainer
+    if S.model is None or S.records is None:
+        post({"type": "error", "where": "training", "text": "load a model and a dataset first"})
+        return
+    if S.task is not None and not S.task.done():
+        post({"type": "error", "where": "training", "text": "a training run is already going"})
+        return
+    try:
+        cfg = _training_config(msg.get("config"))
+        est = memory_estimate(S.model, cfg)
+        if not est["fits"]:
+            post({"type": "error", "where": "training", "text": est["text"]})
+            post({"type": "train-state", "state": "idle"})
+            return
+        trainer = Trainer(S.model, S.records, cfg)
+    except (ConfigError, DataError, ValueError) as e:
+        post({"type": "error", "where": "settings", "text": str(e)})
+        post({"type": "train-state", "state": "idle"})
+        return
+    S.task = asyncio.ensure_future(_run_training(trainer, resumed=False))
+
+
+async def on_pause(msg: dict) -> None:
+    if S.trainer is not None:
+        S.trainer.pause()
+        post({"type": "train-state", "state": "paused"})
+
+
+async def on_resume(msg: dict) -> None:
+    if S.trainer is not None:
+        S.trainer.resume()
+        post({"type": "train-state", "state": "running"})
+
+
+async def on_stop(msg: dict) -> None:
+    if S.trainer is not None:
+        S.trainer.stop()
+
+
+async def on_checkpoint_query() -> None:
+    """Tell the page whether a checkpoint from an earlier visit is stored."""
+    if not await storage():
+        return
+    try:
+        with open(CKPT + "/session.json") as f:
+            info = json.load(f)
+    except (OSError, ValueError):
+        return
+    if os.path.exists(CKPT + "/state/training_state.safetensors"):
+        post({"type": "checkpoint", "available": True, "step": info.get("step"),
+              "total_steps": info.get("total_steps"), "saved_at": info.get("saved_at"),
+              "model": (info.get("model") or {}).get("name")})
+
+
+async def on_resume_checkpoint(msg: dict) -> None:
+    """Continue the stored run: reload its model (the demo; a user's file must be loaded
+    again first) and its dataset, then train from the checkpoint."""
+    from .checkpoint_state import load_state
+    from .train import Trainer
+    if not await storage():
+        post({"type": "error", "where": "checkpoint", "text": "browser storage is unavailable"})
+        return
+    with open(CKPT + "/session.json") as f:
+        info = json.load(f)
+    with open(CKPT + "/records.json") as f:
+        S.records = json.load(f)
+    S.data_name = info.get("data_name") or "dataset"
+    post(data_report())
+    src = info.get("model") or {}
+    if src.get("source") == "demo" and (S.model is None or S.model_source != src):
+        await on_load_model({"source": "demo"})
+    elif S.model is None:
+        post({"type": "error", "where": "checkpoint",
+              "text": f"load the model {src.get('name')!r} again, then press Resume training"})
+        post({"type": "train-state", "state": "idle"})
+        return
+    st = load_state(CKPT + "/state")
+    cfg = _training_config({k: v for k, v in st.config.items() if k not in ("resume", "init_adapter")})
+    cfg.resume = CKPT + "/state"
+    trainer = Trainer(S.model, S.records, cfg)
+    S.task = asyncio.ensure_future(_run_training(trainer, resumed=True))
+
+
+# -- try it, export ------------------------------------------------------------------------
+
+async def on_generate(msg: dict) -> None:
+    from .data import format_prompt
+    if S.model is None:
+        post({"type": "error", "where": "generate", "text": "load a model first"})
+        return
+    prompt = format_prompt({"instruction": str(msg.get("instruction") or ""), "input": str(msg.get("input") or ""),
+                            "output": ""})
+    n = max(1, min(int(msg.get("max_new_tokens") or 48), 1024))
+    temp = float(msg.get("temperature") or 0.0)
+    base = await S.model.agenerate(prompt, max_new_tokens=n, temperature=temp, seed=0)
+    adapted = None
+    if S.trainer is not None and S.trainer.lora is not None:
+        adapted = str(await S.trainer.lora.agenerate(prompt, max_new_tokens=n, temperature=temp, seed=0))
+    post({"type": "generated", "base": str(base), "adapted": adapted})
+
+
+async def on_export(msg: dict) -> None:
+    import js
+    if S.trainer is None or S.trainer.lora is None:
+        post({"type": "error", "where": "export", "text": "train first: there is no adapter yet"})
+        return
+    out = "/tmp/bitlora-export"
+    await S.trainer.asave_adapter(out)
+    files = []
+    for name in ("adapter_config.json", "adapter_model.safetensors"):
+        with open(os.path.join(out, name), "rb") as f:
+            data = f.read()
+        arr = js.Uint8Array.new(len(data))
+        arr.assign(data)
+        files.append({"name": name, "bytes": arr})
+    post({"type": "export", "files": files})
+
+
 HANDLERS = {
     "hello": on_hello,
     "load-data": on_load_data,
+    "load-model": on_load_model,
+    "estimate": on_estimate,
+    "train": on_train,
+    "pause": on_pause,
+    "resume": on_resume,
+    "stop": on_stop,
+    "resume-checkpoint": on_resume_checkpoint,
+    "generate": on_generate,
+    "export": on_export,
 }
 
 
