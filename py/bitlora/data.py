@@ -101,7 +101,7 @@ def parse_records(text: str, name: str = "data", jsonl: bool = False) -> list:
     if not jsonl and head != "{":
         try:
             data = json.loads(text)
-        except json.JSONDecodeError as e:
+        except (json.JSONDecodeError, RecursionError) as e:   # RecursionError: absurd nesting
             raise DataError(f"{name}: not JSON: {e}") from None
         if not isinstance(data, list):
             raise DataError(f"{name}: expected a JSON list of records (or JSONL), "
@@ -111,7 +111,7 @@ def parse_records(text: str, name: str = "data", jsonl: bool = False) -> list:
     if not jsonl and len(lines) > 1:
         try:   # a pretty-printed object is JSON, not JSONL: say so rather than report every line
             data = json.loads(text)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):
             pass
         else:
             raise DataError(f"{name}: expected a JSON list of records (or JSONL), got a JSON object")
@@ -119,7 +119,7 @@ def parse_records(text: str, name: str = "data", jsonl: bool = False) -> list:
     for ln in lines:
         try:
             records.append(json.loads(ln))
-        except json.JSONDecodeError as e:
+        except (json.JSONDecodeError, RecursionError) as e:
             records.append(_Unreadable(f"invalid JSON line: {e}"))
     return records
 

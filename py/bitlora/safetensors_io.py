@@ -50,8 +50,9 @@ def dumps(tensors: dict, metadata: dict | None = None) -> bytes:
 
 
 def loads(buf: bytes, name: str = "safetensors") -> tuple:
-    """(tensors {name: (shape tuple, array('f'))}, metadata dict) from safetensors bytes."""
-    buf = memoryview(buf)
+    """(tensors {name: (shape tuple, array('f'))}, metadata dict) from safetensors bytes.
+    Any malformed input raises ValueError naming the problem (nothing else escapes)."""
+    buf = memoryview(buf).cast("B")
     if len(buf) < 8:
         raise ValueError(f"{name}: too short for a safetensors file")
     (n,) = struct.unpack("<Q", buf[:8])
@@ -59,31 +60,43 @@ def loads(buf: bytes, name: str = "safetensors") -> tuple:
         raise ValueError(f"{name}: header length {n} past the end of the file")
     try:
         header = json.loads(bytes(buf[8:8 + n]))
-    except ValueError as e:
+    except (ValueError, RecursionError) as e:
         raise ValueError(f"{name}: bad safetensors header: {e}") from None
+    if not isinstance(header, dict):
+        raise ValueError(f"{name}: safetensors header is not a JSON object")
     meta = header.pop("__metadata__", None) or {}
+    if not isinstance(meta, dict):
+        raise ValueError(f"{name}: __metadata__ is not a JSON object")
     data, out = buf[8 + n:], {}
     for key, info in header.items():
-        a, b = info["data_offsets"]
-        raw, dtype, shape = bytes(data[a:b]), info["dtype"], tuple(info["shape"])
+        try:
+            (a, b), dtype, shape = info["data_offsets"], info["dtype"], tuple(info["shape"])
+        except (TypeError, KeyError, ValueError):
+            raise ValueError(f"{name}: tensor {key}: malformed header entry") from None
+        if not (type(a) is int and type(b) is int and 0 <= a <= b <= len(data)):
+            raise ValueError(f"{name}: tensor {key}: data offsets {[a, b]} outside the {len(data)}-byte data")
+        if not all(type(d) is int and d >= 0 for d in shape):
+            raise ValueError(f"{name}: tensor {key}: bad shape {list(shape)}")
+        size = {"F32": 4, "F16": 2, "BF16": 2}.get(dtype) if isinstance(dtype, str) else None
+        if size is None:
+            raise ValueError(f"{name}: tensor {key} has dtype {dtype}; expected F32, F16 or BF16")
+        count = 1
+        for d in shape:
+            count *= d
+        if b - a != size * count:
+            raise ValueError(f"{name}: tensor {key} holds {b - a} bytes for shape {list(shape)} {dtype}")
+        raw = bytes(data[a:b])
         if dtype == "F32":
             arr = array.array("f", raw)
             if sys.byteorder == "big":
                 arr.byteswap()
         elif dtype == "F16":
             arr = array.array("f", struct.unpack(f"<{len(raw) // 2}e", raw))
-        elif dtype == "BF16":
+        else:
             h = array.array("H", raw)
             if sys.byteorder == "big":
                 h.byteswap()
             arr = array.array("f", array.array("I", (x << 16 for x in h)).tobytes())
-        else:
-            raise ValueError(f"{name}: tensor {key} has dtype {dtype}; expected F32, F16 or BF16")
-        count = 1
-        for d in shape:
-            count *= d
-        if len(arr) != count:
-            raise ValueError(f"{name}: tensor {key} holds {len(arr)} values for shape {list(shape)}")
         out[key] = (shape, arr)
     return out, meta
 

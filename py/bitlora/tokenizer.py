@@ -38,7 +38,17 @@ import json
 import re
 import unicodedata
 
-__all__ = ["Tokenizer", "LLAMA3_SPLIT", "GPT2_SPLIT"]
+__all__ = ["Tokenizer", "TokenizerError", "LLAMA3_SPLIT", "GPT2_SPLIT"]
+
+
+class TokenizerError(ValueError):
+    """tokenizer.json or GGUF tokenizer metadata is malformed (wrong types, missing
+    keys, ids out of range). Unsupported but well-formed pieces raise NotImplementedError."""
+
+
+# Ids may leave gaps, but not absurd ones: the id -> token table is a list.
+MAX_ID_GAP = 1 << 16
+_MALFORMED = (KeyError, TypeError, AttributeError, IndexError, ValueError, RecursionError, re.error)
 
 # The two split patterns in the wild for byte-level BPE (HF / Oniguruma syntax).
 LLAMA3_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"
@@ -361,7 +371,18 @@ class Tokenizer:
         self._unk = vocab.get(unk_token) if unk_token is not None else None
         self._byte_decoder = byte_decoder
         self._prefix, self._suffix = list(prefix_ids), list(suffix_ids)
-        self.vocab_size = 1 + max([*vocab.values(), *(t.id for t in added)], default=-1)
+        all_ids = [*vocab.values(), *(t.id for t in added)]
+        for i in all_ids:
+            if type(i) is not int or not 0 <= i < len(all_ids) + MAX_ID_GAP:
+                raise TokenizerError(f"token id {i!r} is not an integer in 0..{len(all_ids) + MAX_ID_GAP - 1}")
+        for t in added:
+            if not isinstance(t.content, str):
+                raise TokenizerError(f"added token {t.id}: content {t.content!r} is not a string")
+        self.vocab_size = 1 + max(all_ids, default=-1)
+        for what, i in [*(("template", i) for i in (*self._prefix, *self._suffix)),
+                        ("bos", bos_id), ("eos", eos_id), ("pad", pad_id)]:
+            if i is not None and (type(i) is not int or not 0 <= i < self.vocab_size):
+                raise TokenizerError(f"{what} token id {i!r} is not an id of this vocabulary (0..{self.vocab_size - 1})")
         self._tokens: list[str | None] = [None] * self.vocab_size
         for s, i in vocab.items():
             self._tokens[i] = s
@@ -391,7 +412,17 @@ class Tokenizer:
     def from_json(cls, text_or_dict, config=None) -> "Tokenizer":
         """HF tokenizer.json (text or parsed). `config`: optional tokenizer_config.json
         (text or dict) naming bos_token / eos_token / pad_token; without it BOS is the
-        post-processor's first special token, else a well-known name."""
+        post-processor's first special token, else a well-known name. Raises
+        TokenizerError if malformed, NotImplementedError if unsupported."""
+        try:
+            return cls._from_json(text_or_dict, config)
+        except (TokenizerError, NotImplementedError):
+            raise
+        except _MALFORMED as e:
+            raise TokenizerError(f"tokenizer.json is malformed: {type(e).__name__}: {e}") from e
+
+    @classmethod
+    def _from_json(cls, text_or_dict, config=None) -> "Tokenizer":
         d = json.loads(text_or_dict) if isinstance(text_or_dict, (str, bytes)) else text_or_dict
         conf = json.loads(config) if isinstance(config, (str, bytes)) else (config or {})
         norm = d.get("normalizer")
@@ -431,7 +462,17 @@ class Tokenizer:
 
     @classmethod
     def from_gguf_metadata(cls, meta: dict) -> "Tokenizer":
-        """GGUF `tokenizer.ggml.*` keys (values as plain Python: str, int, bool, lists)."""
+        """GGUF `tokenizer.ggml.*` keys (values as plain Python: str, int, bool, lists).
+        Raises TokenizerError if malformed, NotImplementedError if unsupported."""
+        try:
+            return cls._from_gguf_metadata(meta)
+        except (TokenizerError, NotImplementedError):
+            raise
+        except _MALFORMED as e:
+            raise TokenizerError(f"GGUF tokenizer metadata is malformed: {type(e).__name__}: {e}") from e
+
+    @classmethod
+    def _from_gguf_metadata(cls, meta: dict) -> "Tokenizer":
         def text(v):
             return v.decode("utf-8") if isinstance(v, (bytes, bytearray)) else v
         kind = text(meta.get("tokenizer.ggml.model", "gpt2"))
@@ -584,7 +625,8 @@ class Tokenizer:
         try:
             return [vocab[s] for s, a in zip(syms, alive) if a]
         except KeyError as e:
-            raise ValueError(f"a merge makes {e.args[0]!r}, which is not in the vocab") from None
+            # not checked at load time (280k merges): a malformed file fails here
+            raise TokenizerError(f"a merge makes {e.args[0]!r}, which is not in the vocab") from None
 
     # ------------------------------------------------------------------ decoding
     def decode(self, ids, skip_special_tokens: bool = False) -> str:

@@ -39,7 +39,7 @@ def normalize_config(raw: dict, where: str) -> dict:
     cfg = {k: raw.get(k, v) for k, v in DEFAULTS.items()}
     if raw.get("rope_theta") is None:
         rp = raw.get("rope_parameters") or raw.get("rope_scaling") or {}
-        cfg["rope_theta"] = float(rp.get("rope_theta", DEFAULTS["rope_theta"])) if isinstance(rp, dict) else DEFAULTS["rope_theta"]
+        cfg["rope_theta"] = rp.get("rope_theta", DEFAULTS["rope_theta"]) if isinstance(rp, dict) else DEFAULTS["rope_theta"]
     if cfg["num_key_value_heads"] is None:
         cfg["num_key_value_heads"] = cfg["num_attention_heads"]
     for k in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
@@ -55,9 +55,20 @@ def normalize_config(raw: dict, where: str) -> dict:
         raise FormatError(f"{where}: config num_attention_heads {h} is not a multiple of num_key_value_heads {hkv}")
     cfg["head_dim"] = head_dim
     cfg["tie_word_embeddings"] = bool(cfg["tie_word_embeddings"])
-    cfg["rms_norm_eps"] = float(cfg["rms_norm_eps"])
-    cfg["rope_theta"] = float(cfg["rope_theta"])
+    for k in ("rms_norm_eps", "rope_theta"):
+        v = cfg[k]
+        if not isinstance(v, (int, float)) or isinstance(v, bool) or not -1e38 < v < 1e38:
+            raise FormatError(f"{where}: config {k} = {v!r} is not a sane number")
+        cfg[k] = float(v)
     return cfg
+
+
+def check_layer_count(cfg: dict, n_tensors: int, where: str) -> None:
+    """Each layer has 11 tensors: refuse a layer count the file cannot hold before
+    expected_shapes builds a table that large (a corrupt count is a huge allocation)."""
+    if cfg["num_hidden_layers"] * 11 > n_tensors:
+        raise FormatError(f"{where}: config num_hidden_layers = {cfg['num_hidden_layers']} needs "
+                          f"{cfg['num_hidden_layers'] * 11} tensors, the file holds {n_tensors}")
 
 
 def expected_shapes(cfg: dict) -> dict[str, tuple]:

@@ -23,7 +23,7 @@ import struct
 
 from . import FormatError
 from . import ternary as T
-from .checkpoint import Checkpoint, expected_shapes, is_projection, normalize_config
+from .checkpoint import Checkpoint, check_layer_count, expected_shapes, is_projection, normalize_config
 from .source import Source
 from .tensors import FloatTensor, TernaryTensor
 
@@ -279,6 +279,7 @@ class GGUFCheckpoint(Checkpoint):
         self.version, md, tensors = parse_gguf(src)
         self.gguf_metadata = md
         self.config = gguf_config(md, tensors, fn)
+        check_layer_count(self.config, len(tensors), fn)
         want = expected_shapes(self.config)
         self._where = {}
         for gname, info in tensors.items():

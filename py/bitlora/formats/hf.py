@@ -15,7 +15,7 @@ import json
 
 from . import FormatError
 from . import ternary as T
-from .checkpoint import Checkpoint, Folder, expected_shapes, is_projection, normalize_config
+from .checkpoint import Checkpoint, Folder, check_layer_count, expected_shapes, is_projection, normalize_config
 from .safetensors import FLOAT_DTYPES, parse_safetensors, scalar_value
 from .tensors import FloatTensor, TernaryTensor
 
@@ -39,7 +39,7 @@ def _read_text(folder: Folder, name: str, limit: int, required: bool):
 def _json(text: str, where: str):
     try:
         return json.loads(text)
-    except ValueError as e:
+    except (ValueError, RecursionError) as e:   # RecursionError: absurd nesting
         raise FormatError(f"{where}: invalid JSON ({e})") from e
 
 
@@ -53,6 +53,8 @@ class HFCheckpoint(Checkpoint):
         self.raw_config = raw
         self.config = normalize_config(raw, f"{w}/config.json")
         qc = raw.get("quantization_config") or None
+        if qc is not None and not isinstance(qc, dict):
+            raise FormatError(f"{w}/config.json: quantization_config is not a JSON object")
         if qc is not None:
             self.mode = qc.get("quantization_mode", "offline")
             self.linear_class = qc.get("linear_class", "bitlinear")
@@ -64,8 +66,9 @@ class HFCheckpoint(Checkpoint):
 
         idx = _read_text(folder, "model.safetensors.index.json", 64 << 20, False)
         if idx is not None:
-            wm = _json(idx, f"{w}/model.safetensors.index.json").get("weight_map")
-            if not isinstance(wm, dict):
+            wm = _json(idx, f"{w}/model.safetensors.index.json")
+            wm = wm.get("weight_map") if isinstance(wm, dict) else None
+            if not isinstance(wm, dict) or not all(isinstance(v, str) for v in wm.values()):
                 raise FormatError(f"{w}/model.safetensors.index.json: no weight_map")
             shards = sorted(set(wm.values()))
         else:
@@ -82,6 +85,7 @@ class HFCheckpoint(Checkpoint):
                 entries[name] = t
         self._entries = entries
 
+        check_layer_count(self.config, len(entries), w)
         want = expected_shapes(self.config)
         total = 0
         for name, shape in want.items():

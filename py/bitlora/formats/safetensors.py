@@ -40,7 +40,7 @@ def parse_safetensors(src: Source) -> dict[str, STensor]:
     raw = src.read_exact(8, hlen, "JSON header")
     try:
         header = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as e:
+    except (UnicodeDecodeError, ValueError, RecursionError) as e:   # RecursionError: absurd nesting
         raise FormatError(f"{fn}: header is not valid JSON ({e}): bad magic / not a safetensors file") from e
     if not isinstance(header, dict):
         raise FormatError(f"{fn}: header is not a JSON object")
@@ -53,7 +53,7 @@ def parse_safetensors(src: Source) -> dict[str, STensor]:
             dtype, shape, (b, e) = info["dtype"], info["shape"], info["data_offsets"]
         except (TypeError, KeyError, ValueError) as ex:
             raise FormatError(f"{fn}: tensor {name!r}: malformed header entry ({ex})") from ex
-        if dtype not in ITEMSIZE:
+        if not isinstance(dtype, str) or dtype not in ITEMSIZE:
             raise FormatError(f"{fn}: tensor {name!r}: unknown dtype {dtype!r}")
         if not isinstance(shape, list) or not all(isinstance(d, int) and 0 <= d < 1 << 40 for d in shape):
             raise FormatError(f"{fn}: tensor {name!r}: bad shape {shape!r}")

@@ -22,6 +22,7 @@ import struct
 import sys
 from array import array
 
+from . import FormatError
 from .tensors import WEIGHTS_PER_WORD, words_per_row
 
 assert sys.byteorder == "little"
@@ -333,6 +334,8 @@ def ternarize_absmean(data: bytes, dtype: str, n: int):
     """Float weights -> (codes[n], scale) exactly as HF's WeightQuant does in float32:
     s = 1/mean|W| (clamped), t = clamp(round(W*s), -1, 1), dequantised t/s = t*scale."""
     s = absmean_scale(data, dtype, n)
+    if not 0.0 < s < float("inf"):          # mean |W| is Inf or NaN: no scale exists
+        raise FormatError("float weights hold Inf or NaN: cannot ternarise them")
     codes = codes_from_threshold(data, dtype, n, _threshold(s, dtype))
     return codes, f32(1.0 / s)
 
@@ -347,4 +350,6 @@ def exact_ternary(data: bytes, dtype: str, n: int):
     if not vals:
         return b"\x01" * n, 0.0
     a = vals.pop()
+    if a >= _INF[dtype]:                     # Inf / NaN: not a usable scale
+        return None
     return codes_from_threshold(data, dtype, n, a), _value(a, dtype)
