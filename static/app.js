@@ -107,7 +107,15 @@ function redrawCharts() {
   requestAnimationFrame(() => {
     redrawQueued = false;
     for (const id of ["chart-loss", "chart-grad", "chart-lr", "chart-tps"]) {
-      charts[id].plot.setData([charts[id].x, charts[id].y]);
+      const c = charts[id];
+      c.plot.setData([c.x, c.y]);
+      // what the chart shows, readable without pixels (assistive tech, tests)
+      const el = $(id);
+      el.dataset.points = String(c.y.length);
+      el.dataset.first = c.y.length ? String(c.y[0]) : "";
+      el.dataset.last = c.y.length ? String(c.y[c.y.length - 1]) : "";
+      el.setAttribute("aria-label", c.y.length ? `${c.y.length} points, first ${Number(c.y[0]).toPrecision(4)}, `
+        + `last ${Number(c.y[c.y.length - 1]).toPrecision(4)}` : "no data yet");
     }
   });
 }

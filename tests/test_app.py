@@ -1,7 +1,11 @@
 """The web app in headless Chromium: real worker, real Pyodide, real file inputs."""
 import json
+import pathlib
 
 import pytest
+
+ARTIFACTS = pathlib.Path(__file__).resolve().parent.parent / "test-artifacts"
+ARTIFACTS.mkdir(exist_ok=True)
 
 XSS = '<img src=x onerror="window.__xss = 1">'
 
@@ -43,3 +47,40 @@ def test_bad_dataset_file_shows_error_and_app_stays_usable(app, tmp_path):
     app.get_by_role("status").filter(has_text="not JSON").wait_for(timeout=60_000)
     app.get_by_role("button", name="Load demo dataset").click()
     app.locator("#data-summary", has_text="demo dataset").wait_for(timeout=60_000)
+
+
+def _fill(page, **values):
+    for name, val in values.items():
+        page.locator(f"#settings [name={name}]").fill(str(val))
+    page.locator("#settings [name=lr]").dispatch_event("change")
+
+
+def test_train_demo_pause_resume_and_export(app, tmp_path):
+    """The demo model and data train a few steps in the worker: the loss chart fills,
+    Pause/Resume work, the page stays responsive, the adapter downloads."""
+    app.get_by_role("button", name="Load demo model").click()
+    app.get_by_role("status").filter(has_text="Model loaded").wait_for(timeout=120_000)
+    app.get_by_role("button", name="Load demo dataset").click()
+    app.locator("#data-summary", has_text="usable").wait_for(timeout=60_000)
+    _fill(app, max_steps=4, micro_batch_size=1, grad_accum=1, cutoff_len=64, lr=0.003, warmup_steps=0,
+          save_every=2)
+    app.get_by_role("button", name="Train").click()
+    app.locator("#train-progress-text", has_text="step 1 /").wait_for(timeout=300_000)
+    app.get_by_role("button", name="Pause").click()
+    app.get_by_role("status").filter(has_text="Paused").wait_for(timeout=300_000)
+    # while paused (and while training) the page answers at once
+    t = app.evaluate("() => { const t0 = performance.now(); document.getElementById('prompt').value += ''; "
+                     "return performance.now() - t0; }")
+    assert t < 100
+    app.get_by_role("button", name="Resume").click()
+    app.get_by_role("status").filter(has_text="finished").wait_for(timeout=600_000)
+    assert "step 4 / 4" in app.locator("#train-progress-text").text_content()
+    chart = app.locator("#chart-loss")
+    assert chart.get_attribute("data-points") == "4"
+    assert float(chart.get_attribute("data-last")) < float(chart.get_attribute("data-first")), "loss did not fall"
+    app.screenshot(path=str(ARTIFACTS / "training-run.png"), full_page=True)
+    with app.expect_download() as dl:
+        app.get_by_role("button", name="Export adapter").click()
+    saved = tmp_path / dl.value.suggested_filename
+    dl.value.save_as(saved)
+    assert saved.name in ("adapter_config.json", "adapter_model.safetensors")
