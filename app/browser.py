@@ -45,6 +45,7 @@ class BrowserSession:
         self.boot_timeout_s = boot_timeout_s
         self.gpu_flags = gpu_flags
         self.console: list[str] = []
+        self.on_console = None    # optional callback(line) for every console line
         self.server = self._pw = self.browser = self.page = None
 
     def start(self) -> "BrowserSession":
@@ -66,6 +67,8 @@ class BrowserSession:
         return page
 
     def _log(self, line: str) -> None:
+        if self.on_console is not None:
+            self.on_console(line)
         self.console.append(line)
         del self.console[:-200]
 
