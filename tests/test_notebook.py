@@ -78,6 +78,25 @@ def test_show_app_outside_a_notebook(capsys):
         csp = resp.headers["Content-Security-Policy"]
         assert resp.status == 200 and b"<html" in resp.read().lower()
     assert "frame-ancestors 'self' http://localhost:*" in csp
+    records = notebook._url_records(url + "demo/alpaca_demo.json")   # Trainer's URL data
+    assert len(records) > 100 and set(records[0]) >= {"instruction", "output"}
+
+
+def test_show_app_in_a_kernel():
+    """In an IPython kernel show_app returns an IFrame to the loopback server."""
+    from jupyter_client.manager import start_new_kernel
+    outs = []
+    km, kc = start_new_kernel(kernel_name="python3")
+    try:
+        reply = kc.execute_interactive("import bitlora; bitlora.show_app(height=600)", timeout=120,
+                                       output_hook=outs.append)
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
+    assert reply["content"]["status"] == "ok"
+    html = [m["content"]["data"].get("text/html", "") for m in outs if m["msg_type"] == "execute_result"]
+    assert len(html) == 1 and "<iframe" in html[0] and 'src="http://127.0.0.1:' in html[0] and '"600"' in html[0]
+
 
 
 def test_notebook_api(run_case, backend):

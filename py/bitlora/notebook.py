@@ -319,8 +319,8 @@ def train_with_display(trainer, mode: str | None = None, every: int | None = Non
 
 # The app's server forbids framing by other origins (frame-ancestors 'self'); a
 # notebook on this machine (Jupyter on localhost, VS Code's webview) must be allowed.
-FRAME_ANCESTORS = ("'self' http://localhost:* http://127.0.0.1:* http://[::1]:* https://localhost:* "
-                   "https://127.0.0.1:* https://[::1]:* vscode-webview:")
+FRAME_ANCESTORS = ("'self' http://localhost:* http://127.0.0.1:* https://localhost:* "
+                   "https://127.0.0.1:* vscode-webview:")
 
 _server = None
 
