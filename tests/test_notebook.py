@@ -127,3 +127,32 @@ def test_example_notebook_runs(tmp_path):
     text = "".join(o.get("text", "") for o in outputs)
     assert "mean loss of the first 5 steps" in text
     json.dumps(nb)                                       # the executed notebook is plain JSON
+
+
+def test_interrupt_stops_at_a_step_boundary(tmp_path):
+    """Ctrl-C during train_with_display asks the trainer to stop, waits for the step in
+    flight, shows the final state, then lets the KeyboardInterrupt through."""
+    script = tmp_path / "interrupt.py"
+    script.write_text(
+        "import asyncio, os, signal, threading, types\n"
+        "from bitlora import notebook\n"
+        "tr = types.SimpleNamespace(total_steps=100, metrics=[], on_step=None, stopped=False)\n"
+        "tr.stop = lambda: setattr(tr, 'stopped', True)\n"
+        "async def atrain():\n"
+        "    for i in range(1, 101):\n"
+        "        if tr.stopped: break\n"
+        "        await asyncio.sleep(0.05)\n"
+        "        row = {'step': i, 'loss': 1.0 / i, 'grad_norm': 1.0, 'lr': 1e-3, 'tokens_per_s': 1.0, 'eta_s': 1.0}\n"
+        "        tr.metrics.append(row); tr.on_step(row)\n"
+        "        if i == 3: os.kill(os.getpid(), signal.SIGINT)\n"
+        "    return tr.metrics\n"
+        "tr.atrain = atrain\n"
+        "try:\n"
+        "    notebook.train_with_display(tr, mode='text', every=50)\n"
+        "except KeyboardInterrupt:\n"
+        "    print('interrupted after', len(tr.metrics), 'steps')\n")
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60).stdout
+    lines = out.strip().splitlines()
+    assert lines[-2].startswith("step ") and lines[-2].endswith("(stopped)"), out
+    steps = int(lines[-1].split()[2])
+    assert 3 <= steps <= 5 and lines[-2].startswith(f"step {steps}/100"), out

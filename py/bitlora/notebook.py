@@ -216,7 +216,7 @@ def progress_html(metrics: list, total: int, elapsed_s: float, done: bool = Fals
         status = (f"loss {_num(row.get('loss'))} · grad norm {_num(row.get('grad_norm'), '.3g')} · "
                   f"lr {_num(row.get('lr'), '.2e')} · {_num(row.get('tokens_per_s'), '.0f')} tok/s · "
                   f"elapsed {_fmt_time(elapsed_s)} · "
-                  + ("done" if done else f"eta {_fmt_time(row.get('eta_s'))}"))
+                  + (("done" if step >= total else "stopped") if done else f"eta {_fmt_time(row.get('eta_s'))}"))
     return ('<div class="bitlora-progress" style="font:13px sans-serif">'
             f'<div><progress max="{max(total, 1)}" value="{min(step, max(total, 1))}" '
             f'style="width:300px;vertical-align:middle"></progress> '
@@ -278,9 +278,8 @@ class NotebookProgress:
         """Show the final state (after training ends or is stopped)."""
         if self.mode == "html":
             self.handle.update(self._bundle(done=True), raw=True)
-        elif self.trainer.metrics and self.trainer.metrics[-1]["step"] % self.every and \
-                self.trainer.metrics[-1]["step"] < self.total:
-            self.out(text_line(self.trainer.metrics[-1], self.total, time.perf_counter() - self.t0))
+        elif self.trainer.metrics and self.trainer.metrics[-1]["step"] < self.total:
+            self.out(text_line(self.trainer.metrics[-1], self.total, time.perf_counter() - self.t0) + " (stopped)")
 
     def detach(self) -> None:
         """Give the trainer its previous on_step back."""
@@ -304,13 +303,27 @@ async def _atrain_with_display(trainer, progress):
 
 def train_with_display(trainer, mode: str | None = None, every: int | None = None, out=None):
     """trainer.train() with a live display: returns the metrics natively, an awaitable
-    under Pyodide."""
+    under Pyodide. Natively, an interrupt (Ctrl-C, or the notebook's stop button) stops
+    training at the next step boundary — the trainer stays usable (save_adapter, train
+    again) — and then the KeyboardInterrupt goes on."""
     progress = attach_display(trainer, mode=mode, every=every, out=out)
     if in_browser():
         return _atrain_with_display(trainer, progress)
+    import asyncio
+    import concurrent.futures
+    # The loop runs on a helper thread (as gpu.run does inside Jupyter's running loop),
+    # so that this thread can take the interrupt and ask the trainer to stop.
+    pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="bitlora-train")
     try:
-        return trainer.train()
+        job = pool.submit(asyncio.run, trainer.atrain())
+        try:
+            return job.result()
+        except KeyboardInterrupt:
+            trainer.stop()
+            job.result()
+            raise
     finally:
+        pool.shutdown(wait=True)
         progress.finish()      # on this thread, in the cell's context: the saved output is final
         progress.detach()
 
