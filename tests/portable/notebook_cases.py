@@ -12,13 +12,14 @@ async def _value(x):
 
 
 async def case_notebook_api(dev, src="demo", steps=2, out="/tmp/bitlora-notebook-adapter"):
-    """load_model("demo") -> Trainer on the demo dataset -> train with the text display
-    -> metrics, generate (base and adapter), save_adapter."""
+    """load_model("demo") -> Trainer on the demo dataset -> train with the display
+    (plain text: no IPython kernel here) -> metrics, generate (base and adapter),
+    save_adapter."""
     model = await _value(bitlora.load_model(src, device=dev))
     trainer = bitlora.Trainer(model, "demo", {"max_steps": steps, "micro_batch_size": 1, "grad_accum": 1,
                                               "lr": 5e-3, "warmup_steps": 0})
     lines = []
-    metrics = await _value(bitlora.train_with_display(trainer, mode="text", every=2, out=lines.append))
+    metrics = await _value(bitlora.train_with_display(trainer, every=2, out=lines.append))
     record = {"instruction": "What is 2 plus 0?", "input": "", "output": "2"}
     tuned = await _value(trainer.generate(record, max_new_tokens=2))
     base = await _value(model.generate("The word", max_new_tokens=2))
