@@ -32,7 +32,8 @@ def _rows(losses):
             for i, v in enumerate(losses)]
 
 
-@pytest.mark.parametrize("losses", [[], [2.0], [3.0, 3.0], [5.0, float("nan"), 4.0] + [4.0 - i / 10 for i in range(10)]])
+@pytest.mark.parametrize("losses", [[], [2.0], [3.0, 3.0],
+                                    [5.0, float("nan"), 4.0] + [4.0 - i / 10 for i in range(10)]])
 def test_loss_svg_is_well_formed(losses):
     svg = notebook.loss_svg(_rows(losses), total=20)
     root = ET.fromstring(svg)
@@ -121,7 +122,8 @@ def test_example_notebook_runs(tmp_path):
                             resources={"metadata": {"path": str(tmp_path)}}).execute()
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
     assert not [o for o in outputs if o.output_type == "error"]
-    shown = [o for o in outputs if o.output_type == "display_data" and "bitlora-progress" in o.data.get("text/html", "")]
+    shown = [o for o in outputs
+             if o.output_type == "display_data" and "bitlora-progress" in o.data.get("text/html", "")]
     assert len(shown) == 1 and "step 10/10" in shown[0].data["text/html"] and "done" in shown[0].data["text/html"]
     assert "<svg" in shown[0].data["text/html"]
     text = "".join(o.get("text", "") for o in outputs)
