@@ -218,6 +218,10 @@ def _compile(pattern: str) -> _Splitter:
     return _COMPILED[pattern]
 
 
+_BEHAVIORS = ("isolated", "removed", "contiguous", "mergedwithprevious", "merged_with_previous",
+              "mergedwithnext", "merged_with_next")
+
+
 def _split(text: str, rx: _Splitter, behavior: str = "Isolated", invert: bool = False) -> list[str]:
     """HF's Split pre-tokenizer: cut `text` at the matches of `rx`, keeping or
     merging the delimiters as `behavior` says."""
@@ -315,6 +319,10 @@ def _pre_steps(cfg) -> tuple[list, str | None]:
         source = pat["Regex"] if "Regex" in pat else re.escape(pat["String"])
         rx = _Splitter(pat["String"], literal=True) if "String" in pat else _compile(source)
         behavior, invert = cfg.get("behavior", "Isolated"), cfg.get("invert", False)
+        if not isinstance(behavior, str) or not isinstance(invert, bool):
+            raise TokenizerError(f"Split behavior {behavior!r} / invert {invert!r}: expected a string and a boolean")
+        if behavior.lower() not in _BEHAVIORS:
+            raise NotImplementedError(f"Split behavior {behavior!r}")
         name = "llama-bpe" if source == LLAMA3_SPLIT and behavior == "Isolated" and not invert else None
         return [lambda s: _split(s, rx, behavior, invert)], name
     if kind == "ByteLevel":
@@ -381,7 +389,7 @@ class Tokenizer:
         self.vocab_size = 1 + max(all_ids, default=-1)
         for what, i in [*(("template", i) for i in (*self._prefix, *self._suffix)),
                         ("bos", bos_id), ("eos", eos_id), ("pad", pad_id)]:
-            if i is not None and (type(i) is not int or not 0 <= i < self.vocab_size):
+            if (i is not None or what == "template") and (type(i) is not int or not 0 <= i < self.vocab_size):
                 raise TokenizerError(f"{what} token id {i!r} is not an id of this vocabulary (0..{self.vocab_size - 1})")
         self._tokens: list[str | None] = [None] * self.vocab_size
         for s, i in vocab.items():
