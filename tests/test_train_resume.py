@@ -1,0 +1,76 @@
+"""Training behaviour: a resumed run equals an uninterrupted one; two identical runs are
+bitwise equal; overfitting 8 demo records drives the loss far down; bitlora train
+writes PEFT files and metrics.jsonl."""
+import json
+import subprocess
+import sys
+import pathlib
+
+import pytest
+
+from bitlora.api import load_model
+from bitlora.demo import DATASET, MODEL_DIR
+from bitlora.train import Trainer
+
+from fixtures.make_tiny import make_hf
+
+DIMS = dict(vocab_size=300, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2, max_position_embeddings=256, rms_norm_eps=1e-5, tie_word_embeddings=True)
+RECORDS = [{"instruction": f"Add {a} and {b}.", "input": "", "output": f"{a + b}"} for a, b in
+           [(1, 2), (3, 4), (10, 7), (2, 9), (5, 5), (12, 30), (8, 1), (6, 6)]]
+CFG = dict(micro_batch_size=2, grad_accum=2, max_steps=6, lr=3e-3, lora_r=4, lora_alpha=8, lora_dropout=0.1,
+           warmup_steps=1, seed=5, target_modules=["q_proj", "v_proj", "down_proj"])
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory):
+    folder = make_hf(tmp_path_factory.mktemp("resume") / "model", "online_f32", dims=DIMS, seed=2)
+    return load_model(str(folder))
+
+
+def test_resume_equals_uninterrupted_and_runs_repeat_bitwise(tiny_model, tmp_path):
+    full = Trainer(tiny_model, RECORDS, CFG, out=str(tmp_path / "a"))
+    full.train()
+    again = Trainer(tiny_model, RECORDS, CFG, out=str(tmp_path / "b"))
+    again.train()
+    assert [m["loss"] for m in again.metrics] == [m["loss"] for m in full.metrics]   # bitwise
+    part = Trainer(tiny_model, RECORDS, dict(CFG, save_every=3, max_steps=6), out=str(tmp_path / "d"))
+    part.on_step = lambda row: row["step"] == 3 and part.stop()
+    part.train()
+    assert part.step in (3, 4)
+    resumed = Trainer(tiny_model, RECORDS, dict(CFG, resume=str(tmp_path / "d" / "checkpoint")),
+                      out=str(tmp_path / "e"))
+    resumed.train()
+    losses = [m["loss"] for m in resumed.metrics]
+    assert [m["step"] for m in resumed.metrics] == list(range(1, 7))
+    assert losses == [m["loss"] for m in full.metrics], (losses, [m["loss"] for m in full.metrics])
+
+
+def test_overfit_eight_demo_records():
+    model = load_model(str(MODEL_DIR))
+    records = json.loads(pathlib.Path(DATASET).read_text())[:8]
+    tr = Trainer(model, records, dict(micro_batch_size=8, grad_accum=1, max_steps=25, lr=2e-2, lora_r=16,
+                                      lora_alpha=32, lora_dropout=0.0, warmup_steps=0, lr_scheduler="constant",
+                                      target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
+                                                      "up_proj", "down_proj"]))
+    tr.train()
+    start, end = tr.metrics[0]["loss"], tr.metrics[-1]["loss"]
+    assert end < 0.1 * start, f"loss {start:.3f} -> {end:.3f}"
+
+
+def test_cli_train_writes_peft_files_and_metrics(tmp_path):
+    out = tmp_path / "out"
+    bin_ = pathlib.Path(sys.executable).parent / "bitlora"
+    r = subprocess.run([str(bin_), "train", "--max-steps", "2", "--micro-batch-size", "2", "--grad-accum", "1",
+                        "--cutoff-len", "64", "--out", str(out)], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    conf = json.loads((out / "adapter_config.json").read_text())
+    assert conf["peft_type"] == "LORA" and conf["target_modules"] == ["q_proj", "v_proj"]
+    assert (out / "adapter_model.safetensors").stat().st_size > 0
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2]
+    for key in ("step", "loss", "grad_norm", "lr", "tokens", "tokens_per_s"):
+        assert key in rows[0]
+    bad = subprocess.run([str(bin_), "train", "--data", str(tmp_path / "missing.json"), "--out", str(out)],
+                         capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 2 and "missing.json" in bad.stderr
