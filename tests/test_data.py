@@ -299,11 +299,12 @@ PORTABLE_HF = dict(hidden_size=16, intermediate_size=24, num_hidden_layers=2, nu
 def test_portable_pipeline_matches_native(run_case):
     """Data order, batches, schedule, LoRA init and file bytes: the browser's answer
     equals CPython's (computed here, in-process)."""
-    import asyncio
-
     import data_cases
+
+    from bitlora import gpu
     kw = dict(jsonl_text=PORTABLE_RECORDS, config=PORTABLE_CONFIG, hf_config=PORTABLE_HF)
-    here = json.loads(json.dumps(asyncio.run(data_cases.case_pipeline(None, **kw))))
+    # gpu.run, not asyncio.run: Playwright's sync API may already run a loop in this thread
+    here = json.loads(json.dumps(gpu.run(data_cases.case_pipeline(None, **kw))))
     got = run_case("data_cases", "case_pipeline", **kw)
     assert got["adapter_round_trip"] is True
     reasons = dict(got["invalid"])
