@@ -137,7 +137,7 @@ class Writer:
         self.buf += struct.pack("<" + fmt, v)
 
     def str(self, s):
-        b = s.encode()
+        b = s.encode("utf-8", "surrogatepass")   # generated strings may hold lone surrogates: bad UTF-8 is an input too
         self.int("Q", len(b))
         self.buf += b
 
