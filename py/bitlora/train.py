@@ -102,6 +102,7 @@ class Trainer:
         self.checkpoint_dir = None        # where save_every writes (default OUT/checkpoint)
         self.metrics_path = None          # metrics.jsonl (native CLI)
         self._metrics_writer = None
+        self._step_times: list[float] = []   # recent step durations, for the ETA
 
     # -- set-up ----------------------------------------------------------------
     async def _setup(self):
@@ -170,7 +171,7 @@ class Trainer:
         t_end = time.perf_counter() if t_end is None else t_end
         dt = max(t_end - row.pop("_t0"), 1e-9)
         row["tokens_per_s"] = row["tokens"] / dt
-        self._step_times = (getattr(self, "_step_times", []) + [dt])[-20:]
+        self._step_times = (self._step_times + [dt])[-20:]
         row["eta_s"] = (self.total_steps - row["step"]) * sum(self._step_times) / len(self._step_times)
         self.metrics.append(row)
         if self._metrics_writer is not None:
