@@ -27,10 +27,8 @@ from bitlora.schedule import lr_at
 from bitlora.tokenizer import Tokenizer
 
 from conftest import PORTABLE, run_native_case
-from fixtures.make_tiny import make_hf
+from fixtures.make_tiny import SMALL, make_hf
 
-DIMS = dict(vocab_size=300, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
-            num_key_value_heads=2, max_position_embeddings=256, rms_norm_eps=1e-5, tie_word_embeddings=True)
 RECORDS = [{"instruction": f"Add {a} and {b}.", "input": "" if a % 2 else f"{a} {b}", "output": f"{a + b}"}
            for a, b in [(1, 2), (3, 4), (10, 7), (2, 9), (5, 5), (12, 30), (8, 1), (6, 6), (9, 9), (4, 11)]]
 BASE = dict(micro_batch_size=2, grad_accum=2, max_steps=8, lr=1e-3, weight_decay=0.01, lora_r=4, lora_alpha=8,
@@ -41,9 +39,9 @@ BASE = dict(micro_batch_size=2, grad_accum=2, max_steps=8, lr=1e-3, weight_decay
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     root = tmp_path_factory.mktemp("train")
-    folder = make_hf(root / "model", "online_f32", dims=DIMS, seed=2)
+    folder = make_hf(root / "model", "online_f32", dims=SMALL, seed=2)
     cfg = TrainConfig.from_dict(BASE)
-    shapes = adapter_io.lora_shapes(dict(DIMS), cfg.target_modules, cfg.lora_r)
+    shapes = adapter_io.lora_shapes(dict(SMALL), cfg.target_modules, cfg.lora_r)
     rng = np.random.default_rng(7)
     init = {k: (s, rng.uniform(-0.3, 0.3, size=s).astype(np.float32).ravel().tolist()) for k, s in shapes}
     adapter_io.save_adapter(root / "init", init, cfg)

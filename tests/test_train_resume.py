@@ -10,10 +10,8 @@ import pytest
 from bitlora.api import load_model
 from bitlora.train import Trainer
 
-from fixtures.make_tiny import make_hf
+from fixtures.make_tiny import SMALL, make_hf
 
-DIMS = dict(vocab_size=300, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
-            num_key_value_heads=2, max_position_embeddings=256, rms_norm_eps=1e-5, tie_word_embeddings=True)
 RECORDS = [{"instruction": f"Add {a} and {b}.", "input": "", "output": f"{a + b}"} for a, b in
            [(1, 2), (3, 4), (10, 7), (2, 9), (5, 5), (12, 30), (8, 1), (6, 6)]]
 CFG = dict(micro_batch_size=2, grad_accum=2, max_steps=6, lr=3e-3, lora_r=4, lora_alpha=8, lora_dropout=0.1,
@@ -22,7 +20,7 @@ CFG = dict(micro_batch_size=2, grad_accum=2, max_steps=6, lr=3e-3, lora_r=4, lor
 
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory):
-    folder = make_hf(tmp_path_factory.mktemp("resume") / "model", "online_f32", dims=DIMS, seed=2)
+    folder = make_hf(tmp_path_factory.mktemp("resume") / "model", "online_f32", dims=SMALL, seed=2)
     return load_model(str(folder))
 
 
