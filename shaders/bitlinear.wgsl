@@ -8,12 +8,21 @@
 //   dispatch: one workgroup (256) per row: N workgroups split over x, y
 //
 // bitlinear_forward   y[n, o] (= or +=) (sum_i xq[n, i] t[o, i]) * scale / s[n]
-//   The dot products of integers are exact in f32 (|sum| < 2^24 for I < 131072).
+//   The dot products of integers are exact in f32 (|sum| < 2^24 for I < 131072), so
+//   every tiling gives the same bits.
 //   t from w_packed[O, ceil(I/16)] u32 (formats/tensors.py: weight (o, i) is code
 //   (word >> 2*(i%16)) & 3 of word o*ceil(I/16) + i/16, t = code - 1); never expanded.
 //   accumulate = 1 adds into y (o_proj and down_proj write into the residual stream).
 //   0 params {N, I, O, scale, accumulate} | 1 xq[N, I] read | 2 s[N] read |
 //   3 w_packed[O, ceil(I/16)] u32 read | 4 y[N, O] read_write
+//   dispatch: groups (ceil(O/64), ceil(N/64)); a 16x16 workgroup owns a 64 x 64 tile of
+//   y, thread (tx, ty) rows ty + 16a and outputs tx + 16b (a, b < 4), 16 sums in
+//   registers. xq is staged through workgroup memory 64 columns (4 words) at a time and
+//   read back as vec4; each thread decodes its four outputs' words into vec4s of
+//   ternary weights, so one x load feeds 16 multiply-adds (a load per multiply-add made
+//   the simpler kernel below several times slower on every backend measured).
+//
+// bitlinear_forward_rows   the same for a few rows (decoding: N = batch size):
 //   dispatch: groups (ceil(O/64), ceil(N/8)); a workgroup (64) owns 64 outputs x 8 rows,
 //   a thread one output for 8 rows; xq is staged through workgroup memory 256 columns
 //   (16 words) at a time.
@@ -58,7 +67,7 @@ struct LinParams { n: u32, i: u32, o: u32, scale: f32, accumulate: u32 };
 var<workgroup> l_xsh: array<array<f32, 256>, TN>;  // [row][column in chunk]
 
 @compute @workgroup_size(TO)
-fn bitlinear_forward(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
+fn bitlinear_forward_rows(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
     let lid = lid3.x;
     let o = wid.x * TO + lid;
     let n0 = wid.y * TN;
@@ -95,6 +104,71 @@ fn bitlinear_forward(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(wor
             let v = acc[r] * lp.scale / l_s[n];
             let a = n * lp.o + o;
             if (lp.accumulate != 0u) { l_y[a] = l_y[a] + v; } else { l_y[a] = v; }
+        }
+    }
+}
+
+const KW4: u32 = 4u;                                   // packed words per staged chunk
+var<workgroup> l_xt: array<array<vec4<f32>, 16>, 64>;  // [row][column quad], 64 columns
+
+fn ternary_quad(word: u32, q: u32) -> vec4<f32> {      // weights of columns 4q .. 4q+3 of a word
+    let b = word >> (8u * q);
+    return vec4<f32>(vec4<u32>(b & 3u, (b >> 2u) & 3u, (b >> 4u) & 3u, (b >> 6u) & 3u)) - 1.0;
+}
+
+@compute @workgroup_size(16, 16)
+fn bitlinear_forward(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
+    let tx = lid3.x;
+    let ty = lid3.y;
+    let lid = ty * 16u + tx;
+    let N = lp.n;
+    let I = lp.i;
+    let O = lp.o;
+    let words = (I + 15u) / 16u;
+    let n0 = wid.y * 64u;
+    let o0 = wid.x * 64u;
+    var acc: array<vec4<f32>, 4>;                      // acc[a][b]: row ty + 16a, output tx + 16b
+    for (var a = 0u; a < 4u; a++) { acc[a] = vec4<f32>(0.0); }
+    for (var w0 = 0u; w0 < words; w0 += KW4) {
+        for (var m = 0u; m < 16u; m++) {               // stage xq: 64 rows x 64 columns, zeros past the edges
+            let e = lid + 256u * m;
+            let r = e / 64u;
+            let c = w0 * 16u + e % 64u;
+            var v = 0.0;
+            if (n0 + r < N && c < I) { v = l_xq[(n0 + r) * I + c]; }
+            l_xt[r][(e % 64u) / 4u][e % 4u] = v;
+        }
+        workgroupBarrier();
+        for (var wd = 0u; wd < KW4; wd++) {
+            var wv = vec4<u32>(0x55555555u);           // padding code 1 = zero weight
+            let wi = w0 + wd;
+            for (var b = 0u; b < 4u; b++) {
+                let o = o0 + tx + 16u * b;
+                if (o < O && wi < words) { wv[b] = l_w[o * words + wi]; }
+            }
+            for (var q = 0u; q < 4u; q++) {
+                let t0 = ternary_quad(wv.x, q);
+                let t1 = ternary_quad(wv.y, q);
+                let t2 = ternary_quad(wv.z, q);
+                let t3 = ternary_quad(wv.w, q);
+                for (var a = 0u; a < 4u; a++) {
+                    let xv = l_xt[ty + 16u * a][wd * 4u + q];
+                    acc[a] += vec4<f32>(dot(xv, t0), dot(xv, t1), dot(xv, t2), dot(xv, t3));
+                }
+            }
+        }
+        workgroupBarrier();
+    }
+    for (var a = 0u; a < 4u; a++) {
+        let n = n0 + ty + 16u * a;
+        if (n >= N) { continue; }
+        for (var b = 0u; b < 4u; b++) {
+            let o = o0 + tx + 16u * b;
+            if (o < O) {
+                let v = acc[a][b] * lp.scale / l_s[n];
+                let idx = n * O + o;
+                if (lp.accumulate != 0u) { l_y[idx] = l_y[idx] + v; } else { l_y[idx] = v; }
+            }
         }
     }
 }

@@ -8,9 +8,14 @@
 //   row(n) = x_row0 + n * x_step (x_row0 = 0, x_step = 1 for every row; x_row0 = T-1,
 //   x_step = T for the last token of each sequence when decoding)
 //   0 params {N, I, Oc, ld_y, v0, x_row0, x_step} | 1 x[N, I] read | 2 w[Oc, I] read | 3 y[N, ld_y] read_write
-//   dispatch: groups (ceil(Oc/64), ceil(N/8)); a workgroup (64) owns 64 outputs x 8 rows,
-//   a thread one output for 8 rows; x is staged through workgroup memory 256 columns
-//   at a time.
+//   dispatch: groups (ceil(Oc/64), ceil(N/64)); a 16x16 workgroup owns a 64 x 64 tile of
+//   y, thread (tx, ty) rows ty + 16a and outputs tx + 16b (a, b < 4). x and W are staged
+//   through workgroup memory 32 columns at a time and read back as vec4, so each
+//   workgroup-memory load feeds 16 multiply-adds (see bitlinear.wgsl).
+//
+// linear_forward_rows   the same for a few rows (decoding): groups (ceil(Oc/64), ceil(N/8));
+//   a workgroup (64) owns 64 outputs x 8 rows, a thread one output for 8 rows; x is
+//   staged through workgroup memory 256 columns at a time.
 
 const TO: u32 = 64u;
 const TN: u32 = 8u;
@@ -23,7 +28,7 @@ struct LinParams { n: u32, i: u32, oc: u32, ld_y: u32, v0: u32, x_row0: u32, x_s
 var<workgroup> xsh: array<array<f32, KC>, TN>;
 
 @compute @workgroup_size(TO)
-fn linear_forward(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
+fn linear_forward_rows(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
     let lid = lid3.x;
     let o = wid.x * TO + lid;
     let n0 = wid.y * TN;
@@ -52,5 +57,55 @@ fn linear_forward(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgr
     for (var r = 0u; r < TN; r++) {
         let n = n0 + r;
         if (n < p.n) { y[n * p.ld_y + p.v0 + o] = acc[r]; }
+    }
+}
+
+const KT: u32 = 32u;                                   // columns per staged chunk
+var<workgroup> t_x: array<array<vec4<f32>, 8>, 64>;    // [row][column quad]
+var<workgroup> t_w: array<array<vec4<f32>, 8>, 64>;    // [output][column quad]
+
+@compute @workgroup_size(16, 16)
+fn linear_forward(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
+    let tx = lid3.x;
+    let ty = lid3.y;
+    let lid = ty * 16u + tx;
+    let n0 = wid.y * 64u;
+    let o0 = wid.x * 64u;
+    var acc: array<vec4<f32>, 4>;                      // acc[a][b]: row ty + 16a, output tx + 16b
+    for (var a = 0u; a < 4u; a++) { acc[a] = vec4<f32>(0.0); }
+    for (var c0 = 0u; c0 < p.i; c0 += KT) {
+        for (var m = 0u; m < 8u; m++) {                // stage 64 rows of x and of W, 32 columns each
+            let e = lid + 256u * m;
+            let r = e / KT;
+            let c = c0 + e % KT;
+            var xv = 0.0;
+            var wv = 0.0;
+            if (c < p.i) {
+                if (n0 + r < p.n) { xv = x[(p.x_row0 + (n0 + r) * p.x_step) * p.i + c]; }
+                if (o0 + r < p.oc) { wv = w[(o0 + r) * p.i + c]; }
+            }
+            t_x[r][(e % KT) / 4u][e % 4u] = xv;
+            t_w[r][(e % KT) / 4u][e % 4u] = wv;
+        }
+        workgroupBarrier();
+        for (var q = 0u; q < KT / 4u; q++) {
+            let w0 = t_w[tx][q];
+            let w1 = t_w[tx + 16u][q];
+            let w2 = t_w[tx + 32u][q];
+            let w3 = t_w[tx + 48u][q];
+            for (var a = 0u; a < 4u; a++) {
+                let xv = t_x[ty + 16u * a][q];
+                acc[a] += vec4<f32>(dot(xv, w0), dot(xv, w1), dot(xv, w2), dot(xv, w3));
+            }
+        }
+        workgroupBarrier();
+    }
+    for (var a = 0u; a < 4u; a++) {
+        let n = n0 + ty + 16u * a;
+        if (n >= p.n) { continue; }
+        for (var b = 0u; b < 4u; b++) {
+            let o = o0 + tx + 16u * b;
+            if (o < p.oc) { y[n * p.ld_y + p.v0 + o] = acc[a][b]; }
+        }
     }
 }

@@ -7,6 +7,10 @@ import struct
 
 from ._check import need
 
+# Up to this many rows (decoding one token per sequence) the 8-row kernel wastes less
+# than the 64 x 64 tiles; both give the same bits (integer sums are exact in f32).
+ROWS_KERNEL_MAX_N = 8
+
 
 async def actquant_forward(dev, x, xq, s, N: int, I: int) -> None:
     """x[N, I] -> xq[N, I] (integers -128..127 as f32), s[N] = 127 / max|x[n]|."""
@@ -22,6 +26,10 @@ async def bitlinear_forward(dev, xq, s, w_packed, scale: float, y, N: int, I: in
     words = -(-I // 16)
     for b, n, what in ((xq, N * I, "xq"), (s, N, "s"), (w_packed, O * words, "w_packed"), (y, N * O, "y")):
         need(b, n, what, "bitlinear_forward")
-    k = await dev.kernel("bitlinear.wgsl", "bitlinear_forward")
-    dev.dispatch(k, [xq, s, w_packed, y], groups=(-(-O // 64), -(-N // 8), 1),
-                 params=struct.pack("<IIIfI", N, I, O, scale, int(accumulate)))
+    params = struct.pack("<IIIfI", N, I, O, scale, int(accumulate))
+    if N <= ROWS_KERNEL_MAX_N:
+        k = await dev.kernel("bitlinear.wgsl", "bitlinear_forward_rows")
+        dev.dispatch(k, [xq, s, w_packed, y], groups=(-(-O // 64), -(-N // 8), 1), params=params)
+    else:
+        k = await dev.kernel("bitlinear.wgsl", "bitlinear_forward")
+        dev.dispatch(k, [xq, s, w_packed, y], groups=(-(-O // 64), -(-N // 64), 1), params=params)

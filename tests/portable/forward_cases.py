@@ -1,0 +1,55 @@
+"""Portable cases for the forward matmul kernels (shaders/bitlinear.wgsl and
+lm_head.wgsl): each entry point (the 64 x 64 tiled one and the few-rows one) run on
+the same inputs, so the pytest side (tests/test_forward_kernels.py) can compare both
+with numpy and with each other. Standard library + bitlora only.
+"""
+import array
+import struct
+
+from bitlora.ops import bitlinear, lm_head
+
+
+def _buf(dev, code, vals, label):
+    return dev.buffer(4 * max(len(vals), 1), label, data=array.array(code, vals) if vals else None)
+
+
+async def _get(dev, buf, n):
+    out = array.array("f")
+    out.frombytes(await dev.read(buf, 0, 4 * n))
+    return list(out)
+
+
+async def case_bitlinear_forward(dev, xq, s, packed, scale, y0, N, I, O, accumulate):
+    """y for every entry point: {"bitlinear_forward": [...], "bitlinear_forward_rows": [...]}
+    and, under "op", what ops.bitlinear.bitlinear_forward picked for this N."""
+    bx, bs, bw = _buf(dev, "f", xq, "xq"), _buf(dev, "f", s, "s"), _buf(dev, "I", packed, "w")
+    params = struct.pack("<IIIfI", N, I, O, scale, int(accumulate))
+    out = {}
+    for entry, rows in (("bitlinear_forward", 64), ("bitlinear_forward_rows", 8)):
+        y = _buf(dev, "f", y0, "y")
+        k = await dev.kernel("bitlinear.wgsl", entry)
+        dev.dispatch(k, [bx, bs, bw, y], groups=(-(-O // 64), -(-N // rows), 1), params=params)
+        out[entry] = await _get(dev, y, N * O)
+    y = _buf(dev, "f", y0, "y")
+    await bitlinear.bitlinear_forward(dev, bx, bs, bw, scale, y, N, I, O, accumulate)
+    out["op"] = await _get(dev, y, N * O)
+    return out
+
+
+async def case_linear_forward(dev, x, w_chunks, N, I, O, x_row0, x_step):
+    """logits for every entry point of lm_head.wgsl over a weight split in row chunks
+    (w_chunks = [[v0, Oc, floats], ...]), and through ops.lm_head.linear_forward."""
+    bx = _buf(dev, "f", x, "x")
+    chunks = [(v0, oc, _buf(dev, "f", vals, f"w{v0}")) for v0, oc, vals in w_chunks]
+    out = {}
+    for entry, rows in (("linear_forward", 64), ("linear_forward_rows", 8)):
+        y = dev.buffer(4 * N * O, "y")
+        k = await dev.kernel("lm_head.wgsl", entry)
+        for v0, oc, w in chunks:
+            dev.dispatch(k, [bx, w, y], groups=(-(-oc // 64), -(-N // rows), 1),
+                         params=struct.pack("<IIIIIII", N, I, oc, O, v0, x_row0, x_step))
+        out[entry] = await _get(dev, y, N * O)
+    y = dev.buffer(4 * N * O, "y")
+    await lm_head.linear_forward(dev, bx, chunks, y, N, I, O, x_row0, x_step)
+    out["op"] = await _get(dev, y, N * O)
+    return out
