@@ -37,7 +37,7 @@ async def bitlinear_backward_input(dev: Device, dy, w_packed, scale: float, dx, 
     for b, n, what in ((dy, N * O, "dy"), (w_packed, O * words, "w_packed"), (dx, N * I, "dx")):
         _need(b, n, what, "bitlinear_backward_input")
     k = await dev.kernel(SHADER, "bitlinear_backward_input")
-    dev.dispatch(k, [dy, w_packed, dx], groups=(-(-words // 16), -(-N // 64), 1),
+    dev.dispatch(k, [dy, w_packed, dx], groups=(-(-words // 8), -(-N // 64), 1),
                  params=struct.pack("<IIIfI", N, I, O, scale, int(accumulate)))
 
 
