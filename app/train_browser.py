@@ -1,10 +1,15 @@
 """`bitlora train --backend browser`: the same training, run headless inside Pyodide in
 Chromium (real WebGPU) through Playwright, writing the same outputs as the native
-backend: OUT/adapter_config.json, OUT/adapter_model.safetensors, OUT/metrics.jsonl.
+backend: OUT/adapter_config.json, OUT/adapter_model.safetensors, OUT/metrics.jsonl,
+and with --save-every N the checkpoint folder OUT/checkpoint.
 
-The model and data files are read here and handed to the worker (the demo model is
-fetched by the page from the local server), so this suits models that fit in memory
-twice; progress lines are printed as the worker reports each step.
+The model, data, --init-adapter and --resume files are read here and handed to the
+worker (the demo model is fetched by the page from the local server), so this suits
+models that fit in memory twice. The worker keeps its Trainer between calls and runs
+it one segment at a time: each segment trains up to the next checkpoint, which comes
+back here as file bytes and is written to OUT/checkpoint atomically — the same files
+train.py writes natively, so either backend resumes the other's checkpoints.
+Progress lines and metrics.jsonl rows are written as the worker reports each step.
 """
 from __future__ import annotations
 
@@ -14,38 +19,75 @@ import os
 import pathlib
 import sys
 
-RUN = """
-import base64, json
+STATE = "_bitlora_cli_train"      # module in the worker's sys.modules that keeps the Trainer
+CKPT = "/tmp/bitlora-ckpt"        # checkpoints inside the worker's file system
+RESUME = "/tmp/bitlora-resume"    # --resume files, written there
+
+# Load the model and data, build the Trainer, load --resume state; answer what the
+# host prints. A ValueError (bad checkpoint, other data) comes back as {"error"}.
+SETUP = """
+import base64, json, os, sys, types
 from bitlora import gpu
 from bitlora.api import aload_model
 from bitlora.train import Trainer
 from bitlora.webapp import demo_model_files
 args = json.loads({args!r})
+
+def unpack(files, where):
+    os.makedirs(where, exist_ok=True)
+    for k, v in files.items():
+        with open(os.path.join(where, k), "wb") as f:
+            f.write(base64.b64decode(v))
+    return where
+
 files = args["model_files"]
 src = await demo_model_files() if files is None else {{k: base64.b64decode(v) for k, v in files.items()}}
 if isinstance(src, dict) and len(src) == 1 and next(iter(src)).endswith(".gguf"):
     src = next(iter(src.values()))
 model = await aload_model(src, device=await gpu.get_device())
-data = args["records"] if args["records"] is not None else "demo"
-if data == "demo":
+model.name = args["model_name"]
+data = args["records"]
+if data is None:
     from bitlora.webapp import url_bytes
     from bitlora.data import load_records
     data = load_records(await url_bytes("/demo/alpaca_demo.json"), name="alpaca_demo.json")
-init = args["init_adapter"]
 config = args["config"]
-if init is not None:
-    import os
-    os.makedirs("/tmp/init-adapter", exist_ok=True)
-    for k, v in init.items():
-        open("/tmp/init-adapter/" + k, "wb").write(base64.b64decode(v))
-    config["init_adapter"] = "/tmp/init-adapter"
+if args["init_adapter"] is not None:
+    config["init_adapter"] = unpack(args["init_adapter"], "/tmp/bitlora-init-adapter")
+if args["resume"] is not None:
+    config["resume"] = unpack(args["resume"], {resume!r})
 trainer = Trainer(model, data, config)
+trainer.checkpoint_dir = {ckpt!r}
 trainer.on_step = lambda row: print("BITLORA_STEP " + json.dumps(row))
+trainer.on_checkpoint = lambda step: trainer.stop()      # end the segment: the host saves it
+try:
+    await trainer._setup()
+    error = None
+except ValueError as e:
+    error = str(e)
+sys.modules[{state!r}] = types.SimpleNamespace(trainer=trainer)
+json.dumps({{"error": error, "step": trainer.step, "total_steps": trainer.total_steps, "name": model.name,
+            "device": model.dev.describe(), "records": len(trainer.dataset),
+            "skipped": [list(x) for x in trainer.dataset.invalid]}})
+"""
+
+# Train to the next checkpoint (or the end); answer the new metrics rows and the
+# checkpoint's files, or, at the end, the adapter's files.
+SEGMENT = """
+import base64, json, os, sys
+from bitlora.train import Control
+trainer = sys.modules[{state!r}].trainer
+seen = len(trainer.metrics)
+trainer.control = Control()
 await trainer.atrain()
-await trainer.asave_adapter("/tmp/bitlora-out")
-out = {{n: base64.b64encode(open("/tmp/bitlora-out/" + n, "rb").read()).decode()
-       for n in ("adapter_config.json", "adapter_model.safetensors")}}
-json.dumps({{"metrics": trainer.metrics, "files": out, "skipped": [list(x) for x in trainer.dataset.invalid]}})
+read = lambda d: {{n: base64.b64encode(open(os.path.join(d, n), "rb").read()).decode()
+                  for n in sorted(os.listdir(d)) if os.path.isfile(os.path.join(d, n))}}
+if trainer.control.stopped:
+    out = {{"checkpoint": read({ckpt!r}), "step": trainer.step}}
+else:
+    await trainer.asave_adapter("/tmp/bitlora-out")
+    out = {{"adapter": read("/tmp/bitlora-out")}}
+json.dumps(dict(out, rows=trainer.metrics[seen:]))
 """
 
 
@@ -55,46 +97,113 @@ def _files(path: str) -> dict:
     return {q.name: base64.b64encode(q.read_bytes()).decode() for q in items}
 
 
-def train_in_browser(cfg) -> int:
+def _write_files(folder: str, files: dict) -> None:
+    """Write base64 files into folder, each atomically; the training state last, so a
+    reader never pairs a new adapter with an old state it is not."""
+    from bitlora.checkpoint_state import STATE_FILE
+    from bitlora.safetensors_io import write_atomic
+    os.makedirs(folder, exist_ok=True)
+    for name in sorted(files, key=lambda n: n == STATE_FILE):
+        write_atomic(os.path.join(folder, name), base64.b64decode(files[name]))
+
+
+def _model_name(model: str) -> str:
+    """What the native backend records as base_model_name_or_path."""
+    from bitlora.api import model_name
+    if model == "demo":
+        from bitlora.demo import MODEL_DIR
+        return model_name(str(MODEL_DIR))
+    return model_name(model)
+
+
+def train_in_browser(cfg, session=None, on_checkpoint=None) -> int:
+    """Run `cfg` (a TrainConfig with backend "browser") in Chromium; returns the exit
+    code. session: a started BrowserSession to use (else one is started and closed);
+    on_checkpoint(step) is called after each checkpoint is written to OUT/checkpoint."""
+    from bitlora import checkpoint_state
     from bitlora.data import DataError, load_records
+    from bitlora.metrics import MetricsWriter
 
     from .browser import BrowserError, BrowserSession
 
-    if cfg.resume:
-        print("bitlora train: --resume is not supported with --backend browser yet; use the native backend",
-              file=sys.stderr)
-        return 2
     try:
         model_files = None if cfg.model == "demo" else _files(cfg.model)
         records = None if cfg.data == "demo" else load_records(cfg.data)
         init = _files(cfg.init_adapter) if cfg.init_adapter else None
-    except (OSError, DataError) as e:
-        print(f"bitlora train: {e}", file=sys.stderr)
-        return 2
-    config = {k: v for k, v in cfg.to_dict().items() if k not in ("model", "data", "out", "backend",
+        resume = None
+        if cfg.resume:
+            checkpoint_state.load_state(cfg.resume)          # fail here, before Chromium starts
+            resume = _files(cfg.resume)
+    except (OSError, DataError, ValueError) as e:
+        return _fail(str(e))
+    config = {k: v for k, v in cfg.to_dict().items() if k not in ("model", "data", "backend",
                                                                    "init_adapter", "resume")}
-    config["save_every"] = 0
-    args = json.dumps({"model_files": model_files, "records": records, "init_adapter": init, "config": config})
+    args = json.dumps({"model_files": model_files, "records": records, "init_adapter": init,
+                       "resume": resume, "config": config, "model_name": _model_name(cfg.model)})
+    ckpt_dir = os.path.join(cfg.out, "checkpoint")
     os.makedirs(cfg.out, exist_ok=True)
-    print("bitlora: starting Chromium (WebGPU in a Pyodide worker)…", flush=True)
+    mw, last = None, [{"step": 0}]    # metrics rows go to the file once each, in step order
+
+    def write_rows(rows):
+        for row in rows:
+            if mw is not None and row["step"] > last[0]["step"]:
+                mw.write(row)
+                last[0] = row
+
+    def on_console(line):
+        if line.startswith("[log] [py] BITLORA_STEP "):
+            row = json.loads(line.split("BITLORA_STEP ", 1)[1])
+            write_rows([row])
+            print(_fmt(row), flush=True)
+
+    own = session is None
+    if own:
+        print("bitlora: starting Chromium (WebGPU in a Pyodide worker)…", flush=True)
+        session = BrowserSession()
+    chained = session.on_console
     try:
-        with BrowserSession() as session:
-            session.on_console = lambda line: (line.startswith("[log] [py] BITLORA_STEP ") and print(
-                _fmt(json.loads(line.split("BITLORA_STEP ", 1)[1])), flush=True))
-            result = json.loads(session.run(RUN.format(args=args), timeout_s=24 * 3600))
+        if own:
+            session.start()
+        session.on_console = on_console
+        info = json.loads(session.run(SETUP.format(args=args, state=STATE, ckpt=CKPT, resume=RESUME),
+                                      timeout_s=3600))
+        if info["error"]:
+            return _fail(info["error"])
+        print(f"bitlora: {info['name']} on {info['device']}; {info['records']} records "
+              f"({len(info['skipped'])} skipped), {info['total_steps']} optimizer steps", flush=True)
+        for index, reason in info["skipped"][:20]:
+            print(f"  skipped record {index}: {reason}", file=sys.stderr)
+        mw = MetricsWriter(os.path.join(cfg.out, "metrics.jsonl"),
+                           resume_step=info["step"] if cfg.resume else None)
+        last[0] = {"step": info["step"]}
+        while True:
+            seg = json.loads(session.run(SEGMENT.format(state=STATE, ckpt=CKPT), timeout_s=24 * 3600))
+            write_rows(seg["rows"])
+            if "adapter" in seg:
+                _write_files(cfg.out, seg["adapter"])
+                break
+            _write_files(ckpt_dir, seg["checkpoint"])
+            if on_checkpoint is not None:
+                on_checkpoint(seg["step"])
     except BrowserError as e:
         print(f"bitlora train: {e}", file=sys.stderr)
         return 1
-    for name, b64 in result["files"].items():
-        pathlib.Path(cfg.out, name).write_bytes(base64.b64decode(b64))
-    from bitlora.metrics import MetricsWriter
-    mw = MetricsWriter(os.path.join(cfg.out, "metrics.jsonl"))
-    for row in result["metrics"]:
-        mw.write(row)
-    last = result["metrics"][-1] if result["metrics"] else None
-    if last:
-        print(f"bitlora: done, step {last['step']}, loss {last['loss']:.4f}; adapter and metrics in {cfg.out}")
+    except KeyboardInterrupt:
+        print("\nbitlora train: interrupted" + (f"; the last checkpoint is in {ckpt_dir}"
+                                                if os.path.isdir(ckpt_dir) else ""), file=sys.stderr)
+        return 130
+    finally:
+        session.on_console = chained
+        if own:
+            session.close()
+    if "loss" in last[0]:
+        print(f"bitlora: done, step {last[0]['step']}, loss {last[0]['loss']:.4f}; adapter and metrics in {cfg.out}")
     return 0
+
+
+def _fail(msg: str) -> int:
+    print(f"bitlora train: {msg}", file=sys.stderr)
+    return 2
 
 
 def _fmt(row: dict) -> str:

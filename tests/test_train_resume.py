@@ -1,9 +1,11 @@
-"""Training behaviour: a resumed run equals an uninterrupted one; two identical runs are
-bitwise equal; bitlora train writes PEFT files and metrics.jsonl."""
+"""Training behaviour: a resumed run equals an uninterrupted one (natively, and with
+--backend browser, whose checkpoints the native backend resumes too); two identical
+runs are bitwise equal; bitlora train writes PEFT files and metrics.jsonl."""
 import json
+import pathlib
+import shutil
 import subprocess
 import sys
-import pathlib
 
 import pytest
 
@@ -19,9 +21,13 @@ CFG = dict(micro_batch_size=2, grad_accum=2, max_steps=6, lr=3e-3, lora_r=4, lor
 
 
 @pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory):
-    folder = make_hf(tmp_path_factory.mktemp("resume") / "model", "online_f32", dims=SMALL, seed=2)
-    return load_model(str(folder))
+def tiny_folder(tmp_path_factory):
+    return make_hf(tmp_path_factory.mktemp("resume") / "model", "online_f32", dims=SMALL, seed=2)
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tiny_folder):
+    return load_model(str(tiny_folder))
 
 
 def test_resume_equals_uninterrupted_and_runs_repeat_bitwise(tiny_model, tmp_path):
@@ -58,3 +64,56 @@ def test_cli_train_writes_peft_files_and_metrics(tmp_path):
     bad = subprocess.run([str(bin_), "train", "--data", str(tmp_path / "missing.json"), "--out", str(out)],
                          capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2 and "missing.json" in bad.stderr
+
+
+@pytest.mark.browser
+def test_browser_resume_equals_uninterrupted(tiny_folder, tiny_model, tmp_path, browser_session):
+    """bitlora train --backend browser: --save-every writes OUT/checkpoint; --resume from
+    the step-2 checkpoint repeats the uninterrupted run's losses exactly; each backend
+    resumes the other's checkpoint (losses within 1e-4: other GPUs sum in other orders)."""
+    from bitlora.app.train_browser import train_in_browser
+    from bitlora.config import TrainConfig
+    from bitlora.metrics import read_metrics
+
+    data = tmp_path / "data.json"
+    data.write_text(json.dumps(RECORDS))
+    base = dict(CFG, max_steps=4, grad_accum=1, model=str(tiny_folder), data=str(data), backend="browser")
+    snap = tmp_path / "ckpt2"
+
+    def on_checkpoint(step):             # keep the step-2 checkpoint (step 4 overwrites it)
+        if step == 2:
+            shutil.copytree(tmp_path / "full" / "checkpoint", snap)
+
+    cfg = TrainConfig.from_dict(dict(base, out=str(tmp_path / "full"), save_every=2))
+    assert train_in_browser(cfg, browser_session, on_checkpoint) == 0
+    full = read_metrics(tmp_path / "full" / "metrics.jsonl")
+    assert [r["step"] for r in full] == [1, 2, 3, 4]
+    for name in ("adapter_config.json", "adapter_model.safetensors"):
+        assert (tmp_path / "full" / name).stat().st_size > 0
+        assert (snap / name).stat().st_size > 0
+    assert sorted(p.name for p in (tmp_path / "full" / "checkpoint").iterdir()) == [
+        "adapter_config.json", "adapter_model.safetensors", "training_state.safetensors"]
+
+    cfg = TrainConfig.from_dict(dict(base, out=str(tmp_path / "resumed"), resume=str(snap)))
+    assert train_in_browser(cfg, browser_session) == 0
+    resumed = read_metrics(tmp_path / "resumed" / "metrics.jsonl")
+    assert [r["step"] for r in resumed] == [3, 4]
+    assert [r["loss"] for r in resumed] == [r["loss"] for r in full[2:]]       # bitwise
+    assert ((tmp_path / "resumed" / "adapter_model.safetensors").read_bytes()
+            == (tmp_path / "full" / "adapter_model.safetensors").read_bytes())
+
+    native = Trainer(tiny_model, RECORDS, dict(base, backend="native", resume=str(snap)))
+    native.train()
+    assert [m["step"] for m in native.metrics] == [1, 2, 3, 4]
+    close = lambda rows: all(abs(a["loss"] - b["loss"]) <= 1e-4 * abs(b["loss"])  # noqa: E731
+                             for a, b in zip(rows, full[2:]))
+    assert close(native.metrics[2:]), (native.metrics, full)
+
+    part = Trainer(tiny_model, RECORDS, dict(base, backend="native", save_every=2), out=str(tmp_path / "native"))
+    part.on_step = lambda row: row["step"] == 2 and part.stop()
+    part.train()
+    cfg = TrainConfig.from_dict(dict(base, out=str(tmp_path / "from-native"),
+                                     resume=str(tmp_path / "native" / "checkpoint")))
+    assert train_in_browser(cfg, browser_session) == 0
+    rows = read_metrics(tmp_path / "from-native" / "metrics.jsonl")
+    assert [r["step"] for r in rows] == [3, 4] and close(rows), (rows, full)
