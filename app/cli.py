@@ -3,6 +3,7 @@
     bitlora serve [--host 127.0.0.1] [--port 8765]   the web app, Pyodide and the wheel
     bitlora train [--model M] [--data D] [--out DIR] ...  LoRA finetuning (alpaca-lora flags)
     bitlora bench optim --params N                    optimizer step benchmark (native)
+    bitlora bench train --shape 2b4t                  LoRA training tokens/s and GPU memory (native)
     bitlora info                                      the native GPU adapter and its limits
 """
 from __future__ import annotations
@@ -62,7 +63,11 @@ def cmd_bench(args) -> int:
     except ImportError as e:
         print(f"bitlora bench: benchmarks unavailable ({e})", file=sys.stderr)
         return 2
-    bench.main_optim(args)
+    if args.what == "train":
+        from bitlora import bench_train
+        bench_train.main_train(args)
+    else:
+        bench.main_optim(args)
     return 0
 
 
@@ -93,6 +98,11 @@ def build_parser() -> argparse.ArgumentParser:
                                       "beside torch clip_grad_norm_ + fused AdamW where CUDA is present")
     from bitlora.bench import add_optim_args
     add_optim_args(b)
+    b.set_defaults(func=cmd_bench)
+    b = bsub.add_parser("train", help="LoRA training steps on random weights of a model's shapes: trained "
+                                      "tokens/s and GPU memory, beside torch + PEFT where CUDA is present")
+    from bitlora.bench_train import add_train_args
+    add_train_args(b)
     b.set_defaults(func=cmd_bench)
     return p
 

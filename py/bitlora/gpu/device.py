@@ -138,6 +138,8 @@ class Device:
         self._params = bytearray()   # this submit's params slots
         self._params_sent = 0         # how many of those bytes are uploaded already
         self._align = max(16, int(self.limits.get("minUniformBufferOffsetAlignment", 256)))
+        self.allocated = 0       # bytes in live storage buffers made by buffer()
+        self.peak_allocated = 0  # the most that ever were (benchmarks report it)
 
     # -- buffers -------------------------------------------------------------
     def buffer(self, size: int, label: str = "", data=None) -> Buffer:
@@ -148,6 +150,8 @@ class Device:
             raise GPUError(f"buffer {label!r} needs {size} bytes; this device allows "
                            f"at most {max_size} (maxBufferSize)")
         buf = Buffer(self.backend.create_buffer(size, STORAGE | COPY_SRC | COPY_DST, label), size, label)
+        self.allocated += size
+        self.peak_allocated = max(self.peak_allocated, self.allocated)
         if data is not None:
             self.write(buf, data)
         return buf
@@ -165,6 +169,7 @@ class Device:
 
     def destroy(self, buf: Buffer) -> None:
         self.backend.destroy_buffer(buf.handle)
+        self.allocated -= buf.size
 
     # -- kernels -------------------------------------------------------------
     async def kernel(self, shader: str, entry: str, constants: dict | None = None) -> Kernel:

@@ -1,0 +1,236 @@
+"""Training benchmark (native only: numpy, and torch + transformers + peft where a CUDA
+GPU is there to compare). Never imported on the browser path.
+
+`bitlora bench train --shape 2b4t`: LoRA training steps on a BitNet with random
+ternary weights and the shapes of BitNet b1.58 2B-4T (or `--shape demo`, the demo
+model's shapes), random token ids, every position but the first a target. Reported:
+trained (target) tokens per second over whole optimizer steps (forward, loss,
+backward, global-norm clip, AdamW), the GPU memory our buffers take at their peak,
+and, in the same process when CUDA torch with transformers and peft is there, the same
+steps with PEFT LoRA on transformers' BitNetForCausalLM (random weights, bf16 or f32)
+and torch.optim.AdamW; and the ratio to the Lean original's published 287 ms per
+trained token.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+SHAPES = {
+    # microsoft/bitnet-b1.58-2B-4T's config.json
+    "2b4t": dict(hidden_size=2560, intermediate_size=6912, num_hidden_layers=30, num_attention_heads=20,
+                 num_key_value_heads=5, vocab_size=128256, max_position_embeddings=4096, rope_theta=500000.0,
+                 rms_norm_eps=1e-5, tie_word_embeddings=True, hidden_act="relu2"),
+    # bitlora's demo model
+    "demo": dict(hidden_size=128, intermediate_size=384, num_hidden_layers=4, num_attention_heads=4,
+                 num_key_value_heads=2, vocab_size=1024, max_position_embeddings=512, rope_theta=10000.0,
+                 rms_norm_eps=1e-5, tie_word_embeddings=True, hidden_act="relu2"),
+}
+LEAN_MS_PER_TOKEN = 287.0   # the Lean original's published training time per trained token
+
+
+def _random_loader(config: dict, seed: int):
+    """load(name) for Model.create: random ternary projections (packed words with codes
+    0..2), norm weights near 1, a N(0, 0.02) embedding."""
+    import numpy as np
+
+    from .formats.tensors import FloatTensor, TernaryTensor
+    from .model import NORMS, PROJ
+
+    rng = np.random.default_rng(seed)
+    C, F, H, Hkv = (config[k] for k in ("hidden_size", "intermediate_size", "num_attention_heads",
+                                        "num_key_value_heads"))
+    D = C // H
+    out_dims = {"self_attn.q_proj": (C, C), "self_attn.k_proj": (Hkv * D, C), "self_attn.v_proj": (Hkv * D, C),
+                "self_attn.o_proj": (C, C), "mlp.gate_proj": (F, C), "mlp.up_proj": (F, C),
+                "mlp.down_proj": (C, F)}
+    norm_dims = {"input_layernorm": C, "post_attention_layernorm": C, "self_attn.attn_sub_norm": C,
+                 "mlp.ffn_sub_norm": F}
+    assert set(out_dims) == set(PROJ) and set(norm_dims) == set(NORMS)
+
+    def load(name: str):
+        if name == "model.embed_tokens.weight" or name == "lm_head.weight":
+            e = rng.standard_normal((config["vocab_size"], C), dtype=np.float32) * np.float32(0.02)
+            return FloatTensor(e.shape, "f32", e.tobytes())
+        if name == "model.norm.weight":
+            return FloatTensor((C,), "f32", (1 + 0.1 * rng.standard_normal(C, dtype=np.float32)).tobytes())
+        module = name.split(".", 3)[3].rsplit(".", 1)[0]      # model.layers.{i}.<module>.weight
+        if module in norm_dims:
+            n = norm_dims[module]
+            return FloatTensor((n,), "f32", (1 + 0.1 * rng.standard_normal(n, dtype=np.float32)).tobytes())
+        O, I = out_dims[module]
+        words = rng.integers(0, 1 << 32, size=O * -(-I // 16), dtype=np.uint32)
+        words ^= (words & (words >> 1) & np.uint32(0x55555555)) << 1   # code 3 -> 1 (a zero weight)
+        return TernaryTensor((O, I), words.tobytes(), 0.01)
+
+    return load
+
+
+def _batch(B: int, T: int, V: int, seed: int):
+    import random
+
+    from .data import MicroBatch
+    rnd = random.Random(seed)
+    ids = [rnd.randrange(2, V) for _ in range(B * T)]
+    mask = ([0] + [1] * (T - 1)) * B
+    return MicroBatch(B, T, ids, mask, [T] * B, list(range(B)), sum(mask))
+
+
+async def _bench_bitlora(config: dict, B: int, T: int, steps: int, r: int, targets: list, backend: str) -> dict:
+    from . import gpu
+    from .config import TrainConfig
+    from .lora import LoraModel
+    from .model import Model
+    from .optim import AdamW
+
+    dev = await gpu.get_device(backend)
+    t = time.perf_counter()
+    model = await Model.create(dev, config, _random_loader(config, 0), name="random-" + str(config["num_hidden_layers"]))
+    await dev.sync()
+    out = {"adapter": dev.describe(), "model_upload_s": time.perf_counter() - t,
+           "model_bytes": dev.allocated}
+    cfg = TrainConfig(lora_r=r, lora_alpha=2 * r, lora_dropout=0.05, target_modules=targets, micro_batch_size=B,
+                      grad_accum=1, cutoff_len=T)
+    lm = await LoraModel.create(model, cfg)
+    opt = AdamW(dev, lm.arena, lr=1e-4, weight_decay=0.0, max_grad_norm=1.0)
+    mbs = [_batch(B, T, config["vocab_size"], s) for s in range(steps + 2)]
+
+    async def step(i):
+        lm.begin_step()
+        await lm.accumulate(mbs[i], seed=0, step=i, micro=0)
+        loss = dev.read_later(lm.loss_sum, 0, 4)
+        return loss, await opt.step(mbs[i].n_targets)
+
+    t = time.perf_counter()
+    first = await step(0)           # compiles every kernel, allocates the workspace
+    await first[1].get()
+    out["first_step_s"] = time.perf_counter() - t
+    await (await step(1))[1].get()
+    t = time.perf_counter()
+    pending = []
+    for i in range(2, steps + 2):
+        pending.append(await step(i))
+        if len(pending) > 1:            # read one step late, as the trainer does
+            await pending.pop(0)[1].get()
+    for _, res in pending:
+        await res.get()
+    dt = (time.perf_counter() - t) / steps
+    import struct
+    tokens = mbs[2].n_targets
+    out.update({"step_s": dt, "tokens_per_step": tokens, "tokens_per_s": tokens / dt,
+                "loss_last": struct.unpack("<f", await pending[-1][0].get())[0] / tokens if pending else None,
+                "gpu_bytes_peak": dev.peak_allocated, "gpu_bytes_now": dev.allocated})
+    return out
+
+
+def _bench_torch(config: dict, B: int, T: int, steps: int, r: int, targets: list, dtype: str) -> dict:
+    import torch
+
+    if not torch.cuda.is_available():
+        return {}
+    from peft import LoraConfig, get_peft_model
+    from transformers import BitNetConfig, BitNetForCausalLM
+
+    torch.manual_seed(0)
+    cuda = torch.device("cuda")
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    dt = {"bf16": torch.bfloat16, "f32": torch.float32}[dtype]
+    with torch.device(cuda):
+        model = BitNetForCausalLM(BitNetConfig(**config)).to(dt)
+    model = get_peft_model(model, LoraConfig(r=r, lora_alpha=2 * r, lora_dropout=0.05, target_modules=targets,
+                                             task_type="CAUSAL_LM"))
+    model.train()
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-4, weight_decay=0.0)
+    gen = torch.Generator(device=cuda).manual_seed(0)
+    ids = [torch.randint(2, config["vocab_size"], (B, T), device=cuda, generator=gen) for _ in range(steps + 2)]
+
+    def step(x):
+        loss = model(input_ids=x, labels=x).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss
+
+    for i in range(2):
+        step(ids[i])
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    for i in range(2, steps + 2):
+        loss = step(ids[i])
+    torch.cuda.synchronize()
+    dt_s = (time.perf_counter() - t) / steps
+    tokens = B * (T - 1)
+    out = {"torch": torch.__version__, "gpu": torch.cuda.get_device_name(), "torch_dtype": dtype,
+           "torch_step_s": dt_s, "torch_tokens_per_s": tokens / dt_s, "torch_loss_last": float(loss),
+           "torch_gpu_bytes_peak": torch.cuda.max_memory_allocated() - base}
+    del model, opt, ids
+    torch.cuda.empty_cache()
+    return out
+
+
+def bench_train(shape: str = "2b4t", micro_batch: int = 1, seq: int = 256, steps: int = 10, lora_r: int = 8,
+                target_modules: str = "q_proj,v_proj", backend: str = "native", torch_dtypes: str = "bf16",
+                compare_torch: bool | None = None) -> dict:
+    """Time LoRA training steps on random weights of `shape`; print a summary and one
+    JSON line; return the figures."""
+    config = dict(SHAPES[shape], model_type="bitnet")
+    targets = [m.strip() for m in target_modules.split(",") if m.strip()]
+    res = {"shape": shape, "micro_batch": micro_batch, "seq": seq, "steps": steps, "lora_r": lora_r,
+           "target_modules": targets}
+    if compare_torch is not False:
+        for dtype in [d for d in torch_dtypes.split(",") if d]:
+            try:
+                got = _bench_torch(config, micro_batch, seq, steps, lora_r, targets, dtype)
+            except ImportError:
+                if compare_torch:
+                    raise
+                break
+            res.update({f"{k}_{dtype}" if k.startswith("torch_") and k != "torch_dtype" else k: v
+                        for k, v in got.items()})
+    res.update(asyncio.run(_bench_bitlora(config, micro_batch, seq, steps, lora_r, targets, backend)))
+    res["lean_tokens_per_s"] = 1000.0 / LEAN_MS_PER_TOKEN
+    res["ratio_vs_lean"] = res["tokens_per_s"] / res["lean_tokens_per_s"]
+    print(f"LoRA training, {shape} shapes (random ternary weights), r {lora_r} on {','.join(targets)}, "
+          f"micro-batch {micro_batch} x {seq} tokens, on {res['adapter']}")
+    print(f"  bitlora: {res['step_s'] * 1e3:.1f} ms/step, {res['tokens_per_s']:.0f} trained tokens/s "
+          f"({res['ratio_vs_lean']:.0f}x the Lean original's {res['lean_tokens_per_s']:.2f}/s); "
+          f"GPU buffers {res['gpu_bytes_peak'] / 2**30:.2f} GiB at peak "
+          f"(model {res['model_bytes'] / 2**30:.2f} GiB)")
+    for dtype in torch_dtypes.split(","):
+        if f"torch_tokens_per_s_{dtype}" in res:
+            print(f"  torch {res['torch']} + PEFT, BitNetForCausalLM in {dtype}: "
+                  f"{res[f'torch_step_s_{dtype}'] * 1e3:.1f} ms/step, {res[f'torch_tokens_per_s_{dtype}']:.0f} tokens/s, "
+                  f"{res[f'torch_gpu_bytes_peak_{dtype}'] / 2**30:.2f} GiB peak; "
+                  f"bitlora / torch tokens/s = {res['tokens_per_s'] / res[f'torch_tokens_per_s_{dtype}']:.2f}")
+    print("BENCH " + json.dumps(res))
+    return res
+
+
+def add_train_args(parser) -> None:
+    """Flags of `bitlora bench train`."""
+    parser.add_argument("--shape", choices=sorted(SHAPES), default="2b4t", help="model shapes (default 2b4t)")
+    parser.add_argument("--micro-batch", type=int, default=1)
+    parser.add_argument("--seq", type=int, default=256, help="tokens per sequence")
+    parser.add_argument("--steps", type=int, default=10, help="timed optimizer steps")
+    parser.add_argument("--lora-r", type=int, default=8)
+    parser.add_argument("--target-modules", default="q_proj,v_proj")
+    parser.add_argument("--backend", default="native")
+    parser.add_argument("--torch-dtypes", default="bf16", help="comma list of bf16, f32 for the torch runs")
+    parser.add_argument("--no-torch", action="store_true", help="skip the torch + PEFT comparison")
+
+
+def main_train(args) -> dict:
+    return bench_train(args.shape, args.micro_batch, args.seq, args.steps, args.lora_r, args.target_modules,
+                       args.backend, args.torch_dtypes, compare_torch=False if args.no_torch else None)
+
+
+if __name__ == "__main__":
+    import argparse
+
+    ap = argparse.ArgumentParser(description="bitlora training benchmark")
+    add_train_args(ap)
+    main_train(ap.parse_args())
