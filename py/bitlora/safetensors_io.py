@@ -3,7 +3,8 @@ training states): a u64 little-endian header length, a JSON header
 {name: {dtype, shape, data_offsets}, "__metadata__": {str: str}}, then the data.
 
 Writes F32 only (what our adapters and moments are); reads F32, F16 and BF16 and
-returns f32 `array('f')`. For big checkpoints use bitlora.formats, which streams.
+returns f32 `array('f')`, checking the header with bitlora.formats' parser. For big
+checkpoints use bitlora.formats itself, which streams.
 Standard library only: this module runs in the browser.
 """
 from __future__ import annotations
@@ -13,6 +14,10 @@ import json
 import os
 import struct
 import sys
+
+from .formats import FormatError
+from .formats.safetensors import parse_header
+from .formats.source import BytesSource
 
 
 def _f32_bytes(data, n: int, name: str) -> bytes:
@@ -51,53 +56,30 @@ def dumps(tensors: dict, metadata: dict | None = None) -> bytes:
 
 def loads(buf: bytes, name: str = "safetensors") -> tuple:
     """(tensors {name: (shape tuple, array('f'))}, metadata dict) from safetensors bytes.
-    Any malformed input raises ValueError naming the problem (nothing else escapes)."""
-    buf = memoryview(buf).cast("B")
-    if len(buf) < 8:
-        raise ValueError(f"{name}: too short for a safetensors file")
-    (n,) = struct.unpack("<Q", buf[:8])
-    if 8 + n > len(buf):
-        raise ValueError(f"{name}: header length {n} past the end of the file")
-    try:
-        header = json.loads(bytes(buf[8:8 + n]))
-    except (ValueError, RecursionError) as e:
-        raise ValueError(f"{name}: bad safetensors header: {e}") from None
-    if not isinstance(header, dict):
-        raise ValueError(f"{name}: safetensors header is not a JSON object")
-    meta = header.pop("__metadata__", None) or {}
+    The header is checked by bitlora.formats' parser (the checkpoints' own); any
+    malformed input raises ValueError (FormatError) naming the problem, nothing else."""
+    src = BytesSource(buf, name)
+    entries, meta = parse_header(src)
+    meta = meta or {}
     if not isinstance(meta, dict):
-        raise ValueError(f"{name}: __metadata__ is not a JSON object")
-    data, out = buf[8 + n:], {}
-    for key, info in header.items():
-        try:
-            (a, b), dtype, shape = info["data_offsets"], info["dtype"], tuple(info["shape"])
-        except (TypeError, KeyError, ValueError):
-            raise ValueError(f"{name}: tensor {key}: malformed header entry") from None
-        if not (type(a) is int and type(b) is int and 0 <= a <= b <= len(data)):
-            raise ValueError(f"{name}: tensor {key}: data offsets {[a, b]} outside the {len(data)}-byte data")
-        if not all(type(d) is int and d >= 0 for d in shape):
-            raise ValueError(f"{name}: tensor {key}: bad shape {list(shape)}")
-        size = {"F32": 4, "F16": 2, "BF16": 2}.get(dtype) if isinstance(dtype, str) else None
-        if size is None:
-            raise ValueError(f"{name}: tensor {key} has dtype {dtype}; expected F32, F16 or BF16")
-        count = 1
-        for d in shape:
-            count *= d
-        if b - a != size * count:
-            raise ValueError(f"{name}: tensor {key} holds {b - a} bytes for shape {list(shape)} {dtype}")
-        raw = bytes(data[a:b])
-        if dtype == "F32":
+        raise FormatError(f"{name}: __metadata__ is not a JSON object")
+    out = {}
+    for key, t in entries.items():
+        if t.dtype not in ("F32", "F16", "BF16"):
+            raise FormatError(f"{name}: tensor {key} has dtype {t.dtype}; expected F32, F16 or BF16")
+        raw = src.read_exact(t.offset, t.nbytes, f"tensor {key}")
+        if t.dtype == "F32":
             arr = array.array("f", raw)
             if sys.byteorder == "big":
                 arr.byteswap()
-        elif dtype == "F16":
+        elif t.dtype == "F16":
             arr = array.array("f", struct.unpack(f"<{len(raw) // 2}e", raw))
         else:
             h = array.array("H", raw)
             if sys.byteorder == "big":
                 h.byteswap()
             arr = array.array("f", array.array("I", (x << 16 for x in h)).tobytes())
-        out[key] = (shape, arr)
+        out[key] = (tuple(int(d) for d in t.shape), arr)
     return out, meta
 
 

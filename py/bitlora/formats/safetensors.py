@@ -30,6 +30,12 @@ class STensor:
 
 
 def parse_safetensors(src: Source) -> dict[str, STensor]:
+    return parse_header(src)[0]
+
+
+def parse_header(src: Source) -> tuple[dict[str, STensor], object]:
+    """({name: STensor}, the header's "__metadata__" as found, None if absent). The one
+    safetensors header parser: checkpoints use it, and so does bitlora.safetensors_io."""
     fn = src.name
     if src.size < 8:
         raise FormatError(f"{fn}: not a safetensors file: {src.size} bytes, shorter than the 8-byte header length")
@@ -45,9 +51,10 @@ def parse_safetensors(src: Source) -> dict[str, STensor]:
     if not isinstance(header, dict):
         raise FormatError(f"{fn}: header is not a JSON object")
     base, data_size = 8 + hlen, src.size - 8 - hlen
-    out = {}
+    out, meta = {}, None
     for name, info in header.items():
         if name == "__metadata__":
+            meta = info
             continue
         try:
             dtype, shape, (b, e) = info["dtype"], info["shape"], info["data_offsets"]
@@ -67,7 +74,7 @@ def parse_safetensors(src: Source) -> dict[str, STensor]:
             raise FormatError(f"{fn}: tensor {name!r}: {e - b} bytes for shape {shape} {dtype} "
                               f"(expected {n * ITEMSIZE[dtype]})")
         out[name] = STensor(src, dtype, tuple(shape), base + b, e - b)
-    return out
+    return out, meta
 
 
 def scalar_value(data: bytes, dtype: str) -> float:
