@@ -25,7 +25,7 @@ SHAPES = {
     # bitlora's demo model
     "demo": dict(hidden_size=128, intermediate_size=384, num_hidden_layers=4, num_attention_heads=4,
                  num_key_value_heads=2, vocab_size=1024, max_position_embeddings=512, rope_theta=10000.0,
-                 rms_norm_eps=1e-5, tie_word_embeddings=True, hidden_act="relu2"),
+                 rms_norm_eps=1e-5, tie_word_embeddings=True, hidden_act="relu2", bos_token_id=0, eos_token_id=1),
 }
 LEAN_MS_PER_TOKEN = 287.0   # the Lean original's published training time per trained token
 
@@ -121,7 +121,41 @@ async def _bench_bitlora(config: dict, B: int, T: int, steps: int, r: int, targe
     out.update({"step_s": dt, "tokens_per_step": tokens, "tokens_per_s": tokens / dt,
                 "loss_last": struct.unpack("<f", await pending[-1][0].get())[0] / tokens if pending else None,
                 "gpu_bytes_peak": dev.peak_allocated, "gpu_bytes_now": dev.allocated})
+    out["nvidia_smi_process_mib"] = _nvidia_smi_mib()
     return out
+
+
+def _nvidia_smi_mib():
+    """GPU memory nvidia-smi reports for this process (MiB; includes a CUDA context when
+    torch ran in the same process), or None where there is no nvidia-smi."""
+    import os
+    import subprocess
+    try:
+        rows = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
+                              capture_output=True, text=True, timeout=20).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    for row in rows.splitlines():
+        pid, _, mib = row.partition(",")
+        if pid.strip() == str(os.getpid()):
+            return int(mib)
+    return None
+
+
+def _online_bitnet(model):
+    """The decoder's nn.Linear layers as transformers' AutoBitLinear in online mode (what
+    a checkpoint with quantization_mode "online" loads as: bf16 master weights, both
+    quantisers with the straight-through estimator in every forward), sharing weights."""
+    from transformers.integrations.bitnet import AutoBitLinear
+    import torch
+
+    for name, mod in list(model.named_modules()):
+        if isinstance(mod, torch.nn.Linear) and ".layers." in f".{name}":
+            new = AutoBitLinear(mod.in_features, mod.out_features, bias=False, device=mod.weight.device,
+                                dtype=mod.weight.dtype, online_quant=True)
+            new.weight = mod.weight
+            model.set_submodule(name, new)
+    return model
 
 
 def _bench_torch(config: dict, B: int, T: int, steps: int, r: int, targets: list, dtype: str) -> dict:
@@ -139,7 +173,7 @@ def _bench_torch(config: dict, B: int, T: int, steps: int, r: int, targets: list
     base = torch.cuda.memory_allocated()
     dt = {"bf16": torch.bfloat16, "f32": torch.float32}[dtype]
     with torch.device(cuda):
-        model = BitNetForCausalLM(BitNetConfig(**config)).to(dt)
+        model = _online_bitnet(BitNetForCausalLM(BitNetConfig(**config)).to(dt))
     model = get_peft_model(model, LoraConfig(r=r, lora_alpha=2 * r, lora_dropout=0.05, target_modules=targets,
                                              task_type="CAUSAL_LM"))
     model.train()
