@@ -42,9 +42,18 @@ MIME = {
 }
 
 # Pyodide compiles WebAssembly ('wasm-unsafe-eval'); nothing else is evaluated.
-CSP = ("default-src 'self'; script-src 'self' 'wasm-unsafe-eval'; worker-src 'self'; "
-       "connect-src 'self'; img-src 'self' data: blob:; style-src 'self'; object-src 'none'; "
-       "base-uri 'none'; form-action 'none'; frame-ancestors 'self'")
+# frame-ancestors: who may show the app in a frame; only itself unless the Server is
+# told otherwise (show_app lets a notebook on this machine frame it).
+def csp(frame_ancestors: str = "'self'") -> str:
+    if not frame_ancestors.strip() or any(c in frame_ancestors for c in ";,") \
+            or not frame_ancestors.isprintable():
+        raise ValueError(f"frame_ancestors: expected CSP sources separated by spaces, got {frame_ancestors!r}")
+    return ("default-src 'self'; script-src 'self' 'wasm-unsafe-eval'; worker-src 'self'; "
+            "connect-src 'self'; img-src 'self' data: blob:; style-src 'self'; object-src 'none'; "
+            f"base-uri 'none'; form-action 'none'; frame-ancestors {frame_ancestors}")
+
+
+CSP = csp()
 
 
 class MissingAssets(RuntimeError):
@@ -80,6 +89,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
     wheel_name = ""
     wheel_bytes = b""
     quiet = False
+    csp = CSP
 
     def log_message(self, fmt, *args):  # noqa: D401 - http.server API
         if not self.quiet:
@@ -127,7 +137,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.send_response(200)
         self.send_header("Content-Type", ctype)
         self.send_header("Content-Length", str(len(body)))
-        self.send_header("Content-Security-Policy", CSP)
+        self.send_header("Content-Security-Policy", self.csp)
         self.send_header("X-Content-Type-Options", "nosniff")
         self.send_header("Cross-Origin-Opener-Policy", "same-origin")
         self.send_header("Cache-Control", "no-cache")
@@ -146,12 +156,16 @@ class Handler(http.server.BaseHTTPRequestHandler):
 
 
 class Server:
-    """`with Server(port=0) as s: s.url` — serves in a background thread."""
+    """`with Server(port=0) as s: s.url` — serves in a background thread.
+    frame_ancestors: the CSP sources allowed to frame the app (default: only itself)."""
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 8765, quiet: bool = True):
+    def __init__(self, host: str = "127.0.0.1", port: int = 8765, quiet: bool = True,
+                 frame_ancestors: str = "'self'"):
+        policy = csp(frame_ancestors)
         check_assets()
         name, data = build_wheel()
-        handler = type("BoundHandler", (Handler,), {"wheel_name": name, "wheel_bytes": data, "quiet": quiet})
+        handler = type("BoundHandler", (Handler,), {"wheel_name": name, "wheel_bytes": data, "quiet": quiet,
+                                                    "csp": policy})
         self.httpd = http.server.ThreadingHTTPServer((host, port), handler)
         self.httpd.daemon_threads = True
         self.host, self.port = self.httpd.server_address[:2]

@@ -79,6 +79,8 @@ def test_show_app_outside_a_notebook(capsys):
         csp = resp.headers["Content-Security-Policy"]
         assert resp.status == 200 and b"<html" in resp.read().lower()
     assert "frame-ancestors 'self' http://localhost:*" in csp
+    from bitlora.app.server import CSP, csp as server_csp
+    assert csp == server_csp(notebook.FRAME_ANCESTORS) and csp.startswith(CSP.rsplit("frame-ancestors", 1)[0])
     records = notebook._url_records(url + "demo/alpaca_demo.json")   # Trainer's URL data
     assert len(records) > 100 and set(records[0]) >= {"instruction", "output"}
 

@@ -340,17 +340,7 @@ _server = None
 
 def _start_server(host: str, port: int):
     from .app.server import Server
-    server = Server(host=host, port=port, quiet=True)
-    base = server.httpd.RequestHandlerClass
-
-    class Framable(base):
-        def send_header(self, keyword, value):
-            if keyword == "Content-Security-Policy":
-                value = value.replace("frame-ancestors 'self'", "frame-ancestors " + FRAME_ANCESTORS)
-            super().send_header(keyword, value)
-
-    server.httpd.RequestHandlerClass = Framable
-    return server.start()
+    return Server(host=host, port=port, quiet=True, frame_ancestors=FRAME_ANCESTORS).start()
 
 
 def show_app(port: int = 0, height: int = 900, host: str = "127.0.0.1"):
