@@ -13,7 +13,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from bitlora import notebook
+from bitlora import notebook, train
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 ADAPTER_FILES = ["adapter_config.json", "adapter_model.safetensors"]
@@ -81,7 +81,7 @@ def test_show_app_outside_a_notebook(capsys):
     assert "frame-ancestors 'self' http://localhost:*" in csp
     from bitlora.app.server import CSP, csp as server_csp
     assert csp == server_csp(notebook.FRAME_ANCESTORS) and csp.startswith(CSP.rsplit("frame-ancestors", 1)[0])
-    records = notebook._url_records(url + "demo/alpaca_demo.json")   # Trainer's URL data
+    records = train._url_records(url + "demo/alpaca_demo.json")   # Trainer's URL data
     assert len(records) > 100 and set(records[0]) >= {"instruction", "output"}
 
 

@@ -20,7 +20,7 @@ __all__ = ["load_model", "aload_model", "Trainer", "TrainConfig", "attach_displa
 
 # name -> module that defines it (imported on first use)
 _LAZY = {
-    "load_model": "notebook", "aload_model": "notebook", "Trainer": "notebook",
+    "load_model": "notebook", "aload_model": "notebook", "Trainer": "train",
     "attach_display": "notebook", "train_with_display": "notebook",
     "NotebookProgress": "notebook", "show_app": "notebook", "TrainConfig": "config",
 }

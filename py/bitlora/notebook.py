@@ -6,12 +6,11 @@ display, and the web app in an output cell.
     bitlora.train_with_display(trainer)         # Pyodide: await ...
     bitlora.show_app()                          # native kernels only
 
-What this adds to api.py and train.py, and nothing more:
+What this adds to api.py and train.py (whose Trainer, with URL data and generate,
+is bitlora.Trainer), and nothing more:
 - load_model("demo"): the built-in demo model (natively its folder in the package;
   under Pyodide the wheel leaves the weights out, so they are fetched from the
   server's /demo/model/).
-- Trainer(model, data, ...): data may also be an http(s) URL; trainer.generate(...)
-  generates with the adapter (model.generate is the base model).
 - The display: the trainer's `on_step` updates one IPython display in place (a
   progress bar, the latest numbers and an inline SVG loss plot, drawn here from the
   metrics with no plotting library). Without IPython (a script, the bare Pyodide
@@ -27,10 +26,10 @@ import math
 import sys
 import time
 
-from . import train as _train
 from .api import aload_model as _aload_model, in_browser, maybe_run
 from .config import TrainConfig  # noqa: F401 - re-exported by bitlora
 from .data import format_prompt  # noqa: F401 - for prompts in notebooks
+from .train import Trainer  # noqa: F401 - bitlora.Trainer is bitlora.train.Trainer
 
 DEMO = "demo"
 DEMO_URL = "/demo/model/"           # where the app's server has the demo model
@@ -66,49 +65,6 @@ def load_model(src=DEMO, progress=None, device=None, max_binding: int | None = N
     """A `bitlora.model.Model` natively; an awaitable under Pyodide. src: an HF folder,
     a .gguf file, a URL, bytes, {file name: bytes}, or "demo"."""
     return maybe_run(aload_model(src, progress, device, max_binding))
-
-
-def _is_url(data) -> bool:
-    return isinstance(data, str) and data.startswith(("http://", "https://"))
-
-
-def _url_records(url: str) -> list:
-    """Records from an Alpaca JSON / JSONL URL. Trainer() is synchronous, so under
-    Pyodide this is a synchronous request (allowed in a worker, where kernels run)."""
-    from .data import load_records
-    if in_browser():
-        from pyodide.http import open_url
-        raw = open_url(url).getvalue().encode("utf-8")
-    else:
-        import urllib.request
-        with urllib.request.urlopen(url, timeout=60) as resp:
-            raw = resp.read()
-    return load_records(raw, name=url.split("?")[0])
-
-
-class Trainer(_train.Trainer):
-    """`bitlora.train.Trainer`; data may also be an http(s) URL of Alpaca JSON/JSONL.
-    `train()` runs to the end natively and is awaited under Pyodide."""
-
-    def __init__(self, model, data=DEMO, config=None, **overrides):
-        if _is_url(data):
-            data = _url_records(data)
-        super().__init__(model, data, config, **overrides)
-
-    async def agenerate(self, prompt, max_new_tokens: int = 32, temperature: float = 0.0, top_p: float = 1.0,
-                        seed: int = 0):
-        """Generate with the adapter being trained. prompt: text, token ids, or an Alpaca
-        record (formatted with the training prompt template, without its output)."""
-        await self._setup()
-        if isinstance(prompt, dict):
-            prompt = format_prompt(prompt)
-        return await self.lora.agenerate(prompt, max_new_tokens, temperature, top_p, seed)
-
-    def generate(self, prompt, max_new_tokens: int = 32, temperature: float = 0.0, top_p: float = 1.0,
-                 seed: int = 0):
-        """`agenerate` as a plain call natively; an awaitable under Pyodide. str() of the
-        result is the text (model.generate is the same without the adapter)."""
-        return maybe_run(self.agenerate(prompt, max_new_tokens, temperature, top_p, seed))
 
 
 # -- the live display ---------------------------------------------------------------

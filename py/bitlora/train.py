@@ -3,7 +3,10 @@
     trainer = Trainer(model, "alpaca.json", TrainConfig(max_steps=50))
     trainer.train()            # natively; `await trainer.train()` under Pyodide / Jupyter
     trainer.metrics            # [{"step", "loss", "grad_norm", "lr", "tokens", "tokens_per_s", ...}]
+    trainer.generate({"instruction": "..."})   # with the adapter (model.generate: without)
     trainer.save_adapter("out")
+
+This is also the notebook API's `bitlora.Trainer`.
 
 One optimizer step (step semantics pinned by the issue): every micro-batch of the
 step runs forward and backward on the GPU, adding raw (unnormalised) cross-entropy
@@ -29,7 +32,7 @@ import time
 from . import adapter as adapter_io
 from . import checkpoint_state, gpu
 from .config import TrainConfig
-from .data import Dataset, load_records
+from .data import Dataset, format_prompt, load_records
 from .lora import LoraModel
 from .optim import AdamW
 from .schedule import lr_at
@@ -73,17 +76,33 @@ def _config(config, overrides) -> TrainConfig:
     return config
 
 
+def _url_records(url: str) -> list:
+    """Records from an Alpaca JSON / JSONL http(s) URL. Trainer() is synchronous, so
+    under Pyodide this is a synchronous request (allowed in a worker, where kernels run)."""
+    if gpu.IN_BROWSER:
+        from pyodide.http import open_url
+        raw = open_url(url).getvalue().encode("utf-8")
+    else:
+        import urllib.request
+        with urllib.request.urlopen(url, timeout=60) as resp:
+            raw = resp.read()
+    return load_records(raw, name=url.split("?")[0])
+
+
 class Trainer:
     """LoRA finetuning of a loaded bitlora model on Alpaca-format data.
 
-    model: a `bitlora.model.Model`; data: a path, URL, JSON text, bytes, a list of
-    records or a `Dataset`; config: a TrainConfig or dict (keyword overrides win)."""
+    model: a `bitlora.model.Model`; data: a path, an http(s) URL, JSON text, bytes, a
+    list of records, a `Dataset` or "demo" (the built-in dataset); config: a
+    TrainConfig or dict (keyword overrides win)."""
 
-    def __init__(self, model, data, config=None, **overrides):
+    def __init__(self, model, data="demo", config=None, **overrides):
         self.model = model
         self.config = cfg = _config(config, overrides)
         max_pos = int(model.config.get("max_position_embeddings", cfg.cutoff_len))
         self.cutoff_len = min(cfg.cutoff_len, max_pos)   # a sequence must fit the model's context
+        if isinstance(data, str) and data.startswith(("http://", "https://")):
+            data = _url_records(data)
         if isinstance(data, Dataset):
             self.dataset = data
         else:
@@ -194,6 +213,23 @@ class Trainer:
 
     def stop(self):
         self.control.stop()
+
+    # -- generation ------------------------------------------------------------
+    async def agenerate(self, prompt, max_new_tokens: int = 32, temperature: float = 0.0, top_p: float = 1.0,
+                        seed: int = 0):
+        """Generate with the adapter being trained. prompt: text, token ids, or an Alpaca
+        record (formatted with the training prompt template, without its output)."""
+        await self._setup()
+        if isinstance(prompt, dict):
+            prompt = format_prompt(prompt)
+        return await self.lora.agenerate(prompt, max_new_tokens, temperature, top_p, seed)
+
+    def generate(self, prompt, max_new_tokens: int = 32, temperature: float = 0.0, top_p: float = 1.0,
+                 seed: int = 0):
+        """`agenerate` as a plain call natively; an awaitable under Pyodide. str() of the
+        result is the text (model.generate is the same without the adapter)."""
+        coro = self.agenerate(prompt, max_new_tokens, temperature, top_p, seed)
+        return coro if gpu.IN_BROWSER else gpu.run(coro)
 
     # -- adapters and checkpoints ---------------------------------------------
     async def aadapter_tensors(self) -> dict:
