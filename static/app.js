@@ -6,6 +6,8 @@
 // Worker -> page: boot, ready, fatal, log, defaults, hello, progress, model-info,
 //                 data-info, train-state, step, generated, export, checkpoint,
 //                 error, gpu-error (each handled below; unknown types are reported).
+// Tests only: with ?test-hooks in the URL, window.bitloraTest lets a test run Python
+// in the worker (to read logits, or destroy the GPU device) and read every message.
 import uPlot from "/vendor/uplot/uPlot.esm.js";
 import { PyWorker } from "./client.js";
 
@@ -233,6 +235,7 @@ $("train").onclick = () => {
   saveSettings();
   trainState = "starting"; updateButtons();
   resetCharts();
+  skippedSeen = 0; showSkipped(0);
   trainStart = performance.now();
   py.send({ type: "train", config: readSettings() });
 };
@@ -252,6 +255,16 @@ function download(name, bytes) {
   a.href = url; a.download = name;
   document.body.append(a); a.click(); a.remove();
   setTimeout(() => URL.revokeObjectURL(url), 10000);
+}
+
+// NaN/Inf arrive as null (a skipped step): shown as such, drawn as a gap
+const fmtNum = (x, digits) => (x === null || x === undefined ? "NaN/Inf" : x.toFixed(digits));
+
+let skippedSeen = 0;
+function showSkipped(n) {
+  const el = $("skipped-steps");
+  el.textContent = `Skipped steps (NaN/Inf gradients): ${n}`;
+  el.className = n ? "warning" : "muted";
 }
 
 function fmtTime(s) {
@@ -330,7 +343,11 @@ const handlers = {
     const words = { running: "Training…", paused: "Paused.", stopped: "Stopped.", done: "Training finished.",
                     failed: "Training failed.", starting: "Preparing training…", idle: "Ready." };
     setStatus(m.text || words[m.state] || m.state, m.state === "failed" ? "error" : "");
-    if (m.history) resetCharts(m.history);
+    if (m.history) {
+      resetCharts(m.history);
+      skippedSeen = m.history.length ? m.history[m.history.length - 1].skipped || 0 : 0;
+      showSkipped(skippedSeen);
+    }
   },
   step: (m) => {
     addStepPoint(m);
@@ -338,10 +355,12 @@ const handlers = {
     const bar = $("train-progress");
     bar.max = m.total_steps; bar.value = m.step;
     $("train-progress-text").textContent =
-      `step ${m.step} / ${m.total_steps} · loss ${m.loss.toFixed(4)} · ETA ${fmtTime(m.eta_s)}`;
-    if (m.skipped) log(`step ${m.step}: non-finite gradients, step skipped (${m.skipped} so far)`, "error");
+      `step ${m.step} / ${m.total_steps} · loss ${fmtNum(m.loss, 4)} · ETA ${fmtTime(m.eta_s)}`;
+    showSkipped(m.skipped);
+    if (m.skipped > skippedSeen) log(`step ${m.step}: non-finite (NaN/Inf) gradients, step skipped (${m.skipped} so far)`, "error");
+    skippedSeen = m.skipped;
     if (m.step % 10 === 0 || m.step === 1) {
-      log(`step ${m.step}: loss ${m.loss.toFixed(4)}, grad norm ${m.grad_norm.toFixed(3)}, lr ${m.lr.toExponential(2)}, ${m.tokens_per_s.toFixed(0)} tok/s`);
+      log(`step ${m.step}: loss ${fmtNum(m.loss, 4)}, grad norm ${fmtNum(m.grad_norm, 3)}, lr ${m.lr.toExponential(2)}, ${m.tokens_per_s.toFixed(0)} tok/s`);
     }
   },
   generated: (m) => {
@@ -355,10 +374,15 @@ const handlers = {
   },
   checkpoint: (m) => {
     if (m.available) {
-      banner(`A training checkpoint from ${m.saved_at} (step ${m.step} of ${m.total_steps}) is in this browser's storage.`,
+      banner(`${m.reason ? m.reason + " " : ""}A training checkpoint from ${m.saved_at} (step ${m.step} of `
+             + `${m.total_steps}) is in this browser's storage.`,
              { label: "Resume training", run: () => { trainState = "starting"; updateButtons(); py.send({ type: "resume-checkpoint" }); } });
+    } else if (m.saved) {
+      log(`checkpoint saved at step ${m.step}`);
+    } else if (m.saved === false) {
+      log(m.text, "error");
+      banner(m.text);
     }
-    if (m.saved) log(`checkpoint saved at step ${m.step}`);
   },
   error: (m) => {
     showError(m.where || "Error", m.text);
@@ -367,12 +391,16 @@ const handlers = {
   },
 };
 
+const testHooks = new URLSearchParams(location.search).has("test-hooks");
+const seen = [];
 const py = new PyWorker((msg) => {
+  if (testHooks) seen.push(msg);
   const handler = handlers[msg.type];
   if (handler) handler(msg);
   else log(`unknown message from the worker: ${String(msg.type)}`, "error");
 });
 py.ready.catch((err) => showError("Start-up failed", err.message));
+if (testHooks) window.bitloraTest = { run: (code, ms) => py.run(code, ms), messages: seen };
 
 makeChart("chart-loss", "loss", "#d9480f");
 makeChart("chart-grad", "grad norm", "#5f3dc4");

@@ -38,6 +38,9 @@ class Session:
         self.model = None
         self.model_name = ""
         self.model_source = None  # {"source": "demo"} or a description of the user's file
+        self.model_src = None     # what the model was read from (bytes, File, Blob): reloaded after a device loss
+        self.device_lost = False  # the GPU device was lost: the next model load opens a fresh one
+        self.saved_step = None    # step of the last checkpoint that reached the browser's storage
         self.records = None
         self.data_name = ""
         self.trainer = None
@@ -72,7 +75,7 @@ async def on_hello(msg: dict) -> None:
     from .config import TrainConfig
     post({"type": "defaults", "config": TrainConfig().to_dict()})
     try:
-        dev = await gpu.get_device()
+        dev = await gpu.get_device(fresh=S.device_lost)
     except gpu.GPUError as e:
         post({"type": "gpu-error", "text": str(e)})
         return
@@ -175,8 +178,6 @@ async def demo_model_files() -> dict:
 
 
 async def on_load_model(msg: dict) -> None:
-    from .api import aload_model
-    from .formats import FormatError
     source = msg.get("source")
     if S.task is not None and not S.task.done():
         post({"type": "error", "where": "model", "text": "stop the training run before loading another model"})
@@ -200,14 +201,26 @@ async def on_load_model(msg: dict) -> None:
             src = await resp.blob()
         else:
             raise ValueError(f"unknown model source {source!r}")
-        dev = await gpu.get_device()
-        model = await aload_model(src, progress=progress, device=dev)
-    except (FormatError, OSError, ValueError, gpu.GPUError) as e:
+    except (OSError, ValueError) as e:
         post({"type": "error", "where": "model", "text": str(e)})
         return
+    await open_model(source, name, src, progress)
+
+
+async def open_model(source: str, name: str, src, progress=None) -> bool:
+    """Read a model onto the GPU (a fresh device after a loss) and describe it to the page."""
+    from .api import aload_model
+    from .formats import FormatError
+    try:
+        dev = await gpu.get_device(fresh=S.device_lost)
+        S.device_lost = False
+        model = await aload_model(src, progress=progress, device=dev)
+    except (FormatError, OSError, ValueError, NotImplementedError, gpu.GPUError) as e:
+        post({"type": "error", "where": "model", "text": str(e)})
+        return False
     model.name = name
     S.model, S.model_name, S.trainer = model, name, None
-    S.model_source = {"source": source, "name": name}
+    S.model_source, S.model_src = {"source": source, "name": name}, src
     c = model.config
     n_params = sum(p.O * p.I for lay in model.layers for p in lay.proj.values()) + c["vocab_size"] * c["hidden_size"]
     rows = [["Name", name], ["Architecture", "BitNet b1.58"], ["Parameters", f"{n_params / 1e6:.2f} M"],
@@ -217,6 +230,7 @@ async def on_load_model(msg: dict) -> None:
     post({"type": "model-info", "name": name, "rows": [[str(a), str(b)] for a, b in rows]})
     if S.records is not None:
         post(data_report())
+    return True
 
 
 def memory_estimate(model, cfg) -> dict:
@@ -262,8 +276,9 @@ async def _syncfs(populate: bool) -> None:
     fut = asyncio.get_event_loop().create_future()
 
     def done(err=None):
-        if err:
-            fut.set_exception(OSError(f"browser storage: {err}"))
+        if err:   # an IndexedDB DOMException (QuotaExceededError, ...): its name and last line
+            text = str(getattr(err, "message", "") or err).strip().splitlines() or [""]
+            fut.set_exception(OSError(f"browser storage: {getattr(err, 'name', 'Error')}: {text[-1]}"))
         else:
             fut.set_result(None)
     pyodide_js.FS.syncfs(populate, create_once_callable(done))
@@ -294,9 +309,48 @@ def _training_config(raw: dict):
     return TrainConfig.from_dict(raw)
 
 
+def _finite(x):
+    """None for NaN/Inf (a skipped step's loss or norm): charts show a gap, JSON stays valid."""
+    return x if isinstance(x, (int, float)) and x - x == 0 else None
+
+
 def _step_message(row: dict, total: int) -> dict:
-    return {"type": "step", "total_steps": total, **{k: row[k] for k in ("step", "loss", "grad_norm", "lr", "tokens",
-                                                                        "tokens_per_s", "eta_s", "skipped")}}
+    msg = {"type": "step", "total_steps": total, **{k: row[k] for k in ("step", "loss", "grad_norm", "lr", "tokens",
+                                                                       "tokens_per_s", "eta_s", "skipped")}}
+    msg["loss"], msg["grad_norm"] = _finite(msg["loss"]), _finite(msg["grad_norm"])
+    return msg
+
+
+async def _lost(dev) -> bool:
+    """Whether the device is gone. A destroyed device rejects pending reads before its
+    `lost` promise settles, so give that promise a moment."""
+    for _ in range(20):
+        if isinstance(dev.backend.take_error(), gpu.DeviceLost):
+            return True
+        await asyncio.sleep(0.05)
+    return False
+
+
+async def _checkpoint(trainer, orig_save) -> None:
+    """Write a checkpoint and copy it to the browser's storage. A failure (storage full,
+    no IndexedDB) is reported and training goes on; the stored one stays as it was:
+    IDBFS writes all changed files in one IndexedDB transaction, all or nothing."""
+    try:
+        await orig_save()
+        with open(CKPT + "/session.json", "w") as f:
+            json.dump({"model": S.model_source, "data_name": S.data_name, "step": trainer.step,
+                       "total_steps": trainer.total_steps, "saved_at": time.strftime("%Y-%m-%d %H:%M:%S")}, f)
+        await _syncfs(False)
+    except gpu.GPUError:
+        raise
+    except Exception as e:  # noqa: BLE001 - quota exceeded, IndexedDB gone: keep training
+        kept = f"the last saved one is step {S.saved_step}" if S.saved_step else "none is saved yet"
+        post({"type": "checkpoint", "saved": False, "step": trainer.step,
+              "text": f"Checkpoint at step {trainer.step} not saved ({e}); the browser's "
+                      f"storage may be full. Training continues; {kept}."})
+        return
+    S.saved_step = trainer.step
+    post({"type": "checkpoint", "saved": True, "step": trainer.step})
 
 
 async def _run_training(trainer, resumed: bool) -> None:
@@ -304,25 +358,21 @@ async def _run_training(trainer, resumed: bool) -> None:
     total = trainer.total_steps
     trainer.checkpoint_dir = CKPT + "/state"
     can_save = await storage()
+    S.saved_step = trainer.step if resumed else None
 
     def on_step(row):
-        msg = _step_message(row, total)
-        msg["loss"] = msg["loss"] if msg["loss"] == msg["loss"] else None
-        post(msg)
+        post(_step_message(row, total))
 
-    async def after_checkpoint():
-        with open(CKPT + "/session.json", "w") as f:
-            json.dump({"model": S.model_source, "data_name": S.data_name, "step": trainer.step,
-                       "total_steps": total, "saved_at": time.strftime("%Y-%m-%d %H:%M:%S")}, f)
-        with open(CKPT + "/records.json", "w") as f:
-            json.dump(S.records, f)
-        await _syncfs(False)
-
-    def on_checkpoint(step):
-        post({"type": "checkpoint", "saved": True, "step": step})
     trainer.on_step = on_step
-    trainer.on_checkpoint = on_checkpoint
-    if not can_save:
+    if can_save:
+        with open(CKPT + "/records.json", "w") as f:   # reaches IndexedDB with the first checkpoint
+            json.dump(S.records, f)
+        orig_save = trainer.save_checkpoint
+
+        async def save_and_sync(ckpt_dir=None):
+            await _checkpoint(trainer, orig_save)
+        trainer.save_checkpoint = save_and_sync
+    else:
         trainer.config.save_every = 0
     post({"type": "train-state", "state": "running", "has_adapter": True,
           "history": trainer.metrics if resumed else None})
@@ -330,22 +380,19 @@ async def _run_training(trainer, resumed: bool) -> None:
         await trainer._setup()
         if resumed:
             post({"type": "train-state", "state": "running", "history": trainer.metrics})
-        orig_save = trainer.save_checkpoint
-
-        async def save_and_sync(ckpt_dir=None):
-            path = await orig_save(ckpt_dir)
-            await after_checkpoint()
-            return path
-        trainer.save_checkpoint = save_and_sync
         await trainer.atrain()
         state = "stopped" if trainer.control.stopped else "done"
-        if can_save and trainer.metrics:
+        if can_save and trainer.metrics and trainer.step != S.saved_step:
             await trainer.save_checkpoint()
         post({"type": "train-state", "state": state, "has_adapter": True})
-    except gpu.DeviceLost as e:
-        post({"type": "error", "where": "gpu", "text": f"{e}. Reload the page to resume from the last checkpoint."})
-        post({"type": "train-state", "state": "failed", "has_adapter": False})
     except Exception as e:  # noqa: BLE001 - the app stays usable
+        if isinstance(e, gpu.GPUError) and (isinstance(e, gpu.DeviceLost) or await _lost(trainer.model.dev)):
+            S.device_lost, S.trainer = True, None
+            done = trainer.metrics[-1]["step"] if trainer.metrics else 0
+            post({"type": "error", "where": "gpu", "text": f"the GPU device was lost after step {done} ({e})"})
+            post({"type": "train-state", "state": "failed", "has_adapter": False})
+            await on_checkpoint_query("The GPU device was lost during training.")
+            return
         post({"type": "log", "level": "error", "text": traceback.format_exc()})
         post({"type": "error", "where": "training", "text": f"{type(e).__name__}: {e}"})
         post({"type": "train-state", "state": "failed", "has_adapter": S.trainer is not None})
@@ -393,28 +440,36 @@ async def on_stop(msg: dict) -> None:
         S.trainer.stop()
 
 
-async def on_checkpoint_query() -> None:
-    """Tell the page whether a checkpoint from an earlier visit is stored."""
+async def on_checkpoint_query(reason: str = "") -> None:
+    """Offer to resume the stored run (after a reload, or after the GPU was lost). The
+    offer names the step of the state file itself, which must load."""
+    from .checkpoint_state import load_state
     if not await storage():
         return
     try:
         with open(CKPT + "/session.json") as f:
             info = json.load(f)
-    except (OSError, ValueError):
+        st = load_state(CKPT + "/state")
+    except (OSError, ValueError) as e:
+        if os.path.exists(CKPT + "/session.json"):
+            post({"type": "log", "level": "error", "text": f"the stored checkpoint is unreadable: {e}"})
         return
-    if os.path.exists(CKPT + "/state/training_state.safetensors"):
-        post({"type": "checkpoint", "available": True, "step": info.get("step"),
-              "total_steps": info.get("total_steps"), "saved_at": info.get("saved_at"),
-              "model": (info.get("model") or {}).get("name")})
+    post({"type": "checkpoint", "available": True, "step": st.step, "reason": reason,
+          "total_steps": info.get("total_steps"), "saved_at": info.get("saved_at"),
+          "model": (info.get("model") or {}).get("name")})
 
 
 async def on_resume_checkpoint(msg: dict) -> None:
-    """Continue the stored run: reload its model (the demo; a user's file must be loaded
-    again first) and its dataset, then train from the checkpoint."""
+    """Continue the stored run: reload its model (the demo, or the user's file still held
+    from this visit, onto a fresh device after a loss) and its dataset, then train
+    from the checkpoint."""
     from .checkpoint_state import load_state
     from .train import Trainer
     if not await storage():
         post({"type": "error", "where": "checkpoint", "text": "browser storage is unavailable"})
+        return
+    if S.task is not None and not S.task.done():
+        post({"type": "error", "where": "checkpoint", "text": "a training run is already going"})
         return
     with open(CKPT + "/session.json") as f:
         info = json.load(f)
@@ -423,13 +478,17 @@ async def on_resume_checkpoint(msg: dict) -> None:
     S.data_name = info.get("data_name") or "dataset"
     post(data_report())
     src = info.get("model") or {}
-    if src.get("source") == "demo" and (S.model is None or S.model_source != src):
-        await on_load_model({"source": "demo"})
-    elif S.model is None:
-        post({"type": "error", "where": "checkpoint",
-              "text": f"load the model {src.get('name')!r} again, then press Resume training"})
-        post({"type": "train-state", "state": "idle"})
-        return
+    if S.device_lost or S.model is None or S.model_source != src:
+        if S.model_src is not None and S.model_source == src:
+            await open_model(src.get("source"), src.get("name"), S.model_src)
+        elif src.get("source") == "demo":
+            await on_load_model({"source": "demo"})
+        else:
+            post({"type": "error", "where": "checkpoint",
+                  "text": f"load the model {src.get('name')!r} again, then press Resume training"})
+        if S.device_lost or S.model is None or S.model_source != src:
+            post({"type": "train-state", "state": "idle"})
+            return
     st = load_state(CKPT + "/state")
     cfg = _training_config({k: v for k, v in st.config.items() if k not in ("resume", "init_adapter")})
     cfg.resume = CKPT + "/state"
