@@ -17,9 +17,13 @@
 //   backward return the gradient unchanged), so dx = dy Wq = scale * dy t.
 //   t comes from w_packed[O, ceil(I/16)] u32 (formats/tensors.py: weight (o, i) is
 //   code (word >> 2*(i%16)) & 3 of word o*ceil(I/16) + i/16, t = code - 1).
-//   0 params {N, I, O, scale, accumulate} | 1 dy[N, O] read | 2 w_packed[O, I/16] read |
-//   3 dx[N, I] read_write
-//   dispatch: groups (ceil(ceil(I/16) / 8), ceil(N/64)); an 8x16 workgroup owns 64
+//   0 params {N, I, O, scale, accumulate, ko, split} | 1 dy[N, O] read |
+//   2 w_packed[O, I/16] read | 3 dx[N, I] read_write | 4 part read_write
+//   Split-K (splitk.wgsl; both dense and ternary): workgroup z sums o in
+//   [z*ko, (z+1)*ko) only (ko a multiple of 16); with split = 1 it writes its raw sums
+//   to part[z, N, I] and splitk_reduce scales and adds them (part is bound, unused,
+//   when split = 0).
+//   dispatch: groups (ceil(ceil(I/16) / 8), ceil(N/64), slices); an 8x16 workgroup owns 64
 //   rows x 8 words (128 columns) of dx; a thread owns 4 rows x one word, its 64 sums
 //   kept as vec4s of 4 columns (one decoded byte of the word). Narrow tiles waste less
 //   of the small widths LoRA targets see (I = 128 fills a tile); 2x faster on lavapipe
@@ -34,9 +38,9 @@
 //   from row v0, call once per chunk with accumulate = 1 after the first (each
 //   binding then stays under maxStorageBufferBindingSize; v0 a multiple of 64 keeps
 //   the views 256-byte aligned).
-//   0 params {N, I, O, scale, accumulate, ld_dy} | 1 dy[N, ld_dy] read |
-//   2 w[O, I] read (f32, or u32 pairs of bf16) | 3 dx[N, I] read_write
-//   dispatch: groups (ceil(I/64), ceil(N/64)); 16x16 threads, a 64x64 tile of dx per
+//   0 params {N, I, O, scale, accumulate, ld_dy, ko, split} | 1 dy[N, ld_dy] read |
+//   2 w[O, I] read (f32, or u32 pairs of bf16) | 3 dx[N, I] read_write | 4 part read_write
+//   dispatch: groups (ceil(I/64), ceil(N/64), slices); 16x16 threads, a 64x64 tile of dx per
 //   workgroup (4x4 elements per thread), o in chunks of 16.
 //
 // relu2_gating_backward   h = relu(g)^2 * u  (BitNet's MLP, before ffn_sub_norm)
@@ -112,11 +116,12 @@ fn rmsnorm_backward(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(work
 }
 
 // ============================================================================ bitlinear
-struct LinParams { n: u32, i: u32, o: u32, scale: f32, accumulate: u32 };
+struct LinParams { n: u32, i: u32, o: u32, scale: f32, accumulate: u32, ko: u32, split: u32 };
 @group(0) @binding(0) var<uniform> bl_p: LinParams;
 @group(0) @binding(1) var<storage, read> bl_dy: array<f32>;
 @group(0) @binding(2) var<storage, read> bl_w: array<u32>;
 @group(0) @binding(3) var<storage, read_write> bl_dx: array<f32>;
+@group(0) @binding(4) var<storage, read_write> bl_part: array<f32>;   // split: [z, N, I] raw sums
 var<workgroup> bl_dy_sh: array<array<vec4<f32>, 4>, 64>;  // [row][o quad], 16 o
 var<workgroup> bl_w_sh: array<array<u32, 8>, 16>;          // [o][word]
 
@@ -135,19 +140,20 @@ fn bitlinear_backward_input(@builtin(local_invocation_id) lid3: vec3<u32>, @buil
     let W = (bl_p.i + 15u) / 16u;
     let n0 = wid.y * 64u;
     let word = wid.x * 8u + c;
+    let oend = min(O, (wid.z + 1u) * bl_p.ko);            // this z's slice of the outputs
     var acc: array<array<vec4<f32>, 4>, 4>;                // [row a][column quad q]
     for (var a = 0u; a < 4u; a++) { for (var q = 0u; q < 4u; q++) { acc[a][q] = vec4<f32>(0.0); } }
-    for (var o0 = 0u; o0 < O; o0 += 16u) {
+    for (var o0 = wid.z * bl_p.ko; o0 < oend; o0 += 16u) {
         for (var m = 0u; m < 8u; m++) {                    // dy tile: 64 rows x 16 o, coalesced along o
             let e = lid + 128u * m;
             let rr = e / 16u;
             let oo = e % 16u;
             var dv = 0.0;
-            if (n0 + rr < N && o0 + oo < O) { dv = bl_dy[(n0 + rr) * O + o0 + oo]; }
+            if (n0 + rr < N && o0 + oo < oend) { dv = bl_dy[(n0 + rr) * O + o0 + oo]; }
             bl_dy_sh[rr][oo / 4u][oo % 4u] = dv;
         }
         var wv = 0x55555555u;                              // padding code 1 = zero weight
-        if (o0 + r < O && word < W) { wv = bl_w[(o0 + r) * W + word]; }
+        if (o0 + r < oend && word < W) { wv = bl_w[(o0 + r) * W + word]; }
         bl_w_sh[r][c] = wv;
         workgroupBarrier();
         for (var oq = 0u; oq < 4u; oq++) {
@@ -176,8 +182,9 @@ fn bitlinear_backward_input(@builtin(local_invocation_id) lid3: vec3<u32>, @buil
             for (var b = 0u; b < 16u; b++) {
                 let i = word * 16u + b;
                 if (i < bl_p.i) {
-                    let g = bl_p.scale * acc[a][b / 4u][b % 4u];
                     let j = n * bl_p.i + i;
+                    if (bl_p.split != 0u) { bl_part[wid.z * N * bl_p.i + j] = acc[a][b / 4u][b % 4u]; continue; }
+                    let g = bl_p.scale * acc[a][b / 4u][b % 4u];
                     if (bl_p.accumulate != 0u) { bl_dx[j] = bl_dx[j] + g; } else { bl_dx[j] = g; }
                 }
             }
@@ -186,12 +193,13 @@ fn bitlinear_backward_input(@builtin(local_invocation_id) lid3: vec3<u32>, @buil
 }
 
 // ============================================================================ dense linear
-struct DenseParams { n: u32, i: u32, o: u32, scale: f32, accumulate: u32, ld_dy: u32 };
+struct DenseParams { n: u32, i: u32, o: u32, scale: f32, accumulate: u32, ld_dy: u32, ko: u32, split: u32 };
 override LN_BF16: bool = false;
 @group(0) @binding(0) var<uniform> ln_p: DenseParams;
 @group(0) @binding(1) var<storage, read> ln_dy: array<f32>;
 @group(0) @binding(2) var<storage, read> ln_w: array<u32>;
 @group(0) @binding(3) var<storage, read_write> ln_dx: array<f32>;
+@group(0) @binding(4) var<storage, read_write> ln_part: array<f32>;   // split: [z, N, I] raw sums
 var<workgroup> ln_dy_sh: array<array<f32, 16>, 64>;  // [row][o]
 var<workgroup> ln_w_sh: array<array<f32, 64>, 16>;   // [o][col]
 
@@ -214,20 +222,21 @@ fn linear_backward_input(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin
     let N = ln_p.n;
     let I = ln_p.i;
     let O = ln_p.o;
+    let oend = min(O, (wid.z + 1u) * ln_p.ko);            // this z's slice of the outputs
     var acc: array<array<f32, 4>, 4>;
     for (var a = 0u; a < 4u; a++) { for (var b = 0u; b < 4u; b++) { acc[a][b] = 0.0; } }
-    for (var o0 = 0u; o0 < O; o0 += 16u) {
+    for (var o0 = wid.z * ln_p.ko; o0 < oend; o0 += 16u) {
         for (var m = 0u; m < 4u; m++) {
             let e = lid + 256u * m;
             let rr = e / 16u;         // dy tile: 64 rows x 16 o, coalesced along o
             let oo = e % 16u;
             var dv = 0.0;
-            if (n0 + rr < N && o0 + oo < O) { dv = ln_dy[(n0 + rr) * ln_p.ld_dy + o0 + oo]; }
+            if (n0 + rr < N && o0 + oo < oend) { dv = ln_dy[(n0 + rr) * ln_p.ld_dy + o0 + oo]; }
             ln_dy_sh[rr][oo] = dv;
             let wo = e / 64u;         // w tile: 16 o x 64 cols, coalesced along cols
             let wc = e % 64u;
             var wv = 0.0;
-            if (o0 + wo < O && i0 + wc < I) { wv = ln_weight((o0 + wo) * I + i0 + wc); }
+            if (o0 + wo < oend && i0 + wc < I) { wv = ln_weight((o0 + wo) * I + i0 + wc); }
             ln_w_sh[wo][wc] = wv;
         }
         workgroupBarrier();
@@ -246,8 +255,9 @@ fn linear_backward_input(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin
         for (var b = 0u; b < 4u; b++) {
             let i = i0 + tx + 16u * b;
             if (n < N && i < I) {
-                let g = ln_p.scale * acc[a][b];
                 let j = n * I + i;
+                if (ln_p.split != 0u) { ln_part[wid.z * N * I + j] = acc[a][b]; continue; }
+                let g = ln_p.scale * acc[a][b];
                 if (ln_p.accumulate != 0u) { ln_dx[j] = ln_dx[j] + g; } else { ln_dx[j] = g; }
             }
         }

@@ -13,9 +13,12 @@
 //   t from w_packed[O, ceil(I/16)] u32 (formats/tensors.py: weight (o, i) is code
 //   (word >> 2*(i%16)) & 3 of word o*ceil(I/16) + i/16, t = code - 1); never expanded.
 //   accumulate = 1 adds into y (o_proj and down_proj write into the residual stream).
-//   0 params {N, I, O, scale, accumulate} | 1 xq[N, I] read | 2 s[N] read |
+//   0 params {N, I, O, scale, accumulate, kw, split} | 1 xq[N, I] read | 2 s[N] read |
 //   3 w_packed[O, ceil(I/16)] u32 read | 4 y[N, O] read_write
-//   dispatch: groups (ceil(O/64), ceil(N/64)); a 16x16 workgroup owns a 64 x 64 tile of
+//   Split-K (splitk.wgsl): workgroup z sums words [z*kw, (z+1)*kw) only (kw a multiple
+//   of 4); with split = 1 it writes the raw integer sums to part[z, N, O] and
+//   splitk_reduce finishes (same bits). 5 part (bound, unused, when split = 0).
+//   dispatch: groups (ceil(O/64), ceil(N/64), slices); a 16x16 workgroup owns a 64 x 64 tile of
 //   y, thread (tx, ty) rows ty + 16a and outputs tx + 16b (a, b < 4), 16 sums in
 //   registers. xq is staged through workgroup memory 64 columns (4 words) at a time and
 //   read back as vec4; each thread decodes its four outputs' words into vec4s of
@@ -58,12 +61,13 @@ fn actquant_forward(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(work
 const TO: u32 = 64u;   // outputs per workgroup (one per thread)
 const TN: u32 = 8u;    // rows per workgroup
 const KW: u32 = 16u;   // packed words per staged chunk (256 columns)
-struct LinParams { n: u32, i: u32, o: u32, scale: f32, accumulate: u32 };
+struct LinParams { n: u32, i: u32, o: u32, scale: f32, accumulate: u32, kw: u32, split: u32 };
 @group(0) @binding(0) var<uniform> lp: LinParams;
 @group(0) @binding(1) var<storage, read> l_xq: array<f32>;
 @group(0) @binding(2) var<storage, read> l_s: array<f32>;
 @group(0) @binding(3) var<storage, read> l_w: array<u32>;
 @group(0) @binding(4) var<storage, read_write> l_y: array<f32>;
+@group(0) @binding(5) var<storage, read_write> l_part: array<f32>;   // split: [z, N, O] raw sums
 var<workgroup> l_xsh: array<array<f32, 256>, TN>;  // [row][column in chunk]
 
 @compute @workgroup_size(TO)
@@ -127,9 +131,10 @@ fn bitlinear_forward(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(wor
     let words = (I + 15u) / 16u;
     let n0 = wid.y * 64u;
     let o0 = wid.x * 64u;
+    let wend = min(words, (wid.z + 1u) * lp.kw);       // this z's slice of the words
     var acc: array<vec4<f32>, 4>;                      // acc[a][b]: row ty + 16a, output tx + 16b
     for (var a = 0u; a < 4u; a++) { acc[a] = vec4<f32>(0.0); }
-    for (var w0 = 0u; w0 < words; w0 += KW4) {
+    for (var w0 = wid.z * lp.kw; w0 < wend; w0 += KW4) {
         for (var m = 0u; m < 16u; m++) {               // stage xq: 64 rows x 64 columns, zeros past the edges
             let e = lid + 256u * m;
             let r = e / 64u;
@@ -144,7 +149,7 @@ fn bitlinear_forward(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(wor
             let wi = w0 + wd;
             for (var b = 0u; b < 4u; b++) {
                 let o = o0 + tx + 16u * b;
-                if (o < O && wi < words) { wv[b] = l_w[o * words + wi]; }
+                if (o < O && wi < wend) { wv[b] = l_w[o * words + wi]; }
             }
             for (var q = 0u; q < 4u; q++) {
                 let t0 = ternary_quad(wv.x, q);
@@ -165,8 +170,9 @@ fn bitlinear_forward(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(wor
         for (var b = 0u; b < 4u; b++) {
             let o = o0 + tx + 16u * b;
             if (o < O) {
-                let v = acc[a][b] * lp.scale / l_s[n];
                 let idx = n * O + o;
+                if (lp.split != 0u) { l_part[wid.z * N * O + idx] = acc[a][b]; continue; }
+                let v = acc[a][b] * lp.scale / l_s[n];
                 if (lp.accumulate != 0u) { l_y[idx] = l_y[idx] + v; } else { l_y[idx] = v; }
             }
         }

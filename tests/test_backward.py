@@ -295,24 +295,27 @@ def test_rmsnorm_backward(run_case, N, C, acc):
     assert_close(np.array(r) - (dx0.ravel() if acc else 0), want, 1e-5, "rmsnorm dx", scale=terms)
 
 
-@pytest.mark.parametrize("N,I,O,acc", [(1, 1, 1, False), (17, 33, 40, True), (5, 300, 19, False),
-                                        (70, 270, 21, True)])
-def test_bitlinear_backward_input(run_case, N, I, O, acc):
+@pytest.mark.parametrize("N,I,O,acc,split", [(1, 1, 1, False, None), (17, 33, 40, True, None),
+                                              (5, 300, 19, False, None), (70, 270, 21, True, None),
+                                              (17, 33, 40, True, 3), (70, 270, 100, False, 4)])
+def test_bitlinear_backward_input(run_case, N, I, O, acc, split):
     rng = np.random.default_rng(N * I * O)
     t = rng.integers(-1, 2, size=(O, I))
     dy, dx0, scale = f32(rng.normal(size=(N, O))), f32(rng.normal(size=(N, I))), 0.037
     r = run_case("backward_cases", "case_bitlinear_backward_input", dy=L(dy), packed=pack_ternary(t), scale=scale,
-                 dx0=L(dx0), N=N, I=I, O=O, accumulate=acc)
+                 dx0=L(dx0), N=N, I=I, O=O, accumulate=acc, split=split)
     want = dy.astype(np.float64) @ (t * np.float64(np.float32(scale)))
     assert_close(np.array(r) - (dx0.ravel() if acc else 0), want, 1e-5, "bitlinear dx")
 
 
-@pytest.mark.parametrize("N,I,O,acc", [(1, 1, 1, False), (19, 21, 35, True), (70, 130, 33, False)])
-def test_linear_backward_input(run_case, N, I, O, acc):
+@pytest.mark.parametrize("N,I,O,acc,split", [(1, 1, 1, False, None), (19, 21, 35, True, None),
+                                              (70, 130, 33, False, None), (19, 21, 35, True, 3),
+                                              (70, 130, 100, False, 5)])
+def test_linear_backward_input(run_case, N, I, O, acc, split):
     rng = np.random.default_rng(N + I + O)
     dy, w, dx0 = f32(rng.normal(size=(N, O))), f32(rng.normal(size=(O, I))), f32(rng.normal(size=(N, I)))
     r = run_case("backward_cases", "case_linear_backward_input", dy=L(dy), w=L(w), dx0=L(dx0), N=N, I=I, O=O,
-                 scale=0.5, accumulate=acc)
+                 scale=0.5, accumulate=acc, split=split)
     assert_close(np.array(r) - (dx0.ravel() if acc else 0), 0.5 * dy.astype(np.float64) @ w, 1e-5, "linear dx")
 
 

@@ -1,6 +1,7 @@
 """The forward matmuls (shaders/bitlinear.wgsl, lm_head.wgsl) on awkward shapes:
 both entry points of each (64 x 64 register tiles, and the few-rows kernel used for
-decoding) against numpy, natively and in Chromium. The ternary matmul sums integers,
+decoding), and the ternary one with its reduction split over workgroups (splitk.wgsl),
+against numpy, natively and in Chromium. The ternary matmul sums integers,
 which f32 holds exactly, so its two kernels must agree bit for bit with each other and
 with float64 numpy up to the final scaling."""
 import numpy as np
@@ -10,7 +11,7 @@ from test_backward import L, assert_close, f32, pack_ternary
 
 
 @pytest.mark.parametrize("N,I,O,acc", [(1, 1, 1, False), (7, 16, 64, True), (65, 33, 70, False),
-                                        (130, 385, 129, True), (64, 64, 64, False)])
+                                        (130, 385, 129, True), (64, 64, 64, False), (20, 200, 30, True)])
 def test_bitlinear_forward(run_case, N, I, O, acc):
     rng = np.random.default_rng(N * 1000 + I + O)
     xq = rng.integers(-128, 128, size=(N, I)).astype(np.float32)
@@ -23,7 +24,7 @@ def test_bitlinear_forward(run_case, N, I, O, acc):
     want = f32(f32(dots * f32(scale)) / s[:, None])                    # the kernel's two roundings
     if acc:
         want = f32(y0 + want)
-    for entry in ("bitlinear_forward", "bitlinear_forward_rows", "op"):
+    for entry in ("bitlinear_forward", "bitlinear_forward_rows", "op", "split2", "split3"):
         got = f32(r[entry]).reshape(N, O)
         assert np.array_equal(got, want), (entry, np.abs(got - want).max())
 

@@ -77,7 +77,36 @@ def _batch(B: int, T: int, V: int, seed: int):
     return MicroBatch(B, T, ids, mask, [T] * B, list(range(B)), sum(mask))
 
 
-async def _bench_bitlora(config: dict, B: int, T: int, steps: int, r: int, targets: list, backend: str) -> dict:
+async def _profile(dev, record_step) -> list:
+    """GPU time per kernel over one step: every dispatch submitted and waited for on its
+    own (so the figures add up to more than a step, but rank the kernels). Native only."""
+    import collections
+
+    from .gpu.native import COPY_SRC
+    fence = dev.backend.device.create_buffer(size=4, usage=COPY_SRC)
+    times, counts = collections.Counter(), collections.Counter()
+    plain = dev.dispatch
+
+    def timed_dispatch(kernel, bindings, groups, params=None):
+        dev.submit()
+        dev.backend.queue.read_buffer(fence)
+        t = time.perf_counter()
+        plain(kernel, bindings, groups, params)
+        dev.submit()
+        dev.backend.queue.read_buffer(fence)
+        times[kernel.name] += time.perf_counter() - t
+        counts[kernel.name] += 1
+
+    dev.dispatch = timed_dispatch
+    try:
+        await (await record_step())[1].get()
+    finally:
+        del dev.dispatch
+    return [(name, round(sec * 1e3, 3), counts[name]) for name, sec in times.most_common()]
+
+
+async def _bench_bitlora(config: dict, B: int, T: int, steps: int, r: int, targets: list, backend: str,
+                         profile: bool = False) -> dict:
     from . import gpu
     from .config import TrainConfig
     from .lora import LoraModel
@@ -116,6 +145,8 @@ async def _bench_bitlora(config: dict, B: int, T: int, steps: int, r: int, targe
     for _, res in pending:
         await res.get()
     dt = (time.perf_counter() - t) / steps
+    if profile:
+        out["profile"] = await _profile(dev, lambda: step(steps + 1))
     import struct
     tokens = mbs[2].n_targets
     out.update({"step_s": dt, "tokens_per_step": tokens, "tokens_per_s": tokens / dt,
@@ -208,7 +239,7 @@ def _bench_torch(config: dict, B: int, T: int, steps: int, r: int, targets: list
 
 def bench_train(shape: str = "2b4t", micro_batch: int = 1, seq: int = 256, steps: int = 10, lora_r: int = 8,
                 target_modules: str = "q_proj,v_proj", backend: str = "native", torch_dtypes: str = "bf16",
-                compare_torch: bool | None = None) -> dict:
+                compare_torch: bool | None = None, profile: bool = False) -> dict:
     """Time LoRA training steps on random weights of `shape`; print a summary and one
     JSON line; return the figures."""
     config = dict(SHAPES[shape], model_type="bitnet")
@@ -225,7 +256,7 @@ def bench_train(shape: str = "2b4t", micro_batch: int = 1, seq: int = 256, steps
                 break
             res.update({f"{k}_{dtype}" if k.startswith("torch_") and k != "torch_dtype" else k: v
                         for k, v in got.items()})
-    res.update(asyncio.run(_bench_bitlora(config, micro_batch, seq, steps, lora_r, targets, backend)))
+    res.update(asyncio.run(_bench_bitlora(config, micro_batch, seq, steps, lora_r, targets, backend, profile)))
     res["lean_tokens_per_s"] = 1000.0 / LEAN_MS_PER_TOKEN
     res["ratio_vs_lean"] = res["tokens_per_s"] / res["lean_tokens_per_s"]
     print(f"LoRA training, {shape} shapes (random ternary weights), r {lora_r} on {','.join(targets)}, "
@@ -240,6 +271,8 @@ def bench_train(shape: str = "2b4t", micro_batch: int = 1, seq: int = 256, steps
                   f"{res[f'torch_step_s_{dtype}'] * 1e3:.1f} ms/step, {res[f'torch_tokens_per_s_{dtype}']:.0f} tokens/s, "
                   f"{res[f'torch_gpu_bytes_peak_{dtype}'] / 2**30:.2f} GiB peak; "
                   f"bitlora / torch tokens/s = {res['tokens_per_s'] / res[f'torch_tokens_per_s_{dtype}']:.2f}")
+    for name, ms, n in res.get("profile", [])[:15]:
+        print(f"    {ms:9.2f} ms  {n:4d} x  {name}")
     print("BENCH " + json.dumps(res))
     return res
 
@@ -255,11 +288,13 @@ def add_train_args(parser) -> None:
     parser.add_argument("--backend", default="native")
     parser.add_argument("--torch-dtypes", default="bf16", help="comma list of bf16, f32 for the torch runs")
     parser.add_argument("--no-torch", action="store_true", help="skip the torch + PEFT comparison")
+    parser.add_argument("--profile", action="store_true", help="also time each kernel over one step (native)")
 
 
 def main_train(args) -> dict:
     return bench_train(args.shape, args.micro_batch, args.seq, args.steps, args.lora_r, args.target_modules,
-                       args.backend, args.torch_dtypes, compare_torch=False if args.no_torch else None)
+                       args.backend, args.torch_dtypes, compare_torch=False if args.no_torch else None,
+                       profile=args.profile)
 
 
 if __name__ == "__main__":

@@ -57,16 +57,17 @@ async def case_rmsnorm_backward(dev, dy, x, w, rstd, dx0, N, C, accumulate):
     return await _get(dev, bdx, N * C)
 
 
-async def case_bitlinear_backward_input(dev, dy, packed, scale, dx0, N, I, O, accumulate):
+async def case_bitlinear_backward_input(dev, dy, packed, scale, dx0, N, I, O, accumulate, split=None):
     bdx = _f32(dev, dx0, "dx")
     await bw.bitlinear_backward_input(dev, _f32(dev, dy, "dy"), _u32(dev, packed, "w_packed"), scale, bdx,
-                                      N, I, O, accumulate)
+                                      N, I, O, accumulate, split=split)
     return await _get(dev, bdx, N * I)
 
 
-async def case_linear_backward_input(dev, dy, w, dx0, N, I, O, scale, accumulate):
+async def case_linear_backward_input(dev, dy, w, dx0, N, I, O, scale, accumulate, split=None):
     bdx = _f32(dev, dx0, "dx")
-    await bw.linear_backward_input(dev, _f32(dev, dy, "dy"), _f32(dev, w, "w"), bdx, N, I, O, scale, accumulate)
+    await bw.linear_backward_input(dev, _f32(dev, dy, "dy"), _f32(dev, w, "w"), bdx, N, I, O, scale, accumulate,
+                                   split=split)
     return await _get(dev, bdx, N * I)
 
 

@@ -19,20 +19,24 @@ async def _get(dev, buf, n):
     return list(out)
 
 
-async def case_bitlinear_forward(dev, xq, s, packed, scale, y0, N, I, O, accumulate):
-    """y for every entry point: {"bitlinear_forward": [...], "bitlinear_forward_rows": [...]}
-    and, under "op", what ops.bitlinear.bitlinear_forward picked for this N."""
+async def case_bitlinear_forward(dev, xq, s, packed, scale, y0, N, I, O, accumulate, splits=(2, 3)):
+    """y for every entry point: {"bitlinear_forward": [...], "bitlinear_forward_rows": [...]},
+    under "op" what ops.bitlinear.bitlinear_forward picked for this N, and under
+    "split<S>" the op with its reduction split in S slices (splitk.wgsl)."""
     bx, bs, bw = _buf(dev, "f", xq, "xq"), _buf(dev, "f", s, "s"), _buf(dev, "I", packed, "w")
-    params = struct.pack("<IIIfI", N, I, O, scale, int(accumulate))
+    words = -(-I // 16)
+    params = struct.pack("<IIIfIII", N, I, O, scale, int(accumulate), words, 0)
     out = {}
     for entry, rows in (("bitlinear_forward", 64), ("bitlinear_forward_rows", 8)):
         y = _buf(dev, "f", y0, "y")
         k = await dev.kernel("bitlinear.wgsl", entry)
-        dev.dispatch(k, [bx, bs, bw, y], groups=(-(-O // 64), -(-N // rows), 1), params=params)
+        binds = [bx, bs, bw, y] + ([dev.buffer(4, "part")] if rows == 64 else [])
+        dev.dispatch(k, binds, groups=(-(-O // 64), -(-N // rows), 1), params=params)
         out[entry] = await _get(dev, y, N * O)
-    y = _buf(dev, "f", y0, "y")
-    await bitlinear.bitlinear_forward(dev, bx, bs, bw, scale, y, N, I, O, accumulate)
-    out["op"] = await _get(dev, y, N * O)
+    for key, split in [("op", None)] + [(f"split{n}", n) for n in splits]:
+        y = _buf(dev, "f", y0, "y")
+        await bitlinear.bitlinear_forward(dev, bx, bs, bw, scale, y, N, I, O, accumulate, split=split)
+        out[key] = await _get(dev, y, N * O)
     return out
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import struct
 
 from ..gpu import Device
+from . import splitk
 
 SHADER = "backward.wgsl"
 WG = 256
@@ -31,18 +32,23 @@ async def rmsnorm_backward(dev: Device, dy, x, w, rstd, dx, N: int, C: int, accu
 
 
 async def bitlinear_backward_input(dev: Device, dy, w_packed, scale: float, dx, N: int, I: int, O: int,
-                                   accumulate: bool = False) -> None:
+                                   accumulate: bool = False, split: int | None = None) -> None:
     """dy[N, O], w_packed[O, ceil(I/16)] u32 (ternary, times scale) -> dx[N, I] = dy Wq (= or +=)."""
     words = -(-I // 16)
     for b, n, what in ((dy, N * O, "dy"), (w_packed, O * words, "w_packed"), (dx, N * I, "dx")):
         _need(b, n, what, "bitlinear_backward_input")
+    slices, ko = splitk.plan(-(-words // 8) * -(-N // 64), O, 16, split)
+    part = splitk.scratch(dev, slices * N * I if slices > 1 else 1)
     k = await dev.kernel(SHADER, "bitlinear_backward_input")
-    dev.dispatch(k, [dy, w_packed, dx], groups=(-(-words // 8), -(-N // 64), 1),
-                 params=struct.pack("<IIIfI", N, I, O, scale, int(accumulate)))
+    dev.dispatch(k, [dy, w_packed, dx, part], groups=(-(-words // 8), -(-N // 64), slices),
+                 params=struct.pack("<IIIfIII", N, I, O, scale, int(accumulate), ko, int(slices > 1)))
+    if slices > 1:
+        await splitk.reduce(dev, part, None, dx, N * I, slices, I, scale, accumulate)
 
 
 async def linear_backward_input(dev: Device, dy, w, dx, N: int, I: int, O: int, scale: float = 1.0,
-                                accumulate: bool = False, ld_dy: int | None = None, w_dtype: str = "f32") -> None:
+                                accumulate: bool = False, ld_dy: int | None = None, w_dtype: str = "f32",
+                                split: int | None = None) -> None:
     """dy[N, ld_dy] (first O columns used), dense w[O, I] (f32 or "bf16": u32 pairs, low
     half first; e.g. lm_head = embedding[V, C] or a vocabulary chunk of it) ->
     dx[N, I] = scale * dy w (= or +=)."""
@@ -53,8 +59,12 @@ async def linear_backward_input(dev: Device, dy, w, dx, N: int, I: int, O: int, 
     for b, n, what in ((dy, (N - 1) * ld + O, "dy"), (w, w_words, "w"), (dx, N * I, "dx")):
         _need(b, n, what, "linear_backward_input")
     k = await dev.kernel(SHADER, "linear_backward_input", constants={"LN_BF16": 1.0} if w_dtype == "bf16" else None)
-    dev.dispatch(k, [dy, w, dx], groups=(-(-I // 64), -(-N // 64), 1),
-                 params=struct.pack("<IIIfII", N, I, O, scale, int(accumulate), ld))
+    slices, ko = splitk.plan(-(-I // 64) * -(-N // 64), O, 16, split)
+    part = splitk.scratch(dev, slices * N * I if slices > 1 else 1)
+    dev.dispatch(k, [dy, w, dx, part], groups=(-(-I // 64), -(-N // 64), slices),
+                 params=struct.pack("<IIIfIIII", N, I, O, scale, int(accumulate), ld, ko, int(slices > 1)))
+    if slices > 1:
+        await splitk.reduce(dev, part, None, dx, N * I, slices, I, scale, accumulate)
 
 
 async def relu2_gating_backward(dev: Device, dh, g, u, dg, du, count: int) -> None:

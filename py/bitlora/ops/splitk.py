@@ -1,0 +1,40 @@
+"""Split-K for the matmuls (shaders/splitk.wgsl): how many slices of the reduction a
+dispatch gets, the scratch their partial sums go to, and the pass that adds them.
+Browser-safe: standard library + bitlora only.
+
+A 64 x 64-tiled grid over N = 256 rows has ~100 workgroups at 2B-4T widths, far too
+few for a big GPU, each looping over the whole reduction. With S slices the grid has
+S times more workgroups; the cost is S partial outputs written and read once more."""
+from __future__ import annotations
+
+import struct
+
+TARGET_GROUPS = 512     # split until the grid has about this many workgroups
+MIN_SLICE = 512         # ... but give every slice at least this much of the reduction
+
+
+def plan(tiles: int, K: int, unit: int, split: int | None = None) -> tuple[int, int]:
+    """(slices, per) for a grid of `tiles` workgroups reducing over K: slices of `per`
+    elements (a multiple of `unit`, the kernel's step). `split` forces a slice count."""
+    s = split if split is not None else min(-(-TARGET_GROUPS // max(tiles, 1)), K // MIN_SLICE)
+    s = max(1, min(s, -(-K // unit)))
+    per = -(-K // s)
+    per = -(-per // unit) * unit
+    return -(-K // per), per
+
+
+def scratch(dev, floats: int):
+    """A device-wide scratch buffer of at least `floats` f32 (grown, never shrunk).
+    Dispatches run in order, so one buffer serves every split matmul of a submit."""
+    buf = getattr(dev, "_splitk_scratch", None)
+    if buf is None or buf.size < 4 * floats:
+        buf = dev.buffer(4 * max(floats, 1), "splitk.partials")
+        dev._splitk_scratch = buf
+    return buf
+
+
+async def reduce(dev, part, s, y, count: int, slices: int, m: int, scale: float, accumulate: bool) -> None:
+    """y[count] (= or +=) sum of part[slices, count] * scale (divided by s[e // m] if s)."""
+    k = await dev.kernel("splitk.wgsl", "splitk_reduce")
+    dev.dispatch(k, [part, s if s is not None else part, y], groups=-(-count // 256),
+                 params=struct.pack("<IIIfII", count, slices, m, scale, int(accumulate), int(s is not None)))
