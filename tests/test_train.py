@@ -13,7 +13,6 @@ flip is float32 noise made discrete; it moves gradients by ~1e-4 relative (seen 
 model seed 1). Seed 2 has no flip on these steps: everything agrees to ~1e-6.
 """
 import base64
-import math
 import pathlib
 
 import numpy as np
@@ -105,7 +104,6 @@ def test_browser_training_matches_native_and_torch(tiny, browser_session):
 
 
 def check_against_torch(tiny, config, clip, run_case):
-    losses, norms, grads1, final = torch_reference(tiny, config)
     losses, norms, grads1, final = torch_reference(tiny, config)
     got = run_case("train_cases", "case_train", model_files=tiny["model_files"],
                    adapter_files=tiny["adapter_files"], records=RECORDS, config=config)
