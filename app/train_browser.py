@@ -26,12 +26,15 @@ RESUME = "/tmp/bitlora-resume"    # --resume files, written there
 # Load the model and data, build the Trainer, load --resume state; answer what the
 # host prints. A ValueError (bad checkpoint, other data) comes back as {"error"}.
 SETUP = """
-import base64, json, os, sys, types
+import base64, json, os, shutil, sys, types
 from bitlora import gpu
 from bitlora.api import aload_model
 from bitlora.train import Trainer
 from bitlora.webapp import demo_model_files
 args = json.loads({args!r})
+
+for d in ({ckpt!r}, {resume!r}, "/tmp/bitlora-init-adapter", "/tmp/bitlora-out"):
+    shutil.rmtree(d, ignore_errors=True)           # nothing left from an earlier run
 
 def unpack(files, where):
     os.makedirs(where, exist_ok=True)
@@ -55,7 +58,7 @@ config = args["config"]
 if args["init_adapter"] is not None:
     config["init_adapter"] = unpack(args["init_adapter"], "/tmp/bitlora-init-adapter")
 if args["resume"] is not None:
-    config["resume"] = unpack(args["resume"], {resume!r})
+    config["resume"] = unpack(args["resume"], {resume!r})   # holds the training state only
 trainer = Trainer(model, data, config)
 trainer.checkpoint_dir = {ckpt!r}
 trainer.on_step = lambda row: print("BITLORA_STEP " + json.dumps(row))
@@ -133,11 +136,13 @@ def train_in_browser(cfg, session=None, on_checkpoint=None) -> int:
         resume = None
         if cfg.resume:
             checkpoint_state.load_state(cfg.resume)          # fail here, before Chromium starts
-            resume = _files(cfg.resume)
+            state = (os.path.join(cfg.resume, checkpoint_state.STATE_FILE) if os.path.isdir(cfg.resume)
+                     else cfg.resume)
+            resume = {checkpoint_state.STATE_FILE: base64.b64encode(pathlib.Path(state).read_bytes()).decode()}
     except (OSError, DataError, ValueError) as e:
         return _fail(str(e))
-    config = {k: v for k, v in cfg.to_dict().items() if k not in ("model", "data", "backend",
-                                                                   "init_adapter", "resume")}
+    # all of cfg goes along (checkpoints record it), with the worker's own paths for these two
+    config = {k: v for k, v in cfg.to_dict().items() if k not in ("init_adapter", "resume")}
     args = json.dumps({"model_files": model_files, "records": records, "init_adapter": init,
                        "resume": resume, "config": config, "model_name": _model_name(cfg.model)})
     ckpt_dir = os.path.join(cfg.out, "checkpoint")
