@@ -117,3 +117,11 @@ def test_browser_resume_equals_uninterrupted(tiny_folder, tiny_model, tmp_path, 
     assert train_in_browser(cfg, browser_session) == 0
     rows = read_metrics(tmp_path / "from-native" / "metrics.jsonl")
     assert [r["step"] for r in rows] == [3, 4] and close(rows), (rows, full)
+
+
+def test_browser_resume_refuses_a_missing_checkpoint_before_starting_chromium(tmp_path, capsys):
+    from bitlora.app.train_browser import train_in_browser
+    from bitlora.config import TrainConfig
+    cfg = TrainConfig.from_dict(dict(backend="browser", out=str(tmp_path / "out"), resume=str(tmp_path / "nope")))
+    assert train_in_browser(cfg, session=object()) == 2    # the session is never touched
+    assert "no training state" in capsys.readouterr().err
