@@ -389,9 +389,12 @@ async def _run_training(trainer, resumed: bool) -> None:
         if isinstance(e, gpu.GPUError) and (isinstance(e, gpu.DeviceLost) or await _lost(trainer.model.dev)):
             S.device_lost, S.trainer = True, None
             done = trainer.metrics[-1]["step"] if trainer.metrics else 0
-            post({"type": "error", "where": "gpu", "text": f"the GPU device was lost after step {done} ({e})"})
-            post({"type": "train-state", "state": "failed", "has_adapter": False})
-            await on_checkpoint_query("The GPU device was lost during training.")
+            post({"type": "log", "level": "error", "text": f"the GPU device was lost after step {done}: {e}"})
+            post({"type": "train-state", "state": "failed", "has_adapter": False,
+                  "text": f"The GPU device was lost after step {done}."})
+            if not await on_checkpoint_query("The GPU device was lost during training."):
+                post({"type": "gpu-error", "text": "The GPU device was lost during training, before any "
+                                                   "checkpoint was saved: press Train to start again."})
             return
         post({"type": "log", "level": "error", "text": traceback.format_exc()})
         post({"type": "error", "where": "training", "text": f"{type(e).__name__}: {e}"})
@@ -440,12 +443,12 @@ async def on_stop(msg: dict) -> None:
         S.trainer.stop()
 
 
-async def on_checkpoint_query(reason: str = "") -> None:
+async def on_checkpoint_query(reason: str = "") -> bool:
     """Offer to resume the stored run (after a reload, or after the GPU was lost). The
     offer names the step of the state file itself, which must load."""
     from .checkpoint_state import load_state
     if not await storage():
-        return
+        return False
     try:
         with open(CKPT + "/session.json") as f:
             info = json.load(f)
@@ -453,10 +456,11 @@ async def on_checkpoint_query(reason: str = "") -> None:
     except (OSError, ValueError) as e:
         if os.path.exists(CKPT + "/session.json"):
             post({"type": "log", "level": "error", "text": f"the stored checkpoint is unreadable: {e}"})
-        return
+        return False
     post({"type": "checkpoint", "available": True, "step": st.step, "reason": reason,
           "total_steps": info.get("total_steps"), "saved_at": info.get("saved_at"),
           "model": (info.get("model") or {}).get("name")})
+    return True
 
 
 async def on_resume_checkpoint(msg: dict) -> None:
