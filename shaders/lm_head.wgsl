@@ -1,5 +1,6 @@
 // lm_head.wgsl — dense (unquantised) linear layer for the output head, forward:
-// logits = x W^T with W[V, C] f32 (the tied embedding or an untied lm_head; HF's
+// logits = x W^T with W[V, C] f32, or bf16 two per u32 (low half first) when the
+// override LN_BF16 is true (the tied embedding or an untied lm_head; HF's
 // lm_head is a plain nn.Linear, not a BitLinear). W may be split into row chunks,
 // each its own buffer under maxStorageBufferBindingSize: one dispatch per chunk,
 // writing columns [v0, v0 + Oc) of y. (linear_backward_input is in backward.wgsl.)
@@ -23,7 +24,16 @@ const KC: u32 = 256u;
 struct LinParams { n: u32, i: u32, oc: u32, ld_y: u32, v0: u32, x_row0: u32, x_step: u32 };
 @group(0) @binding(0) var<uniform> p: LinParams;
 @group(0) @binding(1) var<storage, read> x: array<f32>;
-@group(0) @binding(2) var<storage, read> w: array<f32>;
+@group(0) @binding(2) var<storage, read> w: array<u32>;   // f32, or bf16 pairs (LN_BF16)
+override LN_BF16: bool = false;
+
+fn w_at(e: u32) -> f32 {   // element e of W, row-major
+    if (LN_BF16) {
+        let word = w[e >> 1u];
+        return bitcast<f32>(select(word << 16u, word & 0xffff0000u, (e & 1u) == 1u));
+    }
+    return bitcast<f32>(w[e]);
+}
 @group(0) @binding(3) var<storage, read_write> y: array<f32>;
 var<workgroup> xsh: array<array<f32, KC>, TN>;
 
@@ -47,7 +57,7 @@ fn linear_forward_rows(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(w
             let cend = min(KC, p.i - c0);
             let wb = o * p.i + c0;
             for (var c = 0u; c < cend; c++) {
-                let wv = w[wb + c];
+                let wv = w_at(wb + c);
                 for (var r = 0u; r < TN; r++) { acc[r] += xsh[r][c] * wv; }
             }
         }
@@ -82,7 +92,7 @@ fn linear_forward(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgr
             var wv = 0.0;
             if (c < p.i) {
                 if (n0 + r < p.n) { xv = x[(p.x_row0 + (n0 + r) * p.x_step) * p.i + c]; }
-                if (o0 + r < p.oc) { wv = w[(o0 + r) * p.i + c]; }
+                if (o0 + r < p.oc) { wv = w_at((o0 + r) * p.i + c); }
             }
             t_x[r][(e % KT) / 4u][e % 4u] = xv;
             t_w[r][(e % KT) / 4u][e % 4u] = wv;

@@ -32,7 +32,7 @@ LEAN_MS_PER_TOKEN = 287.0   # the Lean original's published training time per tr
 
 def _random_loader(config: dict, seed: int):
     """load(name) for Model.create: random ternary projections (packed words with codes
-    0..2), norm weights near 1, a N(0, 0.02) embedding."""
+    0..2), norm weights near 1, a N(0, 0.02) embedding in bf16 (as 2B-4T stores it)."""
     import numpy as np
 
     from .formats.tensors import FloatTensor, TernaryTensor
@@ -52,7 +52,7 @@ def _random_loader(config: dict, seed: int):
     def load(name: str):
         if name == "model.embed_tokens.weight" or name == "lm_head.weight":
             e = rng.standard_normal((config["vocab_size"], C), dtype=np.float32) * np.float32(0.02)
-            return FloatTensor(e.shape, "f32", e.tobytes())
+            return FloatTensor(e.shape, "bf16", (e.view(np.uint32) >> 16).astype(np.uint16).tobytes())
         if name == "model.norm.weight":
             return FloatTensor((C,), "f32", (1 + 0.1 * rng.standard_normal(C, dtype=np.float32)).tobytes())
         module = name.split(".", 3)[3].rsplit(".", 1)[0]      # model.layers.{i}.<module>.weight

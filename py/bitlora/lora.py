@@ -223,7 +223,8 @@ class LoraModel:
         # head: dxf = dlogits E (vocabulary chunks), dh = norm^T dxf
         for ci, (v0, rows, w) in enumerate(m.head):
             dy = ws.logits if v0 == 0 else BufferView(ws.logits, 4 * v0, ws.logits.size - 4 * v0)
-            await bw.linear_backward_input(dev, dy, w, ws.dxf, N, C, rows, accumulate=ci > 0, ld_dy=m.V)
+            await bw.linear_backward_input(dev, dy, w, ws.dxf, N, C, rows, accumulate=ci > 0, ld_dy=m.V,
+                                           w_dtype=m.head.dtype)
         await bw.rmsnorm_backward(dev, ws.dxf, ws.h_out, m.norm, ws.rstd_out, ws.dh, N, C)
         grads = self.arena.grads
         for li in range(m.L - 1, -1, -1):

@@ -58,6 +58,16 @@ def f32_bytes(t: FloatTensor, start: int = 0, count: int | None = None) -> bytes
     return array.array("f", struct.unpack(f"<{count}e", raw)).tobytes()
 
 
+class RowTable(list):
+    """An embedding / lm_head table as row chunks [(v0, rows, buffer), ...]; `dtype` is
+    "f32", or "bf16" when the checkpoint stores bf16 (kept as is: exact, half the GPU
+    memory; the kernels widen each value to f32 as they read it)."""
+
+    def __init__(self, chunks=(), dtype: str = "f32"):
+        super().__init__(chunks)
+        self.dtype = dtype
+
+
 @dataclass
 class Proj:
     """A BitLinear weight on the GPU: w_packed[O, ceil(I/16)] u32, dequantised t * scale."""
@@ -151,19 +161,25 @@ class Model:
 
     def _upload_rows(self, name, t):
         """A float [rows, C] table as row chunks of at most max_binding bytes (multiples of
-        64 rows), each its own buffer: [(v0, rows, buffer)]."""
+        64 rows), each its own buffer: a RowTable, bf16 if the tensor is bf16, else f32."""
         rows, C = t.shape
-        per = max(1, self.max_binding // (4 * C))
+        dtype = "bf16" if t.dtype == "bf16" else "f32"
+        size = 2 if dtype == "bf16" else 4
+        per = max(1, self.max_binding // (size * C))
         if per < rows:
             per = max(64, per // 64 * 64) if per >= 64 else per
-        piece = max(1, self.UPLOAD_PIECE // (4 * C))   # rows converted to f32 at a time
-        out = []
+        piece = max(2, self.UPLOAD_PIECE // (4 * C) // 2 * 2)   # rows converted at a time (even)
+        out = RowTable(dtype=dtype)
         for v0 in range(0, rows, per):
             n = min(per, rows - v0)
-            buf = self.dev.buffer(4 * n * C, f"{name}[{v0}:]")
+            buf = self.dev.buffer(size * n * C, f"{name}[{v0}:]")
             for r in range(0, n, piece):
                 k = min(piece, n - r)
-                self.dev.write(buf, f32_bytes(t, (v0 + r) * C, k * C), 4 * r * C)
+                if dtype == "bf16":
+                    data = t.data[2 * (v0 + r) * C:2 * (v0 + r + k) * C]
+                    self.dev.write(buf, data, 2 * r * C)   # write() pads an odd tail to 4 bytes
+                else:
+                    self.dev.write(buf, f32_bytes(t, (v0 + r) * C, k * C), 4 * r * C)
             out.append((v0, n, buf))
         return out
 
