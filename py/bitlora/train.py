@@ -182,7 +182,7 @@ class Trainer:
         return {"step": step.index + 1, "loss": loss_sum / step.n_targets, "grad_norm": info["norm"],
                 "lr": lr, "tokens": step.n_targets, "epoch": step.epoch,
                 "clip": info["clip"], "skipped": info["skipped"], "skipped_step": info["skipped_step"],
-                "_t0": t0}
+                "gpu_bytes": self.model.dev.peak_allocated, "_t0": t0}
 
     def _land(self, row: dict, t_end: float | None = None) -> None:
         """Record a finished step. Its time runs from its own start to the next step's
