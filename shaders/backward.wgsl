@@ -23,11 +23,12 @@
 //   [z*ko, (z+1)*ko) only (ko a multiple of 16); with split = 1 it writes its raw sums
 //   to part[z, N, I] and splitk_reduce scales and adds them (part is bound, unused,
 //   when split = 0).
-//   dispatch: groups (ceil(ceil(I/16) / 8), ceil(N/64), slices); an 8x16 workgroup owns 64
-//   rows x 8 words (128 columns) of dx; a thread owns 4 rows x one word, its 64 sums
-//   kept as vec4s of 4 columns (one decoded byte of the word). Narrow tiles waste less
-//   of the small widths LoRA targets see (I = 128 fills a tile); 2x faster on lavapipe
-//   than 16-word tiles of scalar sums.
+//   dispatch: groups (ceil(ceil(I/16) / 8), ceil(N/64), slices); a 16x16 workgroup owns
+//   64 rows x 8 words (128 columns) of dx; per 16 o the words are decoded once into
+//   workgroup memory as vec4s of ternary weights, and thread (tx, ty) keeps rows
+//   ty + 16a x column quads tx, tx + 16 (8 vec4 sums in named variables: as a
+//   function-local array indexed in loops they went to memory on NVIDIA's Vulkan
+//   compiler, 6.5x slower on an H200).
 //
 // linear_backward_input   y = x W^T with a dense float W[O, I] (lm_head / tied
 //   embedding, W = E[V, C]): dx = scale * dy W
@@ -123,71 +124,89 @@ struct LinParams { n: u32, i: u32, o: u32, scale: f32, accumulate: u32, ko: u32,
 @group(0) @binding(3) var<storage, read_write> bl_dx: array<f32>;
 @group(0) @binding(4) var<storage, read_write> bl_part: array<f32>;   // split: [z, N, I] raw sums
 var<workgroup> bl_dy_sh: array<array<vec4<f32>, 4>, 64>;  // [row][o quad], 16 o
-var<workgroup> bl_w_sh: array<array<u32, 8>, 16>;          // [o][word]
+var<workgroup> bl_w_sh: array<array<vec4<f32>, 32>, 16>;   // [o][column quad], 128 columns, decoded
 
 fn ternary_quad(word: u32, q: u32) -> vec4<f32> {          // weights of columns 4q .. 4q+3 of a word
     let b = word >> (8u * q);
     return vec4<f32>(vec4<u32>(b & 3u, (b >> 2u) & 3u, (b >> 4u) & 3u, (b >> 6u) & 3u)) - 1.0;
 }
 
-@compute @workgroup_size(8, 16)
+@compute @workgroup_size(16, 16)
 fn bitlinear_backward_input(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
-    let c = lid3.x;
-    let r = lid3.y;
-    let lid = r * 8u + c;
+    let tx = lid3.x;
+    let ty = lid3.y;
+    let lid = ty * 16u + tx;
     let N = bl_p.n;
+    let I = bl_p.i;
     let O = bl_p.o;
-    let W = (bl_p.i + 15u) / 16u;
+    let W = (I + 15u) / 16u;
     let n0 = wid.y * 64u;
-    let word = wid.x * 8u + c;
-    let oend = min(O, (wid.z + 1u) * bl_p.ko);            // this z's slice of the outputs
-    var acc: array<array<vec4<f32>, 4>, 4>;                // [row a][column quad q]
-    for (var a = 0u; a < 4u; a++) { for (var q = 0u; q < 4u; q++) { acc[a][q] = vec4<f32>(0.0); } }
+    let wq0 = wid.x * 8u;
+    let oend = min(O, (wid.z + 1u) * bl_p.ko);
+    var a00 = vec4<f32>(0.0); var a01 = vec4<f32>(0.0);
+    var a10 = vec4<f32>(0.0); var a11 = vec4<f32>(0.0);
+    var a20 = vec4<f32>(0.0); var a21 = vec4<f32>(0.0);
+    var a30 = vec4<f32>(0.0); var a31 = vec4<f32>(0.0);
     for (var o0 = wid.z * bl_p.ko; o0 < oend; o0 += 16u) {
-        for (var m = 0u; m < 8u; m++) {                    // dy tile: 64 rows x 16 o, coalesced along o
-            let e = lid + 128u * m;
+        for (var m = 0u; m < 4u; m++) {
+            let e = lid + 256u * m;
             let rr = e / 16u;
             let oo = e % 16u;
             var dv = 0.0;
             if (n0 + rr < N && o0 + oo < oend) { dv = bl_dy[(n0 + rr) * O + o0 + oo]; }
             bl_dy_sh[rr][oo / 4u][oo % 4u] = dv;
         }
-        var wv = 0x55555555u;                              // padding code 1 = zero weight
-        if (o0 + r < oend && word < W) { wv = bl_w[(o0 + r) * W + word]; }
-        bl_w_sh[r][c] = wv;
+        for (var m = 0u; m < 2u; m++) {
+            let e = lid + 256u * m;
+            let oo = e / 32u;
+            let q = e % 32u;
+            let wi = wq0 + q / 4u;
+            var word = 0x55555555u;
+            if (o0 + oo < oend && wi < W) { word = bl_w[(o0 + oo) * W + wi]; }
+            bl_w_sh[oo][q] = ternary_quad(word, q % 4u);
+        }
         workgroupBarrier();
         for (var oq = 0u; oq < 4u; oq++) {
-            var d: array<vec4<f32>, 4>;
-            for (var a = 0u; a < 4u; a++) { d[a] = bl_dy_sh[r + 16u * a][oq]; }
-            for (var k = 0u; k < 4u; k++) {
-                let wd = bl_w_sh[oq * 4u + k][c];
-                let t0 = ternary_quad(wd, 0u);
-                let t1 = ternary_quad(wd, 1u);
-                let t2 = ternary_quad(wd, 2u);
-                let t3 = ternary_quad(wd, 3u);
-                for (var a = 0u; a < 4u; a++) {
-                    let dd = d[a][k];
-                    acc[a][0] += dd * t0;
-                    acc[a][1] += dd * t1;
-                    acc[a][2] += dd * t2;
-                    acc[a][3] += dd * t3;
-                }
-            }
+            let d0 = bl_dy_sh[ty][oq];
+            let d1 = bl_dy_sh[ty + 16u][oq];
+            let d2 = bl_dy_sh[ty + 32u][oq];
+            let d3 = bl_dy_sh[ty + 48u][oq];
+            var w0 = bl_w_sh[oq * 4u][tx];
+            var w1 = bl_w_sh[oq * 4u][tx + 16u];
+            a00 += d0.x * w0; a01 += d0.x * w1; a10 += d1.x * w0; a11 += d1.x * w1;
+            a20 += d2.x * w0; a21 += d2.x * w1; a30 += d3.x * w0; a31 += d3.x * w1;
+            w0 = bl_w_sh[oq * 4u + 1u][tx];
+            w1 = bl_w_sh[oq * 4u + 1u][tx + 16u];
+            a00 += d0.y * w0; a01 += d0.y * w1; a10 += d1.y * w0; a11 += d1.y * w1;
+            a20 += d2.y * w0; a21 += d2.y * w1; a30 += d3.y * w0; a31 += d3.y * w1;
+            w0 = bl_w_sh[oq * 4u + 2u][tx];
+            w1 = bl_w_sh[oq * 4u + 2u][tx + 16u];
+            a00 += d0.z * w0; a01 += d0.z * w1; a10 += d1.z * w0; a11 += d1.z * w1;
+            a20 += d2.z * w0; a21 += d2.z * w1; a30 += d3.z * w0; a31 += d3.z * w1;
+            w0 = bl_w_sh[oq * 4u + 3u][tx];
+            w1 = bl_w_sh[oq * 4u + 3u][tx + 16u];
+            a00 += d0.w * w0; a01 += d0.w * w1; a10 += d1.w * w0; a11 += d1.w * w1;
+            a20 += d2.w * w0; a21 += d2.w * w1; a30 += d3.w * w0; a31 += d3.w * w1;
         }
         workgroupBarrier();
     }
-    for (var a = 0u; a < 4u; a++) {
-        let n = n0 + r + 16u * a;
-        if (n < N) {
-            for (var b = 0u; b < 16u; b++) {
-                let i = word * 16u + b;
-                if (i < bl_p.i) {
-                    let j = n * bl_p.i + i;
-                    if (bl_p.split != 0u) { bl_part[wid.z * N * bl_p.i + j] = acc[a][b / 4u][b % 4u]; continue; }
-                    let g = bl_p.scale * acc[a][b / 4u][b % 4u];
-                    if (bl_p.accumulate != 0u) { bl_dx[j] = bl_dx[j] + g; } else { bl_dx[j] = g; }
-                }
-            }
+    let c0 = (wq0 * 4u + tx) * 4u;
+    let c1 = (wq0 * 4u + tx + 16u) * 4u;
+    bl_store(n0 + ty, c0, a00, wid.z); bl_store(n0 + ty, c1, a01, wid.z);
+    bl_store(n0 + ty + 16u, c0, a10, wid.z); bl_store(n0 + ty + 16u, c1, a11, wid.z);
+    bl_store(n0 + ty + 32u, c0, a20, wid.z); bl_store(n0 + ty + 32u, c1, a21, wid.z);
+    bl_store(n0 + ty + 48u, c0, a30, wid.z); bl_store(n0 + ty + 48u, c1, a31, wid.z);
+}
+
+fn bl_store(n: u32, i0: u32, acc: vec4<f32>, z: u32) {
+    if (n >= bl_p.n) { return; }
+    for (var c = 0u; c < 4u; c++) {
+        let i = i0 + c;
+        if (i < bl_p.i) {
+            let idx = n * bl_p.i + i;
+            if (bl_p.split != 0u) { bl_part[z * bl_p.n * bl_p.i + idx] = acc[c]; continue; }
+            let g = bl_p.scale * acc[c];
+            if (bl_p.accumulate != 0u) { bl_dx[idx] = bl_dx[idx] + g; } else { bl_dx[idx] = g; }
         }
     }
 }
@@ -200,8 +219,8 @@ override LN_BF16: bool = false;
 @group(0) @binding(2) var<storage, read> ln_w: array<u32>;
 @group(0) @binding(3) var<storage, read_write> ln_dx: array<f32>;
 @group(0) @binding(4) var<storage, read_write> ln_part: array<f32>;   // split: [z, N, I] raw sums
-var<workgroup> ln_dy_sh: array<array<f32, 16>, 64>;  // [row][o]
-var<workgroup> ln_w_sh: array<array<f32, 64>, 16>;   // [o][col]
+var<workgroup> ln_dy_sh: array<array<vec4<f32>, 4>, 64>;  // [row][o quad], 16 o
+var<workgroup> ln_w_sh: array<array<vec4<f32>, 16>, 16>;   // [o][column quad], 64 columns
 
 fn ln_weight(e: u32) -> f32 {   // element e of W, row-major
     if (LN_BF16) {
@@ -211,7 +230,8 @@ fn ln_weight(e: u32) -> f32 {   // element e of W, row-major
     return bitcast<f32>(ln_w[e]);
 }
 
-// A 64x64 tile of dx per workgroup; thread (tx, ty) owns rows ty + 16a, cols tx + 16b.
+// A 64x64 tile of dx per workgroup; thread (tx, ty) owns rows ty + 16a (a < 4) and the
+// four columns 4tx .. 4tx+3, as four vec4 sums in named variables (see bitlinear above).
 @compute @workgroup_size(16, 16)
 fn linear_backward_input(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
     let tx = lid3.x;
@@ -223,8 +243,10 @@ fn linear_backward_input(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin
     let I = ln_p.i;
     let O = ln_p.o;
     let oend = min(O, (wid.z + 1u) * ln_p.ko);            // this z's slice of the outputs
-    var acc: array<array<f32, 4>, 4>;
-    for (var a = 0u; a < 4u; a++) { for (var b = 0u; b < 4u; b++) { acc[a][b] = 0.0; } }
+    var a0 = vec4<f32>(0.0);
+    var a1 = vec4<f32>(0.0);
+    var a2 = vec4<f32>(0.0);
+    var a3 = vec4<f32>(0.0);
     for (var o0 = wid.z * ln_p.ko; o0 < oend; o0 += 16u) {
         for (var m = 0u; m < 4u; m++) {
             let e = lid + 256u * m;
@@ -232,34 +254,45 @@ fn linear_backward_input(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin
             let oo = e % 16u;
             var dv = 0.0;
             if (n0 + rr < N && o0 + oo < oend) { dv = ln_dy[(n0 + rr) * ln_p.ld_dy + o0 + oo]; }
-            ln_dy_sh[rr][oo] = dv;
+            ln_dy_sh[rr][oo / 4u][oo % 4u] = dv;
             let wo = e / 64u;         // w tile: 16 o x 64 cols, coalesced along cols
             let wc = e % 64u;
             var wv = 0.0;
             if (o0 + wo < oend && i0 + wc < I) { wv = ln_weight((o0 + wo) * I + i0 + wc); }
-            ln_w_sh[wo][wc] = wv;
+            ln_w_sh[wo][wc / 4u][wc % 4u] = wv;
         }
         workgroupBarrier();
-        for (var oo = 0u; oo < 16u; oo++) {
-            var wb: array<f32, 4>;
-            for (var b = 0u; b < 4u; b++) { wb[b] = ln_w_sh[oo][tx + 16u * b]; }
-            for (var a = 0u; a < 4u; a++) {
-                let d = ln_dy_sh[ty + 16u * a][oo];
-                for (var b = 0u; b < 4u; b++) { acc[a][b] += d * wb[b]; }
-            }
+        for (var oq = 0u; oq < 4u; oq++) {
+            let d0 = ln_dy_sh[ty][oq];
+            let d1 = ln_dy_sh[ty + 16u][oq];
+            let d2 = ln_dy_sh[ty + 32u][oq];
+            let d3 = ln_dy_sh[ty + 48u][oq];
+            var w = ln_w_sh[oq * 4u][tx];
+            a0 += d0.x * w; a1 += d1.x * w; a2 += d2.x * w; a3 += d3.x * w;
+            w = ln_w_sh[oq * 4u + 1u][tx];
+            a0 += d0.y * w; a1 += d1.y * w; a2 += d2.y * w; a3 += d3.y * w;
+            w = ln_w_sh[oq * 4u + 2u][tx];
+            a0 += d0.z * w; a1 += d1.z * w; a2 += d2.z * w; a3 += d3.z * w;
+            w = ln_w_sh[oq * 4u + 3u][tx];
+            a0 += d0.w * w; a1 += d1.w * w; a2 += d2.w * w; a3 += d3.w * w;
         }
         workgroupBarrier();
     }
-    for (var a = 0u; a < 4u; a++) {
-        let n = n0 + ty + 16u * a;
-        for (var b = 0u; b < 4u; b++) {
-            let i = i0 + tx + 16u * b;
-            if (n < N && i < I) {
-                let j = n * I + i;
-                if (ln_p.split != 0u) { ln_part[wid.z * N * I + j] = acc[a][b]; continue; }
-                let g = ln_p.scale * acc[a][b];
-                if (ln_p.accumulate != 0u) { ln_dx[j] = ln_dx[j] + g; } else { ln_dx[j] = g; }
-            }
+    ln_store(n0 + ty, i0 + 4u * tx, a0, wid.z);
+    ln_store(n0 + ty + 16u, i0 + 4u * tx, a1, wid.z);
+    ln_store(n0 + ty + 32u, i0 + 4u * tx, a2, wid.z);
+    ln_store(n0 + ty + 48u, i0 + 4u * tx, a3, wid.z);
+}
+
+fn ln_store(n: u32, i0: u32, acc: vec4<f32>, z: u32) {
+    if (n >= ln_p.n) { return; }
+    for (var c = 0u; c < 4u; c++) {
+        let i = i0 + c;
+        if (i < ln_p.i) {
+            let j = n * ln_p.i + i;
+            if (ln_p.split != 0u) { ln_part[z * ln_p.n * ln_p.i + j] = acc[c]; continue; }
+            let g = ln_p.scale * acc[c];
+            if (ln_p.accumulate != 0u) { ln_dx[j] = ln_dx[j] + g; } else { ln_dx[j] = g; }
         }
     }
 }

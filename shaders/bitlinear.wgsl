@@ -24,6 +24,10 @@
 //   read back as vec4; each thread decodes its four outputs' words into vec4s of
 //   ternary weights, so one x load feeds 16 multiply-adds (a load per multiply-add made
 //   the simpler kernel below several times slower on every backend measured).
+//   The sums are named variables, not a function-local array: an array indexed in a
+//   loop lives in memory on NVIDIA's Vulkan compiler, and this kernel ran 1.7-1.9x
+//   slower on an H200 that way (scripts/bench_matmul.py; backward.wgsl's input
+//   gradient: 6.5x).
 //
 // bitlinear_forward_rows   the same for a few rows (decoding: N = batch size):
 //   dispatch: groups (ceil(O/64), ceil(N/8)); a workgroup (64) owns 64 outputs x 8 rows,
@@ -112,7 +116,6 @@ fn bitlinear_forward_rows(@builtin(local_invocation_id) lid3: vec3<u32>, @builti
     }
 }
 
-const KW4: u32 = 4u;                                   // packed words per staged chunk
 var<workgroup> l_xt: array<array<vec4<f32>, 16>, 64>;  // [row][column quad], 64 columns
 
 fn ternary_quad(word: u32, q: u32) -> vec4<f32> {      // weights of columns 4q .. 4q+3 of a word
@@ -131,11 +134,21 @@ fn bitlinear_forward(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(wor
     let words = (I + 15u) / 16u;
     let n0 = wid.y * 64u;
     let o0 = wid.x * 64u;
-    let wend = min(words, (wid.z + 1u) * lp.kw);       // this z's slice of the words
-    var acc: array<vec4<f32>, 4>;                      // acc[a][b]: row ty + 16a, output tx + 16b
-    for (var a = 0u; a < 4u; a++) { acc[a] = vec4<f32>(0.0); }
-    for (var w0 = wid.z * lp.kw; w0 < wend; w0 += KW4) {
-        for (var m = 0u; m < 16u; m++) {               // stage xq: 64 rows x 64 columns, zeros past the edges
+    let wend = min(words, (wid.z + 1u) * lp.kw);
+    var acc0 = vec4<f32>(0.0);
+    var acc1 = vec4<f32>(0.0);
+    var acc2 = vec4<f32>(0.0);
+    var acc3 = vec4<f32>(0.0);
+    let ob0 = (o0 + tx) * words;
+    let ob1 = (o0 + tx + 16u) * words;
+    let ob2 = (o0 + tx + 32u) * words;
+    let ob3 = (o0 + tx + 48u) * words;
+    let ok0 = o0 + tx < O;
+    let ok1 = o0 + tx + 16u < O;
+    let ok2 = o0 + tx + 32u < O;
+    let ok3 = o0 + tx + 48u < O;
+    for (var w0 = wid.z * lp.kw; w0 < wend; w0 += 4u) {
+        for (var m = 0u; m < 16u; m++) {
             let e = lid + 256u * m;
             let r = e / 64u;
             let c = w0 * 16u + e % 64u;
@@ -144,37 +157,46 @@ fn bitlinear_forward(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(wor
             l_xt[r][(e % 64u) / 4u][e % 4u] = v;
         }
         workgroupBarrier();
-        for (var wd = 0u; wd < KW4; wd++) {
-            var wv = vec4<u32>(0x55555555u);           // padding code 1 = zero weight
+        for (var wd = 0u; wd < 4u; wd++) {
             let wi = w0 + wd;
-            for (var b = 0u; b < 4u; b++) {
-                let o = o0 + tx + 16u * b;
-                if (o < O && wi < wend) { wv[b] = l_w[o * words + wi]; }
-            }
+            let inb = wi < wend;
+            let w_0 = select(0x55555555u, l_w[ob0 + min(wi, words - 1u)], inb && ok0);
+            let w_1 = select(0x55555555u, l_w[ob1 + min(wi, words - 1u)], inb && ok1);
+            let w_2 = select(0x55555555u, l_w[ob2 + min(wi, words - 1u)], inb && ok2);
+            let w_3 = select(0x55555555u, l_w[ob3 + min(wi, words - 1u)], inb && ok3);
             for (var q = 0u; q < 4u; q++) {
-                let t0 = ternary_quad(wv.x, q);
-                let t1 = ternary_quad(wv.y, q);
-                let t2 = ternary_quad(wv.z, q);
-                let t3 = ternary_quad(wv.w, q);
-                for (var a = 0u; a < 4u; a++) {
-                    let xv = l_xt[ty + 16u * a][wd * 4u + q];
-                    acc[a] += vec4<f32>(dot(xv, t0), dot(xv, t1), dot(xv, t2), dot(xv, t3));
-                }
+                let t0 = ternary_quad(w_0, q);
+                let t1 = ternary_quad(w_1, q);
+                let t2 = ternary_quad(w_2, q);
+                let t3 = ternary_quad(w_3, q);
+                let c = wd * 4u + q;
+                let x0 = l_xt[ty][c];
+                let x1 = l_xt[ty + 16u][c];
+                let x2 = l_xt[ty + 32u][c];
+                let x3 = l_xt[ty + 48u][c];
+                acc0 += vec4<f32>(dot(x0, t0), dot(x0, t1), dot(x0, t2), dot(x0, t3));
+                acc1 += vec4<f32>(dot(x1, t0), dot(x1, t1), dot(x1, t2), dot(x1, t3));
+                acc2 += vec4<f32>(dot(x2, t0), dot(x2, t1), dot(x2, t2), dot(x2, t3));
+                acc3 += vec4<f32>(dot(x3, t0), dot(x3, t1), dot(x3, t2), dot(x3, t3));
             }
         }
         workgroupBarrier();
     }
-    for (var a = 0u; a < 4u; a++) {
-        let n = n0 + ty + 16u * a;
-        if (n >= N) { continue; }
-        for (var b = 0u; b < 4u; b++) {
-            let o = o0 + tx + 16u * b;
-            if (o < O) {
-                let idx = n * O + o;
-                if (lp.split != 0u) { l_part[wid.z * N * O + idx] = acc[a][b]; continue; }
-                let v = acc[a][b] * lp.scale / l_s[n];
-                if (lp.accumulate != 0u) { l_y[idx] = l_y[idx] + v; } else { l_y[idx] = v; }
-            }
+    bl_forward_store(n0 + ty, o0 + tx, acc0, wid.z);
+    bl_forward_store(n0 + ty + 16u, o0 + tx, acc1, wid.z);
+    bl_forward_store(n0 + ty + 32u, o0 + tx, acc2, wid.z);
+    bl_forward_store(n0 + ty + 48u, o0 + tx, acc3, wid.z);
+}
+
+fn bl_forward_store(n: u32, o: u32, acc: vec4<f32>, z: u32) {
+    if (n >= lp.n) { return; }
+    for (var b = 0u; b < 4u; b++) {
+        let oo = o + 16u * b;
+        if (oo < lp.o) {
+            let idx = n * lp.o + oo;
+            if (lp.split != 0u) { l_part[z * lp.n * lp.o + idx] = acc[b]; continue; }
+            let v = acc[b] * lp.scale / l_s[n];
+            if (lp.accumulate != 0u) { l_y[idx] = l_y[idx] + v; } else { l_y[idx] = v; }
         }
     }
 }

@@ -81,8 +81,10 @@ fn linear_forward(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgr
     let lid = ty * 16u + tx;
     let n0 = wid.y * 64u;
     let o0 = wid.x * 64u;
-    var acc: array<vec4<f32>, 4>;                      // acc[a][b]: row ty + 16a, output tx + 16b
-    for (var a = 0u; a < 4u; a++) { acc[a] = vec4<f32>(0.0); }
+    var acc0 = vec4<f32>(0.0);                         // acc<a>[b]: row ty + 16a, output tx + 16b
+    var acc1 = vec4<f32>(0.0);                         // (named: see bitlinear.wgsl)
+    var acc2 = vec4<f32>(0.0);
+    var acc3 = vec4<f32>(0.0);
     for (var c0 = 0u; c0 < p.i; c0 += KT) {
         for (var m = 0u; m < 8u; m++) {                // stage 64 rows of x and of W, 32 columns each
             let e = lid + 256u * m;
@@ -103,19 +105,26 @@ fn linear_forward(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgr
             let w1 = t_w[tx + 16u][q];
             let w2 = t_w[tx + 32u][q];
             let w3 = t_w[tx + 48u][q];
-            for (var a = 0u; a < 4u; a++) {
-                let xv = t_x[ty + 16u * a][q];
-                acc[a] += vec4<f32>(dot(xv, w0), dot(xv, w1), dot(xv, w2), dot(xv, w3));
-            }
+            let x0 = t_x[ty][q];
+            let x1 = t_x[ty + 16u][q];
+            let x2 = t_x[ty + 32u][q];
+            let x3 = t_x[ty + 48u][q];
+            acc0 += vec4<f32>(dot(x0, w0), dot(x0, w1), dot(x0, w2), dot(x0, w3));
+            acc1 += vec4<f32>(dot(x1, w0), dot(x1, w1), dot(x1, w2), dot(x1, w3));
+            acc2 += vec4<f32>(dot(x2, w0), dot(x2, w1), dot(x2, w2), dot(x2, w3));
+            acc3 += vec4<f32>(dot(x3, w0), dot(x3, w1), dot(x3, w2), dot(x3, w3));
         }
         workgroupBarrier();
     }
-    for (var a = 0u; a < 4u; a++) {
-        let n = n0 + ty + 16u * a;
-        if (n >= p.n) { continue; }
-        for (var b = 0u; b < 4u; b++) {
-            let o = o0 + tx + 16u * b;
-            if (o < p.oc) { y[n * p.ld_y + p.v0 + o] = acc[a][b]; }
-        }
+    head_store(n0 + ty, o0 + tx, acc0);
+    head_store(n0 + ty + 16u, o0 + tx, acc1);
+    head_store(n0 + ty + 32u, o0 + tx, acc2);
+    head_store(n0 + ty + 48u, o0 + tx, acc3);
+}
+
+fn head_store(n: u32, o: u32, acc: vec4<f32>) {    // outputs o + 16b of row n
+    if (n >= p.n) { return; }
+    for (var b = 0u; b < 4u; b++) {
+        if (o + 16u * b < p.oc) { y[n * p.ld_y + p.v0 + o + 16u * b] = acc[b]; }
     }
 }

@@ -34,7 +34,7 @@ async def bitlinear_forward(dev, xq, s, w_packed, scale: float, y, N: int, I: in
                      params=struct.pack("<IIIfIII", N, I, O, scale, int(accumulate), words, 0))
         return
     tiles = -(-O // 64) * -(-N // 64)
-    slices, kw = splitk.plan(tiles, words, 4, split)
+    slices, kw = splitk.plan(tiles, words, 4, split, cols_per_k=16)
     part = splitk.scratch(dev, slices * N * O if slices > 1 else 1)
     k = await dev.kernel("bitlinear.wgsl", "bitlinear_forward")
     dev.dispatch(k, [xq, s, w_packed, y, part], groups=(-(-O // 64), -(-N // 64), slices),

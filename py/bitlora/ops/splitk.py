@@ -10,13 +10,15 @@ from __future__ import annotations
 import struct
 
 TARGET_GROUPS = 512     # split until the grid has about this many workgroups
-MIN_SLICE = 512         # ... but give every slice at least this much of the reduction
+MIN_SLICE = 512         # ... but give every slice at least this many reduction columns
 
 
-def plan(tiles: int, K: int, unit: int, split: int | None = None) -> tuple[int, int]:
-    """(slices, per) for a grid of `tiles` workgroups reducing over K: slices of `per`
-    elements (a multiple of `unit`, the kernel's step). `split` forces a slice count."""
-    s = split if split is not None else min(-(-TARGET_GROUPS // max(tiles, 1)), K // MIN_SLICE)
+def plan(tiles: int, K: int, unit: int, split: int | None = None, cols_per_k: int = 1) -> tuple[int, int]:
+    """(slices, per) for a grid of `tiles` workgroups reducing over K (in units of
+    `cols_per_k` columns: 16 for packed ternary words): slices of `per` (a multiple of
+    `unit`, the kernel's step). `split` forces a slice count. On an H200 at 2B-4T
+    widths 4-8 slices were fastest for 256 rows (scripts/bench_matmul.py)."""
+    s = split if split is not None else min(-(-TARGET_GROUPS // max(tiles, 1)), K * cols_per_k // MIN_SLICE)
     s = max(1, min(s, -(-K // unit)))
     per = -(-K // s)
     per = -(-per // unit) * unit
