@@ -2,7 +2,7 @@
 forced split-K slice counts, against numpy for correctness. Native only (numpy).
 
     python scripts/bench_matmul.py [--shapes 256x2560x2560,256x2560x6912,256x6912x2560]
-        [--variants scripts/matmul_variants.wgsl] [--reps 20]
+        [--variants FILE.wgsl --fwd-variants E1,E2 --bwd-variants E3] [--reps 20]
 
 A shape is NxIxO (rows x inputs x outputs). Prints ms per call (min over repeated
 batches of `reps` dispatches in one submit) and effective TMAC/s.
@@ -101,8 +101,8 @@ if __name__ == "__main__":
     ap.add_argument("--shapes", default="256x2560x2560,256x2560x6912,256x6912x2560,256x2560x640")
     ap.add_argument("--variants", default=None)
     ap.add_argument("--reps", type=int, default=20)
-    ap.add_argument("--fwd-variants", default="fwd_shared,fwd_unrolled", help="entry points in --variants")
-    ap.add_argument("--bwd-variants", default="bwd_shared,bwd_unrolled")
+    ap.add_argument("--fwd-variants", default="", help="forward entry points in --variants")
+    ap.add_argument("--bwd-variants", default="", help="input-gradient entry points in --variants")
     ap.add_argument("--no-current", action="store_true", help="skip the kernels in shaders/")
     ap.add_argument("--splits", type=lambda v: [None if x == "auto" else int(x) for x in v.split(",")],
                     default=[None, 1, 2, 4, 8])
