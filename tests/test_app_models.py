@@ -15,12 +15,14 @@ from test_app import _fill
 from test_app_faults import load_demo, open_app
 
 STEP = dict(micro_batch_size=1, grad_accum=1, cutoff_len=64, warmup_steps=0)
+# The tiny model's 300-token BPE spells the Alpaca preamble in ~140 tokens: give it room.
+DIMS = dict(TINY, max_position_embeddings=256)
 
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     root = tmp_path_factory.mktemp("app-models")
-    hf = make_hf(root / "hf", "online_f32", dims=TINY, seed=1)
+    hf = make_hf(root / "hf", "online_f32", dims=DIMS, seed=1)
     gguf = make_gguf(hf, root / "tiny.gguf", "tq2_0")
     raw = gguf.read_bytes()
     (root / "noise.gguf").write_bytes(os.urandom(4096))
@@ -69,7 +71,7 @@ def test_model_files_bad_then_good_gguf_and_folder_train(browser_session, tiny):
 
         page.get_by_role("button", name="Load demo dataset").click()
         page.locator("#data-summary", has_text="usable").wait_for(timeout=60_000)
-        _fill(page, max_steps=2, lr=0.003, save_every=0, **STEP)
+        _fill(page, max_steps=2, lr=0.003, save_every=0, **dict(STEP, cutoff_len=160))
         page.get_by_role("button", name="Train").click()
         status = page.get_by_role("status").filter(has_text=re.compile("finished|failed"))
         status.wait_for(timeout=300_000)

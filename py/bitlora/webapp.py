@@ -415,13 +415,13 @@ async def on_train(msg: dict) -> None:
         cfg = _training_config(msg.get("config"))
         est = memory_estimate(S.model, cfg)
         if not est["fits"]:
+            post({"type": "train-state", "state": "idle"})   # first: the error stays in the status
             post({"type": "error", "where": "training", "text": est["text"]})
-            post({"type": "train-state", "state": "idle"})
             return
         trainer = Trainer(S.model, S.records, cfg)
     except (ConfigError, DataError, ValueError) as e:
-        post({"type": "error", "where": "settings", "text": str(e)})
         post({"type": "train-state", "state": "idle"})
+        post({"type": "error", "where": "settings", "text": str(e)})
         return
     S.task = asyncio.ensure_future(_run_training(trainer, resumed=False))
 
@@ -487,11 +487,11 @@ async def on_resume_checkpoint(msg: dict) -> None:
             await open_model(src.get("source"), src.get("name"), S.model_src)
         elif src.get("source") == "demo":
             await on_load_model({"source": "demo"})
-        else:
-            post({"type": "error", "where": "checkpoint",
-                  "text": f"load the model {src.get('name')!r} again, then press Resume training"})
         if S.device_lost or S.model is None or S.model_source != src:
             post({"type": "train-state", "state": "idle"})
+            if src.get("source") != "demo" and S.model_source != src:
+                post({"type": "error", "where": "checkpoint",
+                      "text": f"load the model {src.get('name')!r} again, then press Resume training"})
             return
     st = load_state(CKPT + "/state")
     cfg = _training_config({k: v for k, v in st.config.items() if k not in ("resume", "init_adapter")})
