@@ -4,6 +4,8 @@ import pathlib
 
 import pytest
 
+pytestmark = pytest.mark.browser   # headless Chromium: skipped by -m "not browser"
+
 ARTIFACTS = pathlib.Path(__file__).resolve().parent.parent / "test-artifacts"
 ARTIFACTS.mkdir(exist_ok=True)
 

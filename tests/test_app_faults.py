@@ -8,7 +8,11 @@ runs Python in the worker (used once, to destroy the GPU device)."""
 import statistics
 import time
 
+import pytest
+
 from test_app import _fill
+
+pytestmark = pytest.mark.browser   # headless Chromium: skipped by -m "not browser"
 
 SETTINGS = dict(micro_batch_size=1, grad_accum=1, cutoff_len=64, lr=0.003, warmup_steps=0, save_every=2)
 
@@ -34,8 +38,9 @@ def load_demo(page):
 
 
 def messages(page, kind):
-    return page.evaluate("(k) => bitloraTest.messages.filter((m) => m.type === k)"
-                         ".map((m) => Object.fromEntries(Object.entries(m).filter(([, v]) => typeof v !== 'object' || v === null)))",
+    """The worker's messages of one type, their plain (non-object) fields only."""
+    return page.evaluate("(k) => bitloraTest.messages.filter((m) => m.type === k).map((m) => "
+                         "Object.fromEntries(Object.entries(m).filter(([, v]) => typeof v !== 'object' || v === null)))",
                          kind)
 
 
@@ -139,8 +144,9 @@ def test_gpu_device_lost_offers_resume_and_loses_at_most_save_every(browser_sess
 
 
 # A NaN written into the first LoRA weight: from the next step on, the gradients are
-# not finite (the forward's loss may stay finite: WGSL's max/clamp may drop a NaN). (A huge lr does not do it: with lr 1e30 the LoRA output saturates
-# the sub-norms and the gradients vanish, natively too, instead of overflowing.)
+# not finite (the forward's loss may stay finite: WGSL's max/clamp may drop a NaN).
+# A huge lr does not do it: with lr 1e30 the LoRA output saturates the sub-norms and
+# the gradients vanish, natively too, instead of overflowing.
 POISON = """
 import array
 from bitlora import webapp

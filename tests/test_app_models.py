@@ -9,10 +9,13 @@ import numpy as np
 import pytest
 
 from bitlora import demo, gpu
+from bitlora.data import format_prompt
 from bitlora.app.browser import CHROMIUM_FLAGS, find_chromium
 from fixtures.make_tiny import TINY, make_gguf, make_hf
 from test_app import _fill
 from test_app_faults import load_demo, open_app
+
+pytestmark = pytest.mark.browser   # headless Chromium: skipped by -m "not browser"
 
 STEP = dict(micro_batch_size=1, grad_accum=1, cutoff_len=64, warmup_steps=0)
 # The tiny model's 300-token BPE spells the Alpaca preamble in ~140 tokens: give it room.
@@ -107,16 +110,17 @@ def test_no_webgpu_says_how_to_enable_it_and_the_rest_works(browser_session):
         browser.close()
 
 
+# the page's default prompt (its Generate uses the same text)
+PROMPT = {"instruction": "Reverse the order of these words.", "input": "red green blue", "output": ""}
 LOGITS = """
 import json
 from bitlora import webapp
 from bitlora.data import format_prompt
-ids = webapp.S.model.tokenizer.encode(format_prompt({"instruction": "Reverse the order of these words.",
-                                                    "input": "red green blue", "output": ""}), add_special_tokens=True)
+ids = webapp.S.model.tokenizer.encode(format_prompt(PROMPT), add_special_tokens=True)
 adapted = await webapp.S.trainer.lora.alogits(ids)
 base = await webapp.S.model.alogits(ids)
 json.dumps({"ids": ids, "adapted": [list(r) for r in adapted], "base": [list(r) for r in base]})
-"""
+""".replace("PROMPT", repr(PROMPT))
 
 
 def native_adapted(adapter_dir, ids, prompt, n_new):
@@ -183,8 +187,7 @@ def test_exported_adapter_gives_the_pages_logits_natively_and_in_peft(browser_se
     finally:
         page.close()
     ids, browser, browser_base = got["ids"], np.array(got["adapted"]), np.array(got["base"])
-    from bitlora.data import format_prompt
-    prompt = format_prompt({"instruction": "Reverse the order of these words.", "input": "red green blue", "output": ""})
+    prompt = format_prompt(PROMPT)
     native, native_text = native_adapted(out, ids, prompt, 12)
     peft = peft_adapted(out, ids)
     figures = {"adapter effect (page adapted vs page base)": rel(browser_base, browser),

@@ -333,8 +333,10 @@ async def _lost(dev) -> bool:
 
 async def _checkpoint(trainer, orig_save) -> None:
     """Write a checkpoint and copy it to the browser's storage. A failure (storage full,
-    no IndexedDB) is reported and training goes on; the stored one stays as it was:
-    IDBFS writes all changed files in one IndexedDB transaction, all or nothing."""
+    no IndexedDB) is reported and training goes on. IDBFS copies the changed files in
+    one IndexedDB transaction (a quota error or a reload aborts it whole); even where
+    only some files get through, the state file is one entry, old or new, and the
+    resume offer takes the step from it."""
     try:
         await orig_save()
         with open(CKPT + "/session.json", "w") as f:
@@ -358,7 +360,7 @@ async def _run_training(trainer, resumed: bool) -> None:
     total = trainer.total_steps
     trainer.checkpoint_dir = CKPT + "/state"
     can_save = await storage()
-    S.saved_step = trainer.step if resumed else None
+    S.saved_step = None
 
     def on_step(row):
         post(_step_message(row, total))
@@ -379,6 +381,7 @@ async def _run_training(trainer, resumed: bool) -> None:
     try:
         await trainer._setup()
         if resumed:
+            S.saved_step = trainer.step
             post({"type": "train-state", "state": "running", "history": trainer.metrics})
         await trainer.atrain()
         state = "stopped" if trainer.control.stopped else "done"
