@@ -51,7 +51,7 @@ fn attention_forward(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(wor
     workgroupBarrier();
     var m = -3.0e38;
     var l = 0.0;
-    var acc = array<f32, 4>(0.0, 0.0, 0.0, 0.0);
+    var acc = vec4<f32>(0.0);   // dims lid + 64e: a vector, not a loop-indexed array (NVIDIA)
     let nkeys = pos + 1u;
     for (var j0 = 0u; j0 < nkeys; j0 += WG) {
         let j = j0 + lid;
@@ -83,14 +83,19 @@ fn attention_forward(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(wor
         l = l * corr + red[0];
         m = m_new;
         let jend = min(WG, nkeys - j0);
-        for (var e = 0u; e < 4u; e++) {
-            let d = lid + e * WG;
-            if (d < D) {
-                var a = acc[e] * corr;
-                for (var jj = 0u; jj < jend; jj++) {
-                    a += p_sh[jj] * vc[(b * p.s + j0 + jj) * W + kvh * D + d];
-                }
-                acc[e] = a;
+        acc *= corr;
+        let d0 = min(lid, D - 1u);
+        let d1 = min(lid + WG, D - 1u);
+        let d2 = min(lid + 2u * WG, D - 1u);
+        let d3 = min(lid + 3u * WG, D - 1u);
+        for (var jj = 0u; jj < jend; jj++) {
+            let pj = p_sh[jj];
+            let vb = (b * p.s + j0 + jj) * W + kvh * D;
+            acc.x += pj * vc[vb + d0];
+            if (D > WG) { acc.y += pj * vc[vb + d1]; }
+            if (D > 2u * WG) {
+                acc.z += pj * vc[vb + d2];
+                acc.w += pj * vc[vb + d3];
             }
         }
         workgroupBarrier();

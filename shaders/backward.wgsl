@@ -433,9 +433,13 @@ fn attention_backward_dq(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin
     }
     let dsum = at_sum(lid, di);
 
-    // sweep 3: dq = scale * sum_j dS_j k_j, 64 keys at a time
-    var acc: array<f32, 4>;   // d = lid + 64 e
-    for (var e = 0u; e < 4u; e++) { acc[e] = 0.0; }
+    // sweep 3: dq = scale * sum_j dS_j k_j, 64 keys at a time; thread lid owns dims
+    // lid + 64e (e < 4), its sums in named variables (a loop-indexed local array went
+    // to memory on NVIDIA's Vulkan compiler)
+    var acc0 = 0.0;
+    var acc1 = 0.0;
+    var acc2 = 0.0;
+    var acc3 = 0.0;
     for (var j0 = 0u; j0 <= t; j0 += WA) {
         let j = j0 + lid;
         var ds = 0.0;
@@ -447,19 +451,22 @@ fn attention_backward_dq(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin
         at_rb[lid] = ds;
         workgroupBarrier();
         let cnt = min(WA, t + 1u - j0);
-        for (var e = 0u; e < 4u; e++) {
-            let d = lid + e * WA;
-            if (d < D) {
-                var a = 0.0;
-                for (var jj = 0u; jj < cnt; jj++) { a += at_rb[jj] * aq_k[(first + j0 + jj) * kv_stride + kv_col + d]; }
-                acc[e] += a;
+        for (var jj = 0u; jj < cnt; jj++) {
+            let w = at_rb[jj];
+            let kb = (first + j0 + jj) * kv_stride + kv_col;
+            acc0 += w * aq_k[kb + min(lid, D - 1u)];
+            if (D > WA) { acc1 += w * aq_k[kb + min(lid + WA, D - 1u)]; }
+            if (D > 2u * WA) {
+                acc2 += w * aq_k[kb + min(lid + 2u * WA, D - 1u)];
+                acc3 += w * aq_k[kb + min(lid + 3u * WA, D - 1u)];
             }
         }
         workgroupBarrier();
     }
+    let accs = vec4<f32>(acc0, acc1, acc2, acc3);
     for (var e = 0u; e < 4u; e++) {
         let d = lid + e * WA;
-        if (d < D) { aq_dq[qoff + d] = p.scale * acc[e]; }
+        if (d < D) { aq_dq[qoff + d] = p.scale * accs[e]; }
     }
     if (lid == 0u) { aq_stats[2u * kidx] = lse; aq_stats[2u * kidx + 1u] = dsum; }
 }
@@ -491,9 +498,8 @@ fn attention_backward_dkv(@builtin(local_invocation_id) lid3: vec3<u32>, @builti
     for (var d = lid; d < D; d += WA) { at_row0[d] = ak_k[kvoff + d]; at_row1[d] = ak_v[kvoff + d]; }
     workgroupBarrier();
 
-    var acck: array<f32, 4>;
-    var accv: array<f32, 4>;
-    for (var e = 0u; e < 4u; e++) { acck[e] = 0.0; accv[e] = 0.0; }
+    var acck = vec4<f32>(0.0);   // dims lid + 64e; vectors, not loop-indexed arrays (see dq)
+    var accv = vec4<f32>(0.0);
     for (var r = 0u; r < rep; r++) {
         let h = g * rep + r;
         for (var i0 = j; i0 < p.t; i0 += WA) {
@@ -516,18 +522,25 @@ fn attention_backward_dkv(@builtin(local_invocation_id) lid3: vec3<u32>, @builti
             at_rb[lid] = ds;
             workgroupBarrier();
             let cnt = min(WA, p.t - i0);
-            for (var e = 0u; e < 4u; e++) {
-                let d = lid + e * WA;
-                if (d < D) {
-                    var av = 0.0;
-                    var ak = 0.0;
-                    for (var ii = 0u; ii < cnt; ii++) {
-                        let qrow = (first + i0 + ii) * q_stride + h * D + d;
-                        av += at_ra[ii] * ak_do[qrow];
-                        ak += at_rb[ii] * ak_q[qrow];
-                    }
-                    accv[e] += av;
-                    acck[e] += ak;
+            let d0 = min(lid, D - 1u);
+            let d1 = min(lid + WA, D - 1u);
+            let d2 = min(lid + 2u * WA, D - 1u);
+            let d3 = min(lid + 3u * WA, D - 1u);
+            for (var ii = 0u; ii < cnt; ii++) {
+                let qrow = (first + i0 + ii) * q_stride + h * D;
+                let pa = at_ra[ii];
+                let pb = at_rb[ii];
+                accv.x += pa * ak_do[qrow + d0];
+                acck.x += pb * ak_q[qrow + d0];
+                if (D > WA) {
+                    accv.y += pa * ak_do[qrow + d1];
+                    acck.y += pb * ak_q[qrow + d1];
+                }
+                if (D > 2u * WA) {
+                    accv.z += pa * ak_do[qrow + d2];
+                    acck.z += pb * ak_q[qrow + d2];
+                    accv.w += pa * ak_do[qrow + d3];
+                    acck.w += pb * ak_q[qrow + d3];
                 }
             }
             workgroupBarrier();

@@ -337,7 +337,8 @@ def test_rope_backward(run_case, B, T, H, D):
     assert_close(r, rope_backward_ref(dy.astype(np.float64), cos, sin, T, H, D), 1e-6, "rope dx")
 
 
-@pytest.mark.parametrize("B,T,H,Hkv,D", [(1, 1, 1, 1, 4), (2, 5, 4, 4, 8), (1, 70, 4, 2, 6), (2, 3, 4, 1, 130)])
+@pytest.mark.parametrize("B,T,H,Hkv,D", [(1, 1, 1, 1, 4), (2, 5, 4, 4, 8), (1, 70, 4, 2, 6), (2, 3, 4, 1, 130),
+                                         (1, 4, 2, 1, 200)])
 def test_attention_backward(run_case, B, T, H, Hkv, D):
     rng = np.random.default_rng(B * T * H * D)
     N = B * T

@@ -41,3 +41,21 @@ def test_linear_forward(run_case, N, I, O, chunk, row0, step):
     want = x[row0::step][:N].astype(np.float64) @ w.T.astype(np.float64)
     for entry in ("linear_forward", "linear_forward_rows", "op"):
         assert_close(r[entry], want, 1e-5, entry)
+
+
+@pytest.mark.parametrize("B,T,H,Hkv,D", [(1, 1, 1, 1, 4), (2, 70, 4, 2, 6), (1, 5, 2, 1, 130), (2, 3, 2, 1, 256)])
+def test_attention_forward(run_case, B, T, H, Hkv, D):
+    """Every head dim a thread may own (lid + 64e, e < 4), keys in several chunks of 64."""
+    rng = np.random.default_rng(T * D)
+    N = B * T
+    q, k, v = f32(rng.normal(size=(N, H * D))), f32(rng.normal(size=(N, Hkv * D))), f32(rng.normal(size=(N, Hkv * D)))
+    r = run_case("forward_cases", "case_attention_forward", q=L(q), k=L(k), v=L(v), B=B, T=T, H=H, Hkv=Hkv, D=D)
+    q4 = q.astype(np.float64).reshape(B, T, H, D)
+    k4 = np.repeat(k.astype(np.float64).reshape(B, T, Hkv, D), H // Hkv, axis=2)
+    v4 = np.repeat(v.astype(np.float64).reshape(B, T, Hkv, D), H // Hkv, axis=2)
+    s = np.einsum("bthd,bshd->bhts", q4, k4) / np.sqrt(D)
+    s = np.where(np.tril(np.ones((T, T), bool)), s, -np.inf)
+    lse = np.log(np.exp(s - s.max(-1, keepdims=True)).sum(-1)) + s.max(-1)
+    out = np.einsum("bhts,bshd->bthd", np.exp(s - lse[..., None]), v4)
+    assert_close(r["out"], out.reshape(N, H * D), 1e-5, "out")
+    assert_close(r["lse"], lse.transpose(0, 2, 1).reshape(N, H), 1e-5, "lse")

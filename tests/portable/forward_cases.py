@@ -57,3 +57,13 @@ async def case_linear_forward(dev, x, w_chunks, N, I, O, x_row0, x_step):
     await lm_head.linear_forward(dev, bx, chunks, y, N, I, O, x_row0, x_step)
     out["op"] = await _get(dev, y, N * O)
     return out
+
+
+async def case_attention_forward(dev, q, k, v, B, T, H, Hkv, D):
+    """Causal GQA attention of a whole sequence batch (S = T, pos0 = 0): out and lse."""
+    from bitlora.ops.attention import attention_forward
+    N = B * T
+    out, lse = dev.buffer(4 * N * H * D, "out"), dev.buffer(4 * N * H, "lse")
+    await attention_forward(dev, _buf(dev, "f", q, "q"), _buf(dev, "f", k, "k"), _buf(dev, "f", v, "v"), out, lse,
+                            B, T, H, Hkv, D, T)
+    return {"out": await _get(dev, out, N * H * D), "lse": await _get(dev, lse, N * H)}
