@@ -137,3 +137,19 @@ def test_step1_gradients_match_peft(tiny):
     for k, g in grads1.items():
         mine = np.asarray(got["grads"][k])
         assert np.abs(mine - g).max() <= 1e-4 * gmax, f"{k}: max |diff| {np.abs(mine - g).max()}, max|g| {gmax}"
+
+
+@pytest.mark.parametrize("backend", ["native", pytest.param("browser", marks=pytest.mark.browser)])
+def test_adapted_decoding_over_kv_cache(tiny, backend, request):
+    """Generation with the adapter runs the model's KV-cached loop with the LoRA hook:
+    its logits equal the training forward's, and greedy tokens equal re-running it."""
+    ids = [1, 5, 9, 14, 3, 27, 8, 30, 2]
+    kwargs = dict(model_files=tiny["model_files"], adapter_files=tiny["adapter_files"], config=BASE, ids=ids, n_new=6)
+    if backend == "native":
+        r = run_native_case("train_cases", "case_adapted_decoding", **kwargs)
+    else:
+        r = request.getfixturevalue("browser_session").run_case(PORTABLE / "train_cases.py", "case_adapted_decoding",
+                                                                 kwargs)
+    full, cached = np.array(r["full"]), np.array(r["cached"])
+    assert np.abs(cached - full).max() <= 1e-5 * np.abs(full).max()
+    assert r["gen"] == r["ref"][:len(r["gen"])] and len(r["gen"]) >= 1

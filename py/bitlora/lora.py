@@ -107,6 +107,7 @@ class LoraModel:
         self.scale = cfg.lora_alpha / cfg.lora_r
         self.loss_sum = self.dev.buffer(4, "loss_sum")
         self._ws: _Workspace | None = None
+        self._u_infer = None      # u[N, R] scratch of `add` (generation)
 
     @classmethod
     async def create(cls, model, cfg, init: dict | None = None) -> "LoraModel":
@@ -269,27 +270,21 @@ class LoraModel:
         flat.frombytes(await self.dev.read(ws.logits, 0, 4 * len(ids) * V))
         return [flat[t * V:(t + 1) * V] for t in range(len(ids))]
 
+    async def add(self, li: int, name: str, x, y, N: int) -> None:
+        """Model.forward's adapter hook (inference): y[N, O] += scale * B (A x) when the
+        projection `name` of layer li is adapted; no dropout."""
+        mod = name.rsplit(".", 1)[-1]
+        if mod not in self.modules:
+            return
+        p = self.model.layers[li].proj[name]
+        if self._u_infer is None or self._u_infer.size < 4 * N * self.R:
+            self._u_infer = self.dev.buffer(4 * N * self.R, "lora.u_infer")
+        A, Bm = self._ab(li, mod, self.arena.params)
+        await lora_forward(self.dev, LoraShape(N, p.I, p.O, self.R, self.scale), x, A, Bm, self._u_infer, y)
+
     async def agenerate(self, prompt, max_new_tokens: int = 64, temperature: float = 0.0, top_p: float = 1.0,
                         seed: int = 0):
-        """Generation with the adapter (recomputes the prefix each token: fine for short answers)."""
-        import random
-
-        from .model import Generation, sample
-        m = self.model
-        ids = m.tokenizer.encode(prompt, add_special_tokens=True) if isinstance(prompt, str) else list(prompt)
-        rng, eos, new = random.Random(seed), m.eos_ids(), []
-        limit = int(m.config.get("max_position_embeddings", 2048))
-        stopped = False
-        for _ in range(max_new_tokens):
-            seq = (ids + new)[-limit:]
-            ws = await self.forward(seq, 1, len(seq), train=False)
-            row = array.array("f")
-            row.frombytes(await self.dev.read(ws.logits, 4 * (len(seq) - 1) * m.V, 4 * m.V))
-            tok = sample(row, temperature, top_p, rng)
-            new.append(tok)
-            if tok in eos:
-                stopped = True
-                break
-        text = m.tokenizer.decode(new, skip_special_tokens=True)
-        return Generation(text, new, ids, stopped)
+        """Generation with the adapter: the model's own KV-cached loop, the LoRA branches
+        added by `add` (one token per step after the prompt)."""
+        return await self.model.agenerate(prompt, max_new_tokens, temperature, top_p, seed, adapter=self)
 

@@ -209,14 +209,15 @@ class Model:
         self._rope(S)
 
     # -- forward ----------------------------------------------------------------
-    async def forward(self, ids, pos0: int = 0, last_only: bool = False, head: bool = True):
+    async def forward(self, ids, pos0: int = 0, last_only: bool = False, head: bool = True, adapter=None):
         """Run ids[B, T] (a list of B equal-length lists, or one flat list: B = 1) at
         positions pos0..pos0+T-1 through the model, writing their k, v into the cache
         (pos0 = 0 starts a fresh cache sized T unless reset_cache made a larger one).
         Returns (logits buffer, rows): logits[rows, V] for all N = B*T rows, or only each
         sequence's last row (rows = B) when last_only; with head=False, (None, 0) and
         the normed final hidden states stay in scratch for `head()`. Records; does not
-        submit."""
+        submit. `adapter` (e.g. a lora.LoraModel) has `await adapter.add(layer, name, x,
+        y, N)`, called after each projection y = BitLinear(x) to add its branch into y."""
         seqs = [list(ids)] if ids and isinstance(ids[0], int) else [list(s) for s in ids]
         B, T = len(seqs), len(seqs[0]) if seqs else 0
         if T == 0 or any(len(s) != T for s in seqs):
@@ -238,29 +239,32 @@ class Model:
         dev.write(ids_buf, array.array("I", flat))   # lands before this forward's submit
         x, nrm, rstd, xq, s = b["x"], b["nrm"], b["rstd"], b["xq"], b["s"]
 
-        async def bitlin(inp, width, outs, accumulate=False):
+        async def bitlin(li, inp, width, outs, accumulate=False):
             await actquant_forward(dev, inp, xq, s, N, width)
-            for p, y in outs:
+            for name, y in outs:
+                p = self.layers[li].proj[name]
                 await bitlinear_forward(dev, xq, s, p.buf, p.scale, y, N, p.I, p.O, accumulate)
+                if adapter is not None:
+                    await adapter.add(li, name, inp, y, N)
 
         await embedding_forward(dev, ids_buf, self.embed, x, N, C)
         for li, lay in enumerate(self.layers):
-            P, W = lay.proj, lay.norms
+            W = lay.norms
             kc, vc = cache[li]
             await rmsnorm_forward(dev, x, W["input_layernorm"], nrm, rstd, N, C, eps)
-            await bitlin(nrm, C, [(P["self_attn.q_proj"], b["q"]), (P["self_attn.k_proj"], b["k"]),
-                                  (P["self_attn.v_proj"], b["v"])])
+            await bitlin(li, nrm, C, [("self_attn.q_proj", b["q"]), ("self_attn.k_proj", b["k"]),
+                                      ("self_attn.v_proj", b["v"])])
             await rope_forward(dev, b["q"], self.cos, self.sin, N, T, H, D, pos0)
             await rope_forward(dev, b["k"], self.cos, self.sin, N, T, Hkv, D, pos0)
             await kv_store(dev, b["k"], b["v"], kc, vc, B, T, S, KV, pos0)
             await attention_forward(dev, b["q"], kc, vc, b["att"], b["lse"], B, T, H, Hkv, D, S, pos0)
             await rmsnorm_forward(dev, b["att"], W["self_attn.attn_sub_norm"], nrm, rstd, N, C, eps)
-            await bitlin(nrm, C, [(P["self_attn.o_proj"], x)], accumulate=True)
+            await bitlin(li, nrm, C, [("self_attn.o_proj", x)], accumulate=True)
             await rmsnorm_forward(dev, x, W["post_attention_layernorm"], nrm, rstd, N, C, eps)
-            await bitlin(nrm, C, [(P["mlp.gate_proj"], b["g"]), (P["mlp.up_proj"], b["u"])])
+            await bitlin(li, nrm, C, [("mlp.gate_proj", b["g"]), ("mlp.up_proj", b["u"])])
             await relu2_gating_forward(dev, b["g"], b["u"], b["hf"], N * F)
             await rmsnorm_forward(dev, b["hf"], W["mlp.ffn_sub_norm"], b["hn"], rstd, N, F, eps)
-            await bitlin(b["hn"], F, [(P["mlp.down_proj"], x)], accumulate=True)
+            await bitlin(li, b["hn"], F, [("mlp.down_proj", x)], accumulate=True)
         await rmsnorm_forward(dev, x, self.norm, nrm, rstd, N, C, eps)
         if not head:
             return None, 0
@@ -305,10 +309,12 @@ class Model:
         return out
 
     async def agenerate(self, prompt, max_new_tokens: int = 64, temperature: float = 0.0, top_p: float = 1.0,
-                        seed: int = 0) -> Generation:
+                        seed: int = 0, adapter=None) -> Generation:
         """Continue `prompt` (text, encoded with the tokenizer's BOS template; or a list
         of ids) by up to max_new_tokens tokens, stopping after an EOS. temperature 0 is
-        greedy; otherwise nucleus sampling (top_p) with random.Random(seed) on the host."""
+        greedy; otherwise nucleus sampling (top_p) with random.Random(seed) on the host.
+        With `adapter` (see forward), the adapted model: the prompt once, then one token
+        per step over the KV cache."""
         if isinstance(prompt, str):
             if self.tokenizer is None:
                 raise ValueError("generate: this model has no tokenizer; pass token ids")
@@ -322,7 +328,7 @@ class Model:
         rng, eos, new = random.Random(seed), self.eos_ids(), []
         step_ids, pos, stopped = ids, 0, False
         for _ in range(max_new_tokens):
-            buf, _rows = await self.forward(step_ids, pos, last_only=True)
+            buf, _rows = await self.forward(step_ids, pos, last_only=True, adapter=adapter)
             row = array.array("f")
             row.frombytes(await self.dev.read(buf, 0, 4 * self.V))
             tok = sample(row, temperature, top_p, rng)

@@ -51,3 +51,30 @@ async def case_step1_grads(dev, model_files, adapter_files, records, config):
     loss.frombytes(await dev.read(lm.loss_sum))
     return {"n_targets": step.n_targets, "loss_sum": loss[0],
             "grads": {k: [g / step.n_targets for g in v] for k, v in grads.items()}}
+
+
+async def case_adapted_decoding(dev, model_files, adapter_files, config, ids, n_new):
+    """The adapted model three ways: the training forward (no dropout) over all of ids;
+    Model.forward with the LoRA hook, a 3-token prefix then one token at a time over the
+    KV cache; and greedy generation through that hook beside greedy decoding by
+    re-running the training forward on the growing sequence."""
+    from bitlora import adapter as adapter_io
+    m = await _model(dev, model_files)
+    _, init = adapter_io.load_adapter(_write_adapter(adapter_files, "/tmp/bitlora-init-adapter"))
+    lm = await LoraModel.create(m, TrainConfig.from_dict(config), init=init)
+    full = [list(r) for r in await lm.alogits(ids)]
+    m.reset_cache(1, len(ids))
+    cached = []
+    for pos, chunk in [(0, ids[:3])] + [(t, [ids[t]]) for t in range(3, len(ids))]:
+        buf, rows = await m.forward(chunk, pos, adapter=lm)
+        flat = array.array("f")
+        flat.frombytes(await dev.read(buf, 0, 4 * rows * m.V))
+        cached += [list(flat[r * m.V:(r + 1) * m.V]) for r in range(rows)]
+    gen = await lm.agenerate(list(ids), n_new)
+    seq, ref = list(ids), []
+    for _ in range(n_new):
+        last = (await lm.alogits(seq))[-1]
+        tok = max(range(len(last)), key=last.__getitem__)
+        ref.append(tok)
+        seq.append(tok)
+    return {"full": full, "cached": cached, "gen": list(gen.ids), "ref": ref}
