@@ -197,5 +197,10 @@ def test_exported_adapter_gives_the_pages_logits_natively_and_in_peft(browser_se
           ", ".join(f"{k} {v:.2e}" for k, v in figures.items()))
     assert figures["adapter effect (page adapted vs page base)"] > 1e-3      # the adapter does something
     assert figures["page vs native bitlora"] < 1e-4
-    assert figures["page vs PEFT"] < 1e-3 and figures["native bitlora vs PEFT"] < 1e-3
+    # PEFT rounds BitLinear activations to int8 in torch's summation order: one value
+    # within float32 noise of a rounding boundary flips and moves the logits by ~4e-3
+    # (seen with one adapter: layer 1's o_proj input at position 0 sat 8e-7 of a step from
+    # k + 0.5; float64 PEFT gave the same 4e-3; tests/test_train.py says so of its seeds). A wrong scale, a transposed
+    # factor or a missing module moves them by ~1e-1 (the adapter's whole effect: 0.55).
+    assert figures["page vs PEFT"] < 1e-2 and figures["native bitlora vs PEFT"] < 1e-2
     assert page_text == native_text, (page_text, native_text)
