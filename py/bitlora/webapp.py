@@ -239,9 +239,11 @@ def memory_estimate(model, cfg) -> dict:
     C, F, V, L = c["hidden_size"], c["intermediate_size"], c["vocab_size"], c["num_hidden_layers"]
     KV = c["num_key_value_heads"] * c.get("head_dim", C // c["num_attention_heads"])
     N = cfg.micro_batch_size * min(cfg.cutoff_len, int(c.get("max_position_embeddings", cfg.cutoff_len)))
-    weights = sum(p.O * -(-p.I // 16) * 4 for lay in model.layers for p in lay.proj.values()) + 4 * V * C * (
-        1 if c.get("tie_word_embeddings") else 2)
+    tables = [model.embed] + ([] if model.head is model.embed else [model.head])
+    weights = (sum(p.buf.size for lay in model.layers for p in lay.proj.values())
+               + sum(buf.size for table in tables for _, _, buf in table))   # bf16 tables stay bf16
     acts = 4 * N * L * (9 * C + 2 * KV + 4 * F + 8) + 4 * N * (V + 12 * C + 5 * F)
+    acts += 4 * N * 8 * max(C, F)   # split-K partial sums (ops/splitk.py: a few slices of one output)
     n_lora = sum(cfg.lora_r * (C + C) for _ in range(L) for _ in cfg.target_modules)
     total = weights + acts + 16 * n_lora
     largest = 4 * N * V
