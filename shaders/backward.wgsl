@@ -74,11 +74,15 @@
 //   attention_backward_dq:
 //     0 params {B, T, H, Hkv, D, scale} | 1 dout[N, H*D] read | 2 q read | 3 k read |
 //     4 v read | 5 dq[N, H*D] write | 6 stats[N, H, 2] write
-//     dispatch: one workgroup (64) per (n, h): N*H workgroups split over x, y
+//     dispatch: one workgroup (256) per (sequence, block of 8 query rows, h):
+//     B*ceil(T/8)*H workgroups split over x, y. Two sweeps over the key blocks up to
+//     the diagonal: (lse, Dsum) by an online softmax, then dS and dq.
 //   attention_backward_dkv:
 //     0 params (same) | 1 dout read | 2 q read | 3 k read | 4 v read |
 //     5 stats[N, H, 2] read | 6 dk[N, Hkv*D] write | 7 dv[N, Hkv*D] write
-//     dispatch: one workgroup (64) per (n, kv head): N*Hkv workgroups split over x, y
+//     dispatch: one workgroup (256) per (sequence, block of 8 keys, kv head):
+//     B*ceil(T/8)*Hkv workgroups split over x, y; it sweeps the group's heads and the
+//     query blocks from the diagonal on.
 
 const WG: u32 = 256u;
 
@@ -343,25 +347,42 @@ fn rope_backward(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgrou
 }
 
 // ============================================================================ attention
+// Tiles of AO owned rows (queries for dq, keys for dkv) x AS streamed rows: thread
+// (o, s) = (lid / AS, lid % AS) computes one s and dP over 32-dim chunks of q, dout,
+// k, v staged in workgroup memory (rows padded to 9 vec4s against bank conflicts);
+// then P / dS of the tile go through workgroup memory and thread (o, s) updates owned
+// row o's dims 4s + 128e .. +3 (e < 2; vec4 sums in named variables). Few owned rows
+// keep the longest workgroup short (the causal triangle makes the work uneven).
 struct AttParams { b: u32, t: u32, h: u32, hkv: u32, d: u32, scale: f32 };
-const WA: u32 = 64u;
-const MAXD: u32 = 256u;
+const AO: u32 = 8u;           // owned rows per workgroup
+const AS: u32 = 32u;          // streamed rows per tile (AO * AS = 256 threads)
+const AC: u32 = 32u;          // head dims per staged chunk
+const AP: u32 = 9u;           // vec4s per staged row (AC / 4 + 1 pad)
 const NEG_BIG: f32 = -3.0e38;
-var<workgroup> at_row0: array<f32, MAXD>;   // q_i (dq pass) or k_j (dkv pass)
-var<workgroup> at_row1: array<f32, MAXD>;   // dout_i (dq pass) or v_j (dkv pass)
-var<workgroup> at_ra: array<f32, WA>;
-var<workgroup> at_rb: array<f32, WA>;
+var<workgroup> at_oa: array<vec4<f32>, 72>;    // [AO, AP] owned rows: q (dq) or k (dkv)
+var<workgroup> at_ob: array<vec4<f32>, 72>;    //   dout (dq) or v (dkv)
+var<workgroup> at_sa: array<vec4<f32>, 288>;   // [AS, AP] streamed rows: k (dq) or q (dkv)
+var<workgroup> at_sb: array<vec4<f32>, 288>;   //   v (dq) or dout (dkv)
+var<workgroup> at_p: array<f32, 256>;          // [AO, AS] P, or scratch
+var<workgroup> at_ds: array<f32, 256>;         // dS, or scratch
+var<workgroup> at_x: array<f32, 256>;          // scratch
+var<workgroup> at_row: array<f32, 16>;         // lse, Dsum of the block's query rows (dq)
 
-fn at_sum(lid: u32, v: f32) -> f32 {
-    at_ra[lid] = v;
-    workgroupBarrier();
-    for (var s = WA / 2u; s > 0u; s = s >> 1u) {
-        if (lid < s) { at_ra[lid] += at_ra[lid + s]; }
-        workgroupBarrier();
+fn at_stage(e: u32, x: f32, dst: u32) {   // element e of a staged [rows, AC] chunk
+    let i = (e / AC) * AP + (e % AC) / 4u;
+    let c = e % 4u;
+    if (dst == 0u) { at_oa[i][c] = x; } else if (dst == 1u) { at_ob[i][c] = x; }
+    else if (dst == 2u) { at_sa[i][c] = x; } else { at_sb[i][c] = x; }
+}
+
+fn at_dots(o: u32, s: u32) -> vec2<f32> {   // (oa . sa, ob . sb) over the staged chunk
+    var x = 0.0;
+    var y = 0.0;
+    for (var c = 0u; c < AC / 4u; c++) {
+        x += dot(at_oa[o * AP + c], at_sa[s * AP + c]);
+        y += dot(at_ob[o * AP + c], at_sb[s * AP + c]);
     }
-    let total = at_ra[0];
-    workgroupBarrier();
-    return total;
+    return vec2<f32>(x, y);
 }
 
 @group(0) @binding(0) var<uniform> aq_p: AttParams;
@@ -372,103 +393,123 @@ fn at_sum(lid: u32, v: f32) -> f32 {
 @group(0) @binding(5) var<storage, read_write> aq_dq: array<f32>;
 @group(0) @binding(6) var<storage, read_write> aq_stats: array<f32>;
 
-fn aq_dot_k(row: u32, D: u32) -> f32 {   // q_i . k[row], q_i in at_row0
-    var s = 0.0;
-    for (var d = 0u; d < D; d++) { s += at_row0[d] * aq_k[row + d]; }
-    return s;
-}
-fn aq_dot_v(row: u32, D: u32) -> f32 {   // dout_i . v[row], dout_i in at_row1
-    var s = 0.0;
-    for (var d = 0u; d < D; d++) { s += at_row1[d] * aq_v[row + d]; }
-    return s;
-}
-
-@compute @workgroup_size(WA)
-fn attention_backward_dq(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>,
-                         @builtin(num_workgroups) nw: vec3<u32>) {
-    let p = aq_p;
-    let lid = lid3.x;
-    let D = p.d;
-    let kidx = wid.x + wid.y * nw.x;      // = n * H + h
-    if (kidx >= p.b * p.t * p.h) { return; }
-    let n = kidx / p.h;
-    let h = kidx % p.h;
-    let t = n % p.t;
-    let first = n - t;                    // row of position 0 of this sequence
-    let g = h / (p.h / p.hkv);
-    let qoff = kidx * D;                  // = n * H*D + h*D
-    let kv_stride = p.hkv * D;
-    let kv_col = g * D;
-    for (var d = lid; d < D; d += WA) { at_row0[d] = aq_q[qoff + d]; at_row1[d] = aq_do[qoff + d]; }
-    workgroupBarrier();
-
-    // sweep 1: lse over keys 0..t (online max / sum per thread, then combine)
-    var m = NEG_BIG;
-    var l = 0.0;
-    for (var j = lid; j <= t; j += WA) {
-        let s = p.scale * aq_dot_k((first + j) * kv_stride + kv_col, D);
-        if (s > m) { l = l * exp(m - s) + 1.0; m = s; } else { l += exp(s - m); }
-    }
-    at_ra[lid] = m;
-    at_rb[lid] = l;
-    workgroupBarrier();
-    for (var s = WA / 2u; s > 0u; s = s >> 1u) {
-        if (lid < s) {
-            let m1 = at_ra[lid];
-            let m2 = at_ra[lid + s];
-            let mm = max(m1, m2);
-            at_rb[lid] = at_rb[lid] * exp(m1 - mm) + at_rb[lid + s] * exp(m2 - mm);
-            at_ra[lid] = mm;
-        }
-        workgroupBarrier();
-    }
-    let lse = at_ra[0] + log(at_rb[0]);
-    workgroupBarrier();
-
-    // sweep 2: Dsum = sum_j P dP
-    var di = 0.0;
-    for (var j = lid; j <= t; j += WA) {
-        let row = (first + j) * kv_stride + kv_col;
-        di += exp(p.scale * aq_dot_k(row, D) - lse) * aq_dot_v(row, D);
-    }
-    let dsum = at_sum(lid, di);
-
-    // sweep 3: dq = scale * sum_j dS_j k_j, 64 keys at a time; thread lid owns dims
-    // lid + 64e (e < 4), its sums in named variables (a loop-indexed local array went
-    // to memory on NVIDIA's Vulkan compiler)
-    var acc0 = 0.0;
-    var acc1 = 0.0;
-    var acc2 = 0.0;
-    var acc3 = 0.0;
-    for (var j0 = 0u; j0 <= t; j0 += WA) {
-        let j = j0 + lid;
-        var ds = 0.0;
-        if (j <= t) {
-            let row = (first + j) * kv_stride + kv_col;
-            let pr = exp(p.scale * aq_dot_k(row, D) - lse);
-            ds = pr * (aq_dot_v(row, D) - dsum);
-        }
-        at_rb[lid] = ds;
-        workgroupBarrier();
-        let cnt = min(WA, t + 1u - j0);
-        for (var jj = 0u; jj < cnt; jj++) {
-            let w = at_rb[jj];
-            let kb = (first + j0 + jj) * kv_stride + kv_col;
-            acc0 += w * aq_k[kb + min(lid, D - 1u)];
-            if (D > WA) { acc1 += w * aq_k[kb + min(lid + WA, D - 1u)]; }
-            if (D > 2u * WA) {
-                acc2 += w * aq_k[kb + min(lid + 2u * WA, D - 1u)];
-                acc3 += w * aq_k[kb + min(lid + 3u * WA, D - 1u)];
+// (q_i . k_j, dout_i . v_j) for thread (o, s): query i = i0 + o, key j = j0 + s.
+// qo, ko: offsets of the tiles' first rows; nq, nk: their valid rows (others read 0)
+fn aq_scores(qo: u32, qs: u32, nq: u32, ko: u32, ks: u32, nk: u32, D: u32, lid: u32) -> vec2<f32> {
+    var sd = vec2<f32>(0.0);
+    for (var d0 = 0u; d0 < D; d0 += AC) {
+        workgroupBarrier();   // the previous chunk (and tile) has been read
+        for (var e = lid; e < AS * AC; e += AO * AS) {
+            let r = e / AC;
+            let d = d0 + e % AC;
+            var a = 0.0;
+            var b = 0.0;
+            if (r < nk && d < D) { a = aq_k[ko + r * ks + d]; b = aq_v[ko + r * ks + d]; }
+            at_stage(e, a, 2u);
+            at_stage(e, b, 3u);
+            if (e < AO * AC) {
+                var c = 0.0;
+                var w = 0.0;
+                if (r < nq && d < D) { c = aq_q[qo + r * qs + d]; w = aq_do[qo + r * qs + d]; }
+                at_stage(e, c, 0u);
+                at_stage(e, w, 1u);
             }
         }
         workgroupBarrier();
+        sd += at_dots(lid / AS, lid % AS);
     }
-    let accs = vec4<f32>(acc0, acc1, acc2, acc3);
-    for (var e = 0u; e < 4u; e++) {
-        let d = lid + e * WA;
-        if (d < D) { aq_dq[qoff + d] = p.scale * accs[e]; }
+    return sd;
+}
+
+fn aq_k4(o: u32, D: u32) -> vec4<f32> {   // k[o .. o+3], clamped to the row's last dim (D: dims left)
+    return vec4<f32>(aq_k[o], aq_k[o + min(1u, D - 1u)], aq_k[o + min(2u, D - 1u)], aq_k[o + min(3u, D - 1u)]);
+}
+
+@compute @workgroup_size(AO * AS)
+fn attention_backward_dq(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>,
+                         @builtin(num_workgroups) nw: vec3<u32>) {
+    let p = aq_p;
+    let D = p.d;
+    let nqb = (p.t + AO - 1u) / AO;
+    let kidx = wid.x + wid.y * nw.x;      // = (b * nqb + block) * H + h
+    if (kidx >= p.b * nqb * p.h) { return; }
+    let h = kidx % p.h;
+    let bq = kidx / p.h;
+    let i0 = (nqb - 1u - bq % nqb) * AO;  // longest rows first
+    let first = (bq / nqb) * p.t;         // row of position 0 of this sequence
+    let nq = min(AO, p.t - i0);
+    let g = h / (p.h / p.hkv);
+    let HD = p.h * D;
+    let KD = p.hkv * D;
+    let qo = (first + i0) * HD + h * D;
+    let o = lid / AS;                     // query row in the tile
+    let s = lid % AS;                     // key in the tile; dims 4s + 128e when accumulating
+    let i = i0 + o;
+    let nkb = (i0 + nq + AS - 1u) / AS;   // key blocks up to the last row's diagonal
+
+    // sweep 1: per thread an online (max m, sum l, sum u of P dP) over its keys
+    var m = NEG_BIG;
+    var l = 0.0;
+    var u = 0.0;
+    for (var kb = 0u; kb < nkb; kb++) {
+        let j0 = kb * AS;
+        let sd = aq_scores(qo, HD, nq, (first + j0) * KD + g * D, KD, min(AS, p.t - j0), D, lid);
+        if (j0 + s <= i && i < p.t) {
+            let sc = p.scale * sd.x;
+            if (sc > m) { let c = exp(m - sc); l = l * c + 1.0; u = u * c + sd.y; m = sc; }
+            else { let e = exp(sc - m); l += e; u += e * sd.y; }
+        }
     }
-    if (lid == 0u) { aq_stats[2u * kidx] = lse; aq_stats[2u * kidx + 1u] = dsum; }
+    at_p[lid] = m;
+    at_ds[lid] = l;
+    at_x[lid] = u;
+    workgroupBarrier();
+    if (s == 0u) {   // combine row o's partials: lse = M + log L, Dsum = U / L
+        var mm = NEG_BIG;
+        for (var c = 0u; c < AS; c++) { mm = max(mm, at_p[lid + c]); }
+        var ll = 0.0;
+        var uu = 0.0;
+        for (var c = 0u; c < AS; c++) {
+            let f = exp(at_p[lid + c] - mm);
+            ll += at_ds[lid + c] * f;
+            uu += at_x[lid + c] * f;
+        }
+        at_row[o] = mm + log(max(ll, 1e-30));
+        at_row[AO + o] = uu / max(ll, 1e-30);
+    }
+    workgroupBarrier();
+    let lse = at_row[o];
+    let dsum = at_row[AO + o];
+
+    // sweep 2: dS tile by tile, dq_i += dS_ij k_j
+    var acc0 = vec4<f32>(0.0);
+    var acc1 = vec4<f32>(0.0);
+    let d0 = min(4u * s, D - 1u);         // clamped: sums past D are computed, never written
+    let d1 = min(4u * s + 128u, D - 1u);
+    for (var kb = 0u; kb < nkb; kb++) {
+        let j0 = kb * AS;
+        let nk = min(AS, p.t - j0);
+        let sd = aq_scores(qo, HD, nq, (first + j0) * KD + g * D, KD, nk, D, lid);
+        var ds = 0.0;
+        if (j0 + s <= i && i < p.t) { ds = exp(p.scale * sd.x - lse) * (sd.y - dsum); }
+        at_ds[lid] = ds;
+        workgroupBarrier();
+        let last = min(nk, i0 + nq - j0);   // keys past the block's last row have dS = 0
+        for (var jj = 0u; jj < last; jj++) {
+            let w = at_ds[o * AS + jj];
+            let ko = (first + j0 + jj) * KD + g * D;
+            acc0 += w * aq_k4(ko + d0, D - d0);
+            if (D > 128u) { acc1 += w * aq_k4(ko + d1, D - d1); }
+        }
+    }
+    if (i < p.t) {
+        let r = (first + i) * HD + h * D;
+        for (var c = 0u; c < 4u; c++) {
+            if (4u * s + c < D) { aq_dq[r + 4u * s + c] = p.scale * acc0[c]; }
+            if (4u * s + 128u + c < D) { aq_dq[r + 4u * s + 128u + c] = p.scale * acc1[c]; }
+        }
+        if (s == 0u) { aq_stats[2u * ((first + i) * p.h + h)] = lse; aq_stats[2u * ((first + i) * p.h + h) + 1u] = dsum; }
+    }
 }
 
 @group(0) @binding(0) var<uniform> ak_p: AttParams;
@@ -480,74 +521,101 @@ fn attention_backward_dq(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin
 @group(0) @binding(6) var<storage, read_write> ak_dk: array<f32>;
 @group(0) @binding(7) var<storage, read_write> ak_dv: array<f32>;
 
-@compute @workgroup_size(WA)
-fn attention_backward_dkv(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>,
+// (k_j . q_i, v_j . dout_i) for thread (o, s): key j = j0 + o, query i = i0 + s
+fn ak_scores(qo: u32, qs: u32, nq: u32, ko: u32, ks: u32, nk: u32, D: u32, lid: u32) -> vec2<f32> {
+    var sd = vec2<f32>(0.0);
+    for (var d0 = 0u; d0 < D; d0 += AC) {
+        workgroupBarrier();
+        for (var e = lid; e < AS * AC; e += AO * AS) {
+            let r = e / AC;
+            let d = d0 + e % AC;
+            var a = 0.0;
+            var b = 0.0;
+            if (r < nq && d < D) { a = ak_q[qo + r * qs + d]; b = ak_do[qo + r * qs + d]; }
+            at_stage(e, a, 2u);
+            at_stage(e, b, 3u);
+            if (e < AO * AC) {
+                var c = 0.0;
+                var w = 0.0;
+                if (r < nk && d < D) { c = ak_k[ko + r * ks + d]; w = ak_v[ko + r * ks + d]; }
+                at_stage(e, c, 0u);
+                at_stage(e, w, 1u);
+            }
+        }
+        workgroupBarrier();
+        sd += at_dots(lid / AS, lid % AS);
+    }
+    return sd;
+}
+
+fn ak_q4(o: u32, D: u32) -> vec4<f32> {
+    return vec4<f32>(ak_q[o], ak_q[o + min(1u, D - 1u)], ak_q[o + min(2u, D - 1u)], ak_q[o + min(3u, D - 1u)]);
+}
+fn ak_do4(o: u32, D: u32) -> vec4<f32> {
+    return vec4<f32>(ak_do[o], ak_do[o + min(1u, D - 1u)], ak_do[o + min(2u, D - 1u)], ak_do[o + min(3u, D - 1u)]);
+}
+
+@compute @workgroup_size(AO * AS)
+fn attention_backward_dkv(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>,
                           @builtin(num_workgroups) nw: vec3<u32>) {
     let p = ak_p;
-    let lid = lid3.x;
     let D = p.d;
-    let kidx = wid.x + wid.y * nw.x;      // = n * Hkv + g   (n: the key's row)
-    if (kidx >= p.b * p.t * p.hkv) { return; }
-    let n = kidx / p.hkv;
+    let nkb = (p.t + AO - 1u) / AO;
+    let kidx = wid.x + wid.y * nw.x;      // = (b * nkb + block) * Hkv + g
+    if (kidx >= p.b * nkb * p.hkv) { return; }
     let g = kidx % p.hkv;
-    let j = n % p.t;
-    let first = n - j;
+    let bk = kidx / p.hkv;
+    let j0 = (bk % nkb) * AO;             // first blocks have the most queries: they go first
+    let first = (bk / nkb) * p.t;
+    let nk = min(AO, p.t - j0);
     let rep = p.h / p.hkv;
-    let q_stride = p.h * D;
-    let kvoff = kidx * D;
-    for (var d = lid; d < D; d += WA) { at_row0[d] = ak_k[kvoff + d]; at_row1[d] = ak_v[kvoff + d]; }
-    workgroupBarrier();
+    let HD = p.h * D;
+    let KD = p.hkv * D;
+    let ko = (first + j0) * KD + g * D;
+    let o = lid / AS;                     // key in the tile
+    let s = lid % AS;                     // query in the tile; dims 4s + 128e when accumulating
+    let j = j0 + o;
 
-    var acck = vec4<f32>(0.0);   // dims lid + 64e; vectors, not loop-indexed arrays (see dq)
-    var accv = vec4<f32>(0.0);
+    var acck0 = vec4<f32>(0.0);
+    var acck1 = vec4<f32>(0.0);
+    var accv0 = vec4<f32>(0.0);
+    var accv1 = vec4<f32>(0.0);
+    let d0 = min(4u * s, D - 1u);         // clamped: sums past D are computed, never written
+    let d1 = min(4u * s + 128u, D - 1u);
     for (var r = 0u; r < rep; r++) {
         let h = g * rep + r;
-        for (var i0 = j; i0 < p.t; i0 += WA) {
-            let i = i0 + lid;
+        for (var i0 = j0; i0 < p.t; i0 += AS) {   // query blocks from the diagonal on
+            let nq = min(AS, p.t - i0);
+            let sd = ak_scores((first + i0) * HD + h * D, HD, nq, ko, KD, nk, D, lid);
+            let i = i0 + s;
             var pr = 0.0;
             var ds = 0.0;
-            if (i < p.t) {
-                let qrow = (first + i) * q_stride + h * D;
-                var s = 0.0;
-                var dp = 0.0;
-                for (var d = 0u; d < D; d++) {
-                    s += ak_q[qrow + d] * at_row0[d];
-                    dp += ak_do[qrow + d] * at_row1[d];
-                }
+            if (j <= i && i < p.t) {
                 let st = 2u * ((first + i) * p.h + h);
-                pr = exp(p.scale * s - ak_stats[st]);
-                ds = pr * (dp - ak_stats[st + 1u]);
+                pr = exp(p.scale * sd.x - ak_stats[st]);
+                ds = pr * (sd.y - ak_stats[st + 1u]);
             }
-            at_ra[lid] = pr;
-            at_rb[lid] = ds;
+            at_p[lid] = pr;
+            at_ds[lid] = ds;
             workgroupBarrier();
-            let cnt = min(WA, p.t - i0);
-            let d0 = min(lid, D - 1u);
-            let d1 = min(lid + WA, D - 1u);
-            let d2 = min(lid + 2u * WA, D - 1u);
-            let d3 = min(lid + 3u * WA, D - 1u);
-            for (var ii = 0u; ii < cnt; ii++) {
-                let qrow = (first + i0 + ii) * q_stride + h * D;
-                let pa = at_ra[ii];
-                let pb = at_rb[ii];
-                accv.x += pa * ak_do[qrow + d0];
-                acck.x += pb * ak_q[qrow + d0];
-                if (D > WA) {
-                    accv.y += pa * ak_do[qrow + d1];
-                    acck.y += pb * ak_q[qrow + d1];
-                }
-                if (D > 2u * WA) {
-                    accv.z += pa * ak_do[qrow + d2];
-                    acck.z += pb * ak_q[qrow + d2];
-                    accv.w += pa * ak_do[qrow + d3];
-                    acck.w += pb * ak_q[qrow + d3];
-                }
+            for (var ii = 0u; ii < nq; ii++) {
+                let pa = at_p[o * AS + ii];
+                let pb = at_ds[o * AS + ii];
+                let qo = (first + i0 + ii) * HD + h * D;
+                accv0 += pa * ak_do4(qo + d0, D - d0);
+                acck0 += pb * ak_q4(qo + d0, D - d0);
+                if (D > 128u) { accv1 += pa * ak_do4(qo + d1, D - d1); acck1 += pb * ak_q4(qo + d1, D - d1); }
             }
-            workgroupBarrier();
         }
     }
-    for (var e = 0u; e < 4u; e++) {
-        let d = lid + e * WA;
-        if (d < D) { ak_dk[kvoff + d] = p.scale * acck[e]; ak_dv[kvoff + d] = accv[e]; }
+    if (j < p.t) {
+        let r = ko + o * KD;
+        for (var c = 0u; c < 4u; c++) {
+            if (4u * s + c < D) { ak_dk[r + 4u * s + c] = p.scale * acck0[c]; ak_dv[r + 4u * s + c] = accv0[c]; }
+            if (4u * s + 128u + c < D) {
+                ak_dk[r + 4u * s + 128u + c] = p.scale * acck1[c];
+                ak_dv[r + 4u * s + 128u + c] = accv1[c];
+            }
+        }
     }
 }

@@ -338,7 +338,7 @@ def test_rope_backward(run_case, B, T, H, D):
 
 
 @pytest.mark.parametrize("B,T,H,Hkv,D", [(1, 1, 1, 1, 4), (2, 5, 4, 4, 8), (1, 70, 4, 2, 6), (2, 3, 4, 1, 130),
-                                         (1, 4, 2, 1, 200)])
+                                         (1, 4, 2, 1, 200), (3, 33, 6, 3, 3), (2, 20, 2, 2, 256)])
 def test_attention_backward(run_case, B, T, H, Hkv, D):
     rng = np.random.default_rng(B * T * H * D)
     N = B * T

@@ -100,6 +100,7 @@ async def attention_backward(dev: Device, dout, q, k, v, dq, dk, dv, stats, B: i
         _need(b, n, what, "attention_backward")
     params = struct.pack("<IIIIIf", B, T, H, Hkv, D, D ** -0.5 if scale is None else scale)
     kq = await dev.kernel(SHADER, "attention_backward_dq")
-    dev.dispatch(kq, [dout, q, k, v, dq, stats], groups=N * H, params=params)
+    blocks = B * -(-T // 8)   # 8-row blocks, never straddling sequences
+    dev.dispatch(kq, [dout, q, k, v, dq, stats], groups=blocks * H, params=params)
     kkv = await dev.kernel(SHADER, "attention_backward_dkv")
-    dev.dispatch(kkv, [dout, q, k, v, stats, dk, dv], groups=N * Hkv, params=params)
+    dev.dispatch(kkv, [dout, q, k, v, stats, dk, dv], groups=blocks * Hkv, params=params)
