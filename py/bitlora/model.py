@@ -44,7 +44,8 @@ NORMS = ("input_layernorm", "self_attn.attn_sub_norm", "post_attention_layernorm
 
 
 def f32_bytes(t: FloatTensor, start: int = 0, count: int | None = None) -> bytes:
-    """Elements [start, start + count) of a FloatTensor as little-endian f32 bytes."""
+    """Elements [start, start + count) of a FloatTensor as little-endian f32 (a bytes-like
+    object: bytes, bytearray or array('f'), so no extra copy is made of a big piece)."""
     count = t.numel - start if count is None else count
     size = FloatTensor.ITEMSIZE[t.dtype]
     raw = t.data[start * size:(start + count) * size]
@@ -54,8 +55,12 @@ def f32_bytes(t: FloatTensor, start: int = 0, count: int | None = None) -> bytes
         out = bytearray(4 * count)
         out[2::4] = raw[0::2]
         out[3::4] = raw[1::2]
-        return bytes(out)
-    return array.array("f", struct.unpack(f"<{count}e", raw)).tobytes()
+        return out
+    out = array.array("f")   # f16: widened 64 Ki values at a time (a tuple of them all would
+    for a in range(0, count, 1 << 16):   # take ~30 bytes of heap per value)
+        k = min(1 << 16, count - a)
+        out.extend(struct.unpack(f"<{k}e", raw[2 * a:2 * (a + k)]))
+    return out
 
 
 class RowTable(list):

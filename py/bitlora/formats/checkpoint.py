@@ -27,6 +27,7 @@ DEFAULTS = dict(vocab_size=128256, hidden_size=2560, intermediate_size=6912, num
                 rope_theta=500000.0, max_position_embeddings=2048, tie_word_embeddings=False,
                 bos_token_id=128000, eos_token_id=128001, hidden_act="relu2")
 CHUNK = 16 << 20
+LAZY_OVER = 4 * CHUNK   # float tensors bigger than this are read slice by slice while uploading
 MAX_DIM = 1 << 24          # no BitNet dimension comes near this; larger means corrupt
 
 
@@ -139,6 +140,15 @@ class Checkpoint:
             self._tick(b - a)
         return buf
 
+    def _lazy(self, src: Source, offset: int, n: int, what: str):
+        """The bytes of a float tensor: read now if small, else a TensorBytes that reads
+        a slice from the source when the uploader asks for it (so a 656 MB embedding
+        never sits whole in Python's heap, e.g. in Pyodide's 4 GB)."""
+        if n <= LAZY_OVER:
+            return self._read(src, offset, n, what)
+        src.read_exact(offset + n - 1, 1, what)          # a truncated file fails now, not later
+        return TensorBytes(self, src, offset, n, what)
+
     def _tick(self, n):
         self._done += n
         if self._progress is not None:
@@ -199,3 +209,27 @@ def open_checkpoint(src, progress=None) -> Checkpoint:
             and not is_blob(src):
         raise TypeError(f"open_checkpoint: cannot open {type(src).__name__}")
     return GGUFCheckpoint(as_source(src), progress)
+
+
+class TensorBytes:
+    """Bytes of one big tensor in a checkpoint, read on slicing: `tb[a:b]` reads bytes
+    a..b from the source (and reports them as progress). len() is the byte count. Only
+    contiguous slices; valid until the checkpoint is closed."""
+
+    def __init__(self, ck, src: Source, offset: int, n: int, what: str):
+        self._ck, self._src, self._offset, self._n, self._what = ck, src, offset, n, what
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __getitem__(self, key) -> bytes:
+        if not isinstance(key, slice):
+            raise TypeError("TensorBytes supports slices only")
+        a, b, step = key.indices(self._n)
+        if step != 1:
+            raise ValueError("TensorBytes supports contiguous slices only")
+        if b <= a:
+            return b""
+        data = self._src.read_exact(self._offset + a, b - a, self._what)
+        self._ck._tick(b - a)
+        return data

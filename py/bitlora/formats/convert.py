@@ -48,7 +48,7 @@ def i2s_bytes(t: np.ndarray, scale: float) -> np.ndarray:
 
 
 def float_array(ft) -> np.ndarray:
-    raw = np.frombuffer(ft.data, {"f32": "<f4", "f16": "<f2", "bf16": "<u2"}[ft.dtype])
+    raw = np.frombuffer(ft.data[:], {"f32": "<f4", "f16": "<f2", "bf16": "<u2"}[ft.dtype])   # [:] reads a TensorBytes
     if ft.dtype == "bf16":
         raw = (raw.astype(np.uint32) << 16).view(np.float32)
     return raw.astype(np.float32).reshape(ft.shape)

@@ -307,9 +307,9 @@ class GGUFCheckpoint(Checkpoint):
         gname, ttype, off, nbytes = self._where[name]
         fn = self.src.name
         shape = self._shapes[name]
-        data = self._read(self.src, off, nbytes, f"tensor {gname!r}")
         if not is_projection(name):
-            return FloatTensor(shape, FLOAT_TYPES[ttype], data)
+            return FloatTensor(shape, FLOAT_TYPES[ttype], self._lazy(self.src, off, nbytes, f"tensor {gname!r}"))
+        data = self._read(self.src, off, nbytes, f"tensor {gname!r}")
         O, I = shape
         n = O * I
         fast = I % 16 == 0                 # rows need no padding: decode straight to our layout

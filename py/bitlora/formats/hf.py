@@ -131,10 +131,10 @@ class HFCheckpoint(Checkpoint):
     def _load(self, name):
         t = self._entries[name]
         what = f"tensor {name!r}"
-        data = self._read(t.source, t.offset, t.nbytes, what)
         shape = self._shapes[name]
         if not is_projection(name):
-            return FloatTensor(shape, FLOAT_DTYPES[t.dtype], data)
+            return FloatTensor(shape, FLOAT_DTYPES[t.dtype], self._lazy(t.source, t.offset, t.nbytes, what))
+        data = self._read(t.source, t.offset, t.nbytes, what)
         O, I = shape
         if t.dtype == "U8":
             if not T.check_codes_packed(data):

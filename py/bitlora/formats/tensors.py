@@ -44,7 +44,8 @@ class TernaryTensor:
 class FloatTensor:
     shape: tuple[int, ...]
     dtype: str               # "f32" | "f16" | "bf16"
-    data: bytes              # raw little-endian values, row-major
+    data: bytes              # raw little-endian values, row-major (or, for a big tensor, a
+                             # checkpoint.TensorBytes that reads a slice when sliced)
 
     ITEMSIZE = {"f32": 4, "f16": 2, "bf16": 2}
 
