@@ -167,6 +167,12 @@ class Device:
             mv = memoryview(bytes(mv) + b"\0" * (4 - mv.nbytes % 4))
         self.backend.write_buffer(buf.handle, offset, mv)
 
+    def reset_peak(self) -> int:
+        """Start peak_allocated again from what is allocated now (returned): a benchmark
+        or test sharing the device measures its own peak as peak_allocated - that."""
+        self.peak_allocated = self.allocated
+        return self.allocated
+
     def destroy(self, buf: Buffer) -> None:
         self.backend.destroy_buffer(buf.handle)
         self.allocated -= buf.size
