@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import struct
 import time
 
 SHAPES = {
@@ -147,7 +148,6 @@ async def _bench_bitlora(config: dict, B: int, T: int, steps: int, r: int, targe
     dt = (time.perf_counter() - t) / steps
     if profile:
         out["profile"] = await _profile(dev, lambda: step(steps + 1))
-    import struct
     tokens = mbs[2].n_targets
     out.update({"step_s": dt, "tokens_per_step": tokens, "tokens_per_s": tokens / dt,
                 "loss_last": struct.unpack("<f", await pending[-1][0].get())[0] / tokens if pending else None,

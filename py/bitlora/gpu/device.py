@@ -140,6 +140,7 @@ class Device:
         self._align = max(16, int(self.limits.get("minUniformBufferOffsetAlignment", 256)))
         self.allocated = 0       # bytes in live storage buffers made by buffer()
         self.peak_allocated = 0  # the most that ever were (benchmarks report it)
+        self.splitk_scratch: Buffer | None = None   # partial sums of split matmuls (ops/splitk.py)
 
     # -- buffers -------------------------------------------------------------
     def buffer(self, size: int, label: str = "", data=None) -> Buffer:

@@ -28,10 +28,9 @@ def plan(tiles: int, K: int, unit: int, split: int | None = None, cols_per_k: in
 def scratch(dev, floats: int):
     """A device-wide scratch buffer of at least `floats` f32 (grown, never shrunk).
     Dispatches run in order, so one buffer serves every split matmul of a submit."""
-    buf = getattr(dev, "_splitk_scratch", None)
+    buf = dev.splitk_scratch
     if buf is None or buf.size < 4 * floats:
-        buf = dev.buffer(4 * max(floats, 1), "splitk.partials")
-        dev._splitk_scratch = buf
+        buf = dev.splitk_scratch = dev.buffer(4 * max(floats, 1), "splitk.partials")
     return buf
 
 
