@@ -117,7 +117,7 @@ import json
 from bitlora import webapp
 from bitlora.data import format_prompt
 ids = webapp.S.model.tokenizer.encode(format_prompt(PROMPT), add_special_tokens=True)
-adapted = await webapp.S.trainer.lora.alogits(ids)
+adapted = await webapp.S.model.alogits(ids, webapp.S.trainer.lora)
 base = await webapp.S.model.alogits(ids)
 json.dumps({"ids": ids, "adapted": [list(r) for r in adapted], "base": [list(r) for r in base]})
 """.replace("PROMPT", repr(PROMPT))
@@ -132,8 +132,8 @@ def native_adapted(adapter_dir, ids, prompt, n_new):
         model = await aload_model(str(demo.MODEL_DIR))
         tr = Trainer(model, "demo", {"init_adapter": str(adapter_dir), "max_steps": 1})
         await tr._setup()
-        rows = await tr.lora.alogits(ids)
-        gen = await tr.lora.agenerate(prompt, max_new_tokens=n_new)
+        rows = await model.alogits(ids, tr.lora)
+        gen = await model.agenerate(prompt, max_new_tokens=n_new, lora=tr.lora)
         return np.array([list(r) for r in rows]), gen.text
     return gpu.run(go())
 

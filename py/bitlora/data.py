@@ -197,6 +197,10 @@ class MicroBatch:
     indices: list
     n_targets: int           # sum(mask)
 
+    def rows(self) -> list:
+        """ids as B lists of T tokens."""
+        return [self.ids[b * self.T:(b + 1) * self.T] for b in range(self.B)]
+
     @property
     def targets(self) -> list:
         """targets[B*T]: the token position t must predict (ids[t+1]), or -1 if none."""
@@ -250,6 +254,10 @@ class Dataset:
 
     def __len__(self) -> int:
         return len(self.examples)
+
+    def max_len(self) -> int:
+        """Tokens of the longest example: the most a micro-batch pads to."""
+        return max(len(ids) for _, ids, _ in self.examples)
 
     @property
     def pad_id(self) -> int:

@@ -1,46 +1,118 @@
-"""The BitNet b1.58 model on the GPU: weights, forward over whole sequences, a KV
-cache for incremental decoding, and sampling. Browser-safe: standard library + bitlora.
+"""The BitNet b1.58 model on the GPU: weights, the one forward (training, logits,
+KV-cached decoding, with or without LoRA) and its backward, side by side.
+Browser-safe: standard library + bitlora.
 
 Shape legend (used everywhere in bitlora):
   B batch, T tokens per sequence, N = B*T rows, C width (hidden_size), H heads,
-  Hkv KV heads, D head dim, F FFN width (intermediate_size), V vocab, L layers,
-  S KV-cache capacity (positions per sequence), P RoPE table positions.
+  Hkv KV heads, D head dim, KV = Hkv*D, F FFN width (intermediate_size), V vocab,
+  L layers, R LoRA rank, S KV-cache capacity (positions per sequence), P RoPE table positions.
 
 One decoder layer, as HF's BitNetForCausalLM computes it (REFERENCE.md section 2):
   n1 = input_layernorm(x);  q, k, v = BitLinear(n1);  q, k = rope(q), rope(k)
-  x += o_proj(attn_sub_norm(attention(q, k, v)))
-  n2 = post_attention_layernorm(x)
-  x += down_proj(ffn_sub_norm(relu(gate_proj(n2))^2 * up_proj(n2)))
+  x_mid = x + o_proj(attn_sub_norm(attention(q, k, v)))
+  n2 = post_attention_layernorm(x_mid)
+  x_out = x_mid + down_proj(ffn_sub_norm(relu(gate_proj(n2))^2 * up_proj(n2)))
 and logits = lm_head(norm(x)), lm_head a plain float linear (tied: the embedding).
-Every BitLinear is actquant (per-token int8) + packed ternary matmul.
+Every BitLinear is actquant (per-token int8) + packed ternary matmul; an adapted
+projection adds its LoRA branch (lora.Lora.apply) computed from the same input.
+
+    model = await Model.create(dev, config, load)     # or bitlora.load_model(...)
+    acts = model.activations(B, T, lora)             # training: kept per layer
+    model.forward(ids, acts, lora, targets=targets)  # records; loss into acts.loss_sum
+    model.backward(acts, lora)                       # records; LoRA grads into lora.arena.grads
+    rows = await model.alogits(ids)                  # logits (decoding scratch, no cache)
+    out = await model.agenerate("Hello", lora=lora)  # KV-cached decoding
+
+Activations come from one table, ACTS, (name, shape, dtype, scope): training
+allocates its "layer" rows once per layer (the backward reads them) plus the
+"grad" scratch; decoding allocates the "layer" rows once, shared by every layer,
+with the residual stream updated in place. The same table gives the memory
+estimate (`memory_estimate`), so it is what a step allocates, not a guess.
 
 What the GPU holds: ternary weights packed 2 bits per weight exactly as
-`formats.tensors.TernaryTensor` lays them out (never expanded); norms, embedding
-and lm_head as f32, the embedding / lm_head in row chunks of at most
-`max_binding` bytes each (a 2B-4T embedding is larger than one binding may be).
-Scratch activations are sized for the largest N seen; the KV cache holds
-k, v[B, S, Hkv*D] per layer. Saved for a backward: each norm's rstd and the
-attention lse are computed (into scratch; the trainer owns what it keeps).
+`formats.tensors.TernaryTensor` lays them out (never expanded); norms as f32; the
+embedding / lm_head as f32 or bf16 in row chunks of at most `max_binding` bytes
+each (a 2B-4T embedding is larger than one binding may be).
 """
 from __future__ import annotations
 
 import array
+import math
 import random
 import struct
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from .formats.tensors import FloatTensor, TernaryTensor
-from .ops.attention import attention_forward, kv_store
-from .ops.bitlinear import actquant_forward, bitlinear_forward
+from .ops import splitk
+from .ops.attention import attention_backward, attention_forward, kv_store
+from .ops.bitlinear import actquant_forward, bitlinear_backward_input, bitlinear_forward
+from .ops.cross_entropy import cross_entropy_forward_backward, cross_entropy_sum
 from .ops.embedding import embedding_forward
-from .ops.ffn import relu2_gating_forward
-from .ops.lm_head import linear_forward
-from .ops.rmsnorm import rmsnorm_forward
-from .ops.rope import rope_forward, rope_tables
+from .ops.linear import linear_backward_input, linear_forward
+from .ops.relu2 import relu2_gating_backward, relu2_gating_forward
+from .ops.rmsnorm import rmsnorm_backward, rmsnorm_forward
+from .ops.rope import rope_backward, rope_forward, rope_tables
 
-PROJ = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
-        "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")
+MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+FULL = {m: ("self_attn." if m in MODULES[:4] else "mlp.") + m for m in MODULES}
 NORMS = ("input_layernorm", "self_attn.attn_sub_norm", "post_attention_layernorm", "mlp.ffn_sub_norm")
+
+# The activation table. scope: "layer" (one set per layer in training, one shared set
+# when decoding), "top" (once: around the layers), "lora" (per adapted projection, per
+# layer in training), "grad" (backward scratch, training only), "io" (token ids and
+# targets: one pair per micro-batch of a step, since every micro-batch of a step is
+# recorded into one submit and a write lands before the whole submit runs).
+ACTS = (
+    # name      shape     dtype  scope
+    ("x",       "N C",    "f32", "layer"),   # the layer's input: the residual stream
+    ("n1",      "N C",    "f32", "layer"),   # input_layernorm(x)
+    ("rstd1",   "N",      "f32", "layer"),
+    ("q",       "N C",    "f32", "layer"),   # post-RoPE
+    ("k",       "N KV",   "f32", "layer"),   # post-RoPE
+    ("v",       "N KV",   "f32", "layer"),
+    ("att",     "N C",    "f32", "layer"),   # attention output
+    ("lse",     "N H",    "f32", "layer"),   # its log-sum-exp per head
+    ("an",      "N C",    "f32", "layer"),   # attn_sub_norm(att)
+    ("rstd_a",  "N",      "f32", "layer"),
+    ("x_mid",   "N C",    "f32", "layer"),   # x + o_proj(an)
+    ("n2",      "N C",    "f32", "layer"),   # post_attention_layernorm(x_mid)
+    ("rstd2",   "N",      "f32", "layer"),
+    ("g",       "N F",    "f32", "layer"),   # gate_proj(n2)
+    ("u",       "N F",    "f32", "layer"),   # up_proj(n2)
+    ("hf",      "N F",    "f32", "layer"),   # relu(g)^2 * u
+    ("fn",      "N F",    "f32", "layer"),   # ffn_sub_norm(hf)
+    ("rstd_f",  "N",      "f32", "layer"),
+    ("lora_u",  "N R",    "f32", "lora"),    # A dropout(x) of one adapted projection
+    ("x_out",   "N C",    "f32", "top"),     # the last layer's output
+    ("xf",      "N C",    "f32", "top"),     # norm(x_out): the head's input
+    ("rstd_out", "N",     "f32", "top"),
+    ("xq",      "N CF",   "f32", "top"),     # int8 activations (CF = max(C, F))
+    ("s",       "N",      "f32", "top"),     # their per-row scales
+    ("logits",  "N V",    "f32", "train"),   # training: logits, then dlogits in place
+    ("losses",  "N",      "f32", "train"),
+    ("loss_sum", "1",     "f32", "train"),
+    ("ids",     "N",      "u32", "io"),
+    ("targets", "N",      "i32", "io"),
+    ("dh",      "N C",    "f32", "grad"),    # gradient of the residual stream
+    ("dxf",     "N C",    "f32", "grad"),
+    ("d_fn",    "N F",    "f32", "grad"),
+    ("d_hf",    "N F",    "f32", "grad"),
+    ("dg",      "N F",    "f32", "grad"),
+    ("du",      "N F",    "f32", "grad"),
+    ("dn",      "N C",    "f32", "grad"),    # gradient of a norm's output (n1, n2)
+    ("d_an",    "N C",    "f32", "grad"),
+    ("d_att",   "N C",    "f32", "grad"),
+    ("dq",      "N C",    "f32", "grad"),
+    ("dk",      "N KV",   "f32", "grad"),
+    ("dv",      "N KV",   "f32", "grad"),
+    ("stats",   "N H 2",  "f32", "grad"),    # attention backward's per-row statistics
+    ("du_lora", "N R",    "f32", "grad"),
+)
+
+
+def buffer_bytes(nbytes: int) -> int:
+    """What Device.buffer allocates for `nbytes` (rounded up to 4, at least 4)."""
+    return max(4, (int(nbytes) + 3) & ~3)
 
 
 def f32_bytes(t: FloatTensor, start: int = 0, count: int | None = None) -> bytes:
@@ -85,7 +157,7 @@ class Proj:
 @dataclass
 class Layer:
     norms: dict          # NORMS name -> w[C] (ffn_sub_norm: w[F]) buffer
-    proj: dict           # PROJ name -> Proj
+    proj: dict           # MODULES name ("q_proj", ...) -> Proj
 
 
 @dataclass
@@ -101,9 +173,102 @@ class Generation:
 
 
 @dataclass
-class _Scratch:
-    N: int
-    bufs: dict = field(default_factory=dict)
+class KVCache:
+    """k, v[B, S, KV] per layer; `pos` positions of each sequence are filled (forward
+    with this cache writes the next T and advances it)."""
+    B: int
+    S: int
+    k: list
+    v: list
+    pos: int = 0
+
+
+class _Set:
+    """A namespace of buffers (one layer's activations, the gradient scratch, ...)."""
+
+
+class Activations:
+    """Buffers of the ACTS table for up to N = B*T rows.
+    Training: the "layer" and "lora" rows once per layer (kept for the backward), the
+      "top", "train" and "grad" rows once, an ids/targets pair per micro-batch.
+    Decoding: the "layer" rows once, used by every layer, with x, x_mid and x_out one
+      buffer (the residual stream updated in place); one "lora" row shared by every
+      adapted projection; the "top" rows; one ids/targets pair."""
+
+    def __init__(self, model, B: int, T: int, modules=(), R: int = 0, training: bool = True,
+                 micro_batches: int = 1):
+        self.B, self.T, self.N, self.R = B, T, B * T, R
+        self.training, self.modules = training, tuple(modules)
+        self.micro, self.step = 0, 0      # micro-batch and step of the last training forward (dropout)
+        self.layers = [_Set() for _ in range(model.L if training else 1)]
+        self.top, self.grad, self._io, self._u = _Set(), _Set(), [], {}
+        for key, nbytes in self.plan(model, self.N, modules, R, training, micro_batches):
+            buf = model.dev.buffer(nbytes, ".".join(map(str, key)))
+            scope, name = key[0], key[-1]
+            if scope == "layer":
+                setattr(self.layers[key[1]], name, buf)
+            elif scope == "lora":
+                self._u[key[1:]] = buf
+            elif scope == "io":
+                if key[1] == len(self._io):
+                    self._io.append([])
+                self._io[key[1]].append(buf)
+            else:
+                setattr(self.grad if scope == "grad" else self.top, name, buf)
+        if not training:
+            a = self.layers[0]
+            a.x_mid = self.top.x_out = a.x
+
+    @staticmethod
+    def plan(model, N: int, modules=(), R: int = 0, training: bool = True, micro_batches: int = 1) -> list:
+        """[(key, bytes)] of every buffer an Activations allocates, in order: the one
+        place that turns the ACTS table into buffers (and the memory estimate)."""
+        dims = model.dims(N, R)
+        out = []
+        sets = range(model.L) if training else range(1)
+        for name, shape, _, scope in ACTS:
+            b = buffer_bytes(4 * _numel(shape, dims))
+            if scope == "layer":
+                if training or name not in ("x_mid",):
+                    out += [(("layer", li, name), b) for li in sets]
+            elif scope == "lora":
+                if training:
+                    out += [(("lora", li, m), b) for li in sets for m in modules]
+                elif modules:
+                    out.append((("lora", 0, "shared"), b))
+            elif scope == "top":
+                if training or name != "x_out":
+                    out.append((("top", name), b))
+            elif scope in ("train", "grad"):
+                if training:
+                    out.append(((scope, name), b))
+        io = [(name, shape) for name, shape, _, scope in ACTS if scope == "io"]
+        for j in range(micro_batches if training else 1):
+            out += [(("io", j, name), buffer_bytes(4 * _numel(shape, dims))) for name, shape in io]
+        return out
+
+    def io(self, micro: int) -> tuple:
+        """(ids[N], targets[N]) buffers of micro-batch `micro`."""
+        if micro >= len(self._io):
+            raise ValueError(f"micro-batch {micro}: activations were made for {len(self._io)} per step")
+        return tuple(self._io[micro])
+
+    def layer(self, li: int) -> _Set:
+        return self.layers[li if self.training else 0]
+
+    def out(self, li: int):
+        """The buffer layer li writes its output into (the next layer's x)."""
+        if self.training and li + 1 < len(self.layers):
+            return self.layers[li + 1].x
+        return self.top.x_out
+
+    def lora_u(self, li: int, mod: str):
+        """u[N, R] = A dropout(x) of projection `mod` of layer li."""
+        return self._u[(li, mod)] if self.training else self._u[(0, "shared")]
+
+
+def _numel(shape: str, dims: dict) -> int:
+    return math.prod(dims[s] if not s.isdigit() else int(s) for s in shape.split())
 
 
 class Model:
@@ -131,10 +296,15 @@ class Model:
         self.norm = None
         self.P = 0
         self.cos = self.sin = None
-        self._scratch = _Scratch(0)
-        self.cache = None          # (B, S, [(k_cache, v_cache)] per layer)
-        self._logits = None        # logits[rows, V], sized for the most rows asked
-        self._last_n = 0           # N of the last forward
+        self.weight_bytes = 0      # bytes of the GPU buffers the weights and RoPE tables take
+        self._scratch: Activations | None = None   # decoding activations
+        self._cache: KVCache | None = None
+        self._logits = None        # decoding logits[rows, V], sized for the most rows asked
+
+    def dims(self, N: int, R: int = 0) -> dict:
+        """The legend's sizes for N rows (and LoRA rank R)."""
+        return {"N": N, "C": self.C, "F": self.F, "V": self.V, "H": self.H, "KV": self.Hkv * self.D,
+                "CF": max(self.C, self.F), "R": R}
 
     # -- construction ---------------------------------------------------------
     @classmethod
@@ -142,16 +312,19 @@ class Model:
                      name: str = "bitnet") -> "Model":
         """`load(hf_name) -> TernaryTensor | FloatTensor` (e.g. a checkpoint's `load`)."""
         m = cls(dev, config, tokenizer, max_binding, name)
+        before = dev.allocated
         m.embed = m._upload_rows("model.embed_tokens.weight", load("model.embed_tokens.weight"))
         for i in range(m.L):
             p = f"model.layers.{i}."
             norms = {n: m._upload_vec(p + n + ".weight", load(p + n + ".weight")) for n in NORMS}
-            proj = {n: m._upload_proj(p + n + ".weight", load(p + n + ".weight")) for n in PROJ}
+            proj = {mod: m._upload_proj(p + FULL[mod] + ".weight", load(p + FULL[mod] + ".weight"))
+                    for mod in MODULES}
             m.layers.append(Layer(norms, proj))
         m.norm = m._upload_vec("model.norm.weight", load("model.norm.weight"))
         tied = m.config.get("tie_word_embeddings", False)
         m.head = m.embed if tied else m._upload_rows("lm_head.weight", load("lm_head.weight"))
         m._rope(int(m.config.get("max_position_embeddings", 2048)))
+        m.weight_bytes = dev.allocated - before
         return m
 
     def _upload_vec(self, name, t):
@@ -189,40 +362,96 @@ class Model:
         return out
 
     def _rope(self, P: int) -> None:
+        """cos, sin[P, D/2] covering positions 0..P-1 (grown, never shrunk)."""
         if P <= self.P:
             return
         cos, sin = rope_tables(P, self.D, float(self.config.get("rope_theta", 10000.0)))
         self.cos, self.sin = self.dev.buffer(4 * len(cos), "rope_cos", cos), self.dev.buffer(4 * len(sin), "rope_sin", sin)
         self.P = P
 
-    def _bufs(self, N: int) -> dict:
-        """Scratch activations for N rows (reallocated only when N grows)."""
-        if N > self._scratch.N:
-            C, F, V, H = self.C, self.F, self.V, self.H
-            kv = self.Hkv * self.D
-            shapes = dict(ids=N, x=N * C, nrm=N * C, rstd=N, xq=N * max(C, F), s=N, q=N * C, k=N * kv, v=N * kv,
-                          att=N * C, lse=N * H, g=N * F, u=N * F, hf=N * F, hn=N * F)
-            self._scratch = _Scratch(N, {k: self.dev.buffer(4 * n, k) for k, n in shapes.items()})
-        return self._scratch.bufs
+    # -- sizes ------------------------------------------------------------------
+    def param_count(self) -> int:
+        """Weights of the projections and the embedding (the figure the page shows)."""
+        return sum(p.O * p.I for lay in self.layers for p in lay.proj.values()) + self.V * self.C
 
-    def reset_cache(self, B: int, S: int) -> None:
-        """An empty KV cache for B sequences of up to S positions (reused if big enough)."""
-        if self.cache is None or self.cache[0] != B or self.cache[1] < S:
+    def activations(self, B: int, T: int, lora=None, micro_batches: int = 1) -> Activations:
+        """Training activations for micro-batches of up to B sequences of T tokens."""
+        modules = lora.modules if lora is not None else ()
+        return Activations(self, B, T, modules, lora.R if lora is not None else 0, True, micro_batches)
+
+    def memory_estimate(self, cfg, seq_len: int | None = None) -> dict:
+        """GPU bytes a training run with TrainConfig `cfg` allocates: {"total", "largest",
+        "parts": {what: bytes}}. The weights are this model's own buffers; the rest is
+        what Activations, the LoRA arena, AdamW and split-K allocate for micro-batches
+        of cfg.micro_batch_size sequences of `seq_len` tokens (default: cfg.cutoff_len,
+        capped at the model's context)."""
+        from .adapter import lora_shapes   # noqa: PLC0415 - moved with the formats
+        from .optim import AdamW, ParamArena
+        T = seq_len or min(cfg.cutoff_len, int(self.config.get("max_position_embeddings", cfg.cutoff_len)))
+        N = cfg.micro_batch_size * T
+        modules = [m for m in MODULES if m in cfg.target_modules]
+        plan = Activations.plan(self, N, modules, cfg.lora_r, True, cfg.grad_accum)
+        shapes = lora_shapes(self.config, modules, cfg.lora_r)
+        arena = ParamArena.plan(shapes)
+        parts = {"weights": self.weight_bytes,
+                 "activations": sum(b for _, b in plan),
+                 "lora + adamw": sum(arena.values()) + AdamW.state_bytes(len(shapes)),
+                 "split-k": buffer_bytes(4 * self.splitk_floats(N, modules))}
+        largest = max([b for _, b in plan] + [arena["params"]])
+        return {"total": sum(parts.values()), "largest": largest, "parts": parts}
+
+    def splitk_floats(self, N: int, modules=()) -> int:
+        """The split-K scratch a training step of N rows grows to (floats)."""
+        need = 1
+        for lay in self.layers[:1]:
+            for p in lay.proj.values():
+                need = max(need, splitk.bitlinear_forward_floats(N, p.I, p.O),
+                           splitk.bitlinear_backward_input_floats(N, p.I, p.O))
+        for _, rows, _ in self.head:
+            need = max(need, splitk.linear_backward_input_floats(N, self.C, rows))
+        return need
+
+    # -- caches and scratch ----------------------------------------------------------
+    def kv_cache(self, B: int, S: int) -> KVCache:
+        """An empty KV cache for B sequences of up to S positions (the model keeps one
+        and reuses its buffers while they are big enough)."""
+        c = self._cache
+        if c is None or c.B != B or c.S < S:
             size = 4 * B * S * self.Hkv * self.D
-            self.cache = (B, S, [(self.dev.buffer(size, f"k_cache{i}"), self.dev.buffer(size, f"v_cache{i}"))
-                                 for i in range(self.L)])
+            k = [self.dev.buffer(size, f"k_cache{i}") for i in range(self.L)]
+            v = [self.dev.buffer(size, f"v_cache{i}") for i in range(self.L)]
+            c = self._cache = KVCache(B, S, k, v)
+        c.pos = 0
         self._rope(S)
+        return c
 
-    # -- forward ----------------------------------------------------------------
-    async def forward(self, ids, pos0: int = 0, last_only: bool = False, head: bool = True, adapter=None):
-        """Run ids[B, T] (a list of B equal-length lists, or one flat list: B = 1) at
-        positions pos0..pos0+T-1 through the model, writing their k, v into the cache
-        (pos0 = 0 starts a fresh cache sized T unless reset_cache made a larger one).
-        Returns (logits buffer, rows): logits[rows, V] for all N = B*T rows, or only each
-        sequence's last row (rows = B) when last_only; with head=False, (None, 0) and
-        the normed final hidden states stay in scratch for `head()`. Records; does not
-        submit. `adapter` (e.g. a lora.LoraModel) has `await adapter.add(layer, name, x,
-        y, N)`, called after each projection y = BitLinear(x) to add its branch into y."""
+    def _decoding(self, B: int, T: int, lora) -> Activations:
+        """The decoding scratch for N = B*T rows (reallocated only when N, the LoRA rank
+        or the set of adapted projections grows)."""
+        a = self._scratch
+        modules, R = (lora.modules, lora.R) if lora is not None else ((), 0)
+        if a is None or a.N < B * T or a.R < R or not set(modules) <= set(a.modules):
+            N = max(B * T, a.N if a is not None else 0)
+            a = self._scratch = Activations(self, 1, N, modules or (a.modules if a else ()),
+                                            max(R, a.R if a else 0), training=False)
+        a.B, a.T = B, T
+        return a
+
+    # -- forward ------------------------------------------------------------------
+    def forward(self, ids, acts: Activations | None = None, lora=None, cache: KVCache | None = None,
+                targets=None, micro: int = 0, step: int = 0, logits: str | None = "all"):
+        """Record the forward of ids[B, T] (B equal-length lists, or one flat list: B = 1).
+
+        acts: training activations (model.activations): every layer's activations are
+          kept for `backward`, the logits of all rows land in acts.top.logits and, with
+          `targets[N]` (-1: not a target), the cross-entropy of each row's target is
+          added into acts.top.loss_sum and the logits become dlogits (for backward).
+          LoRA dropout is on, its masks drawn from (micro, step).
+        Without acts (decoding): one shared scratch, no dropout; `cache` (model.kv_cache)
+          puts k, v at positions cache.pos.. and attends over everything cached.
+          logits: "all" -> logits[N, V], "last" -> each sequence's last row [B, V],
+          None -> none (the final hidden states stay for `head_rows`).
+        Returns the logits buffer (or None). Records; does not submit."""
         seqs = [list(ids)] if ids and isinstance(ids[0], int) else [list(s) for s in ids]
         B, T = len(seqs), len(seqs[0]) if seqs else 0
         if T == 0 or any(len(s) != T for s in seqs):
@@ -231,75 +460,157 @@ class Model:
         bad = [t for t in flat if not 0 <= t < self.V]
         if bad:
             raise ValueError(f"forward: token id {bad[0]} outside the vocabulary (V={self.V})")
-        if pos0 == 0 and (self.cache is None or self.cache[0] != B or self.cache[1] < T):
-            self.reset_cache(B, T)
-        cB, S, cache = self.cache
-        if cB != B or pos0 + T > S:
-            raise ValueError(f"forward: cache holds B={cB}, S={S}; asked B={B}, positions {pos0}..{pos0 + T - 1}")
+        N = B * T
+        training = acts is not None
+        if training:
+            if N > acts.N:
+                raise ValueError(f"forward: {B} x {T} tokens exceed the activations' {acts.N} rows")
+            if cache is not None:
+                raise ValueError("forward: training activations take no KV cache")
+            acts.B, acts.T, acts.micro, acts.step = B, T, micro, step
+        else:
+            acts = self._decoding(B, T, lora)
+        pos0 = 0
+        if cache is not None:
+            if cache.B != B or cache.pos + T > cache.S:
+                raise ValueError(f"forward: cache holds B={cache.B}, S={cache.S}; asked B={B}, "
+                                 f"positions {cache.pos}..{cache.pos + T - 1}")
+            pos0 = cache.pos
+        self._rope(pos0 + T)
+        ids_buf = acts.io(micro)[0]
+        self.dev.write(ids_buf, array.array("I", flat))   # lands before this forward's submit
+        embedding_forward(self.dev, ids_buf, self.embed, acts.layer(0).x, N, self.C)
+        for li in range(self.L):
+            self._layer_forward(li, acts, lora, cache, B, T, pos0)
+        top = acts.top
+        rmsnorm_forward(self.dev, top.x_out, self.norm, top.xf, top.rstd_out, N, self.C, self.eps)
+        if cache is not None:
+            cache.pos += T
+        if training:
+            linear_forward(self.dev, top.xf, self.head, top.logits, N, self.C, self.V)
+            if targets is not None:
+                tbuf = acts.io(micro)[1]
+                self.dev.write(tbuf, array.array("i", targets))
+                cross_entropy_forward_backward(self.dev, top.logits, tbuf, top.losses, N, self.V, 1.0)
+                cross_entropy_sum(self.dev, top.losses, top.loss_sum, N)
+            return top.logits
+        if logits == "all":
+            return self.head_rows(N)
+        if logits == "last":
+            return self.head_rows(B, T - 1, T)
+        return None
+
+    def _proj(self, li, mods, x, width, outs, acts, lora, train, accumulate=False):
+        """BitLinear(x) of projections `mods` of layer li into `outs` (one activation
+        quantisation for all of them), each plus its LoRA branch when adapted."""
+        dev, N = self.dev, acts.B * acts.T
+        top = acts.top
+        actquant_forward(dev, x, top.xq, top.s, N, width)
+        for mod, y in zip(mods, outs):
+            p = self.layers[li].proj[mod]
+            bitlinear_forward(dev, top.xq, top.s, p.buf, p.scale, y, N, p.I, p.O, accumulate)
+            if lora is not None and lora.adapts(mod):
+                lora.apply(li, mod, x, y, acts.lora_u(li, mod), N, train, acts.step, acts.micro)
+
+    def _layer_forward(self, li, acts, lora, cache, B, T, pos0):
         dev, C, F, H, Hkv, D, eps = self.dev, self.C, self.F, self.H, self.Hkv, self.D, self.eps
-        N, KV = B * T, Hkv * D
-        self._last_n = N
-        b = self._bufs(N)
-        ids_buf = b["ids"]
-        dev.write(ids_buf, array.array("I", flat))   # lands before this forward's submit
-        x, nrm, rstd, xq, s = b["x"], b["nrm"], b["rstd"], b["xq"], b["s"]
+        N, train = B * T, acts.training
+        W, a, out = self.layers[li].norms, acts.layer(li), acts.out(li)
+        rmsnorm_forward(dev, a.x, W["input_layernorm"], a.n1, a.rstd1, N, C, eps)
+        self._proj(li, ("q_proj", "k_proj", "v_proj"), a.n1, C, (a.q, a.k, a.v), acts, lora, train)
+        rope_forward(dev, a.q, self.cos, self.sin, N, T, H, D, pos0)
+        rope_forward(dev, a.k, self.cos, self.sin, N, T, Hkv, D, pos0)
+        if cache is not None:
+            kv_store(dev, a.k, a.v, cache.k[li], cache.v[li], B, T, cache.S, Hkv * D, pos0)
+            k, v, S = cache.k[li], cache.v[li], cache.S
+        else:
+            k, v, S = a.k, a.v, T
+        attention_forward(dev, a.q, k, v, a.att, a.lse, B, T, H, Hkv, D, S, pos0)
+        rmsnorm_forward(dev, a.att, W["self_attn.attn_sub_norm"], a.an, a.rstd_a, N, C, eps)
+        if a.x_mid is not a.x:
+            dev.copy(a.x, a.x_mid, 4 * N * C)
+        self._proj(li, ("o_proj",), a.an, C, (a.x_mid,), acts, lora, train, accumulate=True)
+        rmsnorm_forward(dev, a.x_mid, W["post_attention_layernorm"], a.n2, a.rstd2, N, C, eps)
+        self._proj(li, ("gate_proj", "up_proj"), a.n2, C, (a.g, a.u), acts, lora, train)
+        relu2_gating_forward(dev, a.g, a.u, a.hf, N * F)
+        rmsnorm_forward(dev, a.hf, W["mlp.ffn_sub_norm"], a.fn, a.rstd_f, N, F, eps)
+        if out is not a.x_mid:
+            dev.copy(a.x_mid, out, 4 * N * C)
+        self._proj(li, ("down_proj",), a.fn, F, (out,), acts, lora, train, accumulate=True)
 
-        async def bitlin(li, inp, width, outs, accumulate=False):
-            await actquant_forward(dev, inp, xq, s, N, width)
-            for name, y in outs:
-                p = self.layers[li].proj[name]
-                await bitlinear_forward(dev, xq, s, p.buf, p.scale, y, N, p.I, p.O, accumulate)
-                if adapter is not None:
-                    await adapter.add(li, name, inp, y, N)
-
-        await embedding_forward(dev, ids_buf, self.embed, x, N, C)
-        for li, lay in enumerate(self.layers):
-            W = lay.norms
-            kc, vc = cache[li]
-            await rmsnorm_forward(dev, x, W["input_layernorm"], nrm, rstd, N, C, eps)
-            await bitlin(li, nrm, C, [("self_attn.q_proj", b["q"]), ("self_attn.k_proj", b["k"]),
-                                      ("self_attn.v_proj", b["v"])])
-            await rope_forward(dev, b["q"], self.cos, self.sin, N, T, H, D, pos0)
-            await rope_forward(dev, b["k"], self.cos, self.sin, N, T, Hkv, D, pos0)
-            await kv_store(dev, b["k"], b["v"], kc, vc, B, T, S, KV, pos0)
-            await attention_forward(dev, b["q"], kc, vc, b["att"], b["lse"], B, T, H, Hkv, D, S, pos0)
-            await rmsnorm_forward(dev, b["att"], W["self_attn.attn_sub_norm"], nrm, rstd, N, C, eps)
-            await bitlin(li, nrm, C, [("self_attn.o_proj", x)], accumulate=True)
-            await rmsnorm_forward(dev, x, W["post_attention_layernorm"], nrm, rstd, N, C, eps)
-            await bitlin(li, nrm, C, [("mlp.gate_proj", b["g"]), ("mlp.up_proj", b["u"])])
-            await relu2_gating_forward(dev, b["g"], b["u"], b["hf"], N * F)
-            await rmsnorm_forward(dev, b["hf"], W["mlp.ffn_sub_norm"], b["hn"], rstd, N, F, eps)
-            await bitlin(li, b["hn"], F, [("mlp.down_proj", x)], accumulate=True)
-        await rmsnorm_forward(dev, x, self.norm, nrm, rstd, N, C, eps)
-        if not head:
-            return None, 0
-        if last_only:   # rows T-1, 2T-1, ... of the final hidden states
-            return await self.head_rows(B, T - 1, T), B
-        return await self.head_rows(N), N
-
-    async def head_rows(self, rows: int, row0: int = 0, step: int = 1):
-        """logits[rows, V] of final hidden-state rows row0 + r*step of the last forward
-        (lm_head over every vocabulary chunk). Returns the logits buffer."""
+    def head_rows(self, rows: int, row0: int = 0, step: int = 1):
+        """logits[rows, V] of final hidden-state rows row0 + r*step of the last decoding
+        forward (lm_head over every vocabulary chunk). Returns the logits buffer."""
         need = 4 * rows * self.V
         if need > self.max_binding:
             raise ValueError(f"{rows} logits rows need {need} bytes, over one binding's {self.max_binding}: "
                              f"ask for fewer rows at a time (alogits does)")
         if self._logits is None or self._logits.size < need:
             self._logits = self.dev.buffer(need, "logits")
-        await linear_forward(self.dev, self._scratch.bufs["nrm"], self.head, self._logits, rows, self.C,
-                             self.V, row0, step)
+        linear_forward(self.dev, self._scratch.top.xf, self.head, self._logits, rows, self.C, self.V, row0, step)
         return self._logits
 
-    async def alogits(self, ids) -> list:
-        """logits of every position of ids[T] (or ids[B, T]: rows b*T + t): a list of
-        N rows, each an array('f') of V floats."""
-        await self.forward(ids, head=False)
-        N = self._last_n
+    # -- backward -------------------------------------------------------------------
+    def backward(self, acts: Activations, lora) -> None:
+        """Record the backward of the last training forward on `acts` (whose logits hold
+        dlogits) down to every LoRA gradient, added into lora.arena.grads. The frozen
+        weights get input gradients only: exact reverse of forward, one layer at a time."""
+        dev, N, C = self.dev, acts.B * acts.T, self.C
+        top, g = acts.top, acts.grad
+        for ci, (v0, rows, w) in enumerate(self.head):   # dxf = dlogits E, per vocabulary chunk
+            dy = top.logits if v0 == 0 else top.logits.view(4 * v0, top.logits.size - 4 * v0)
+            linear_backward_input(dev, dy, w, g.dxf, N, C, rows, accumulate=ci > 0, ld_dy=self.V,
+                                  w_dtype=self.head.dtype)
+        rmsnorm_backward(dev, g.dxf, top.x_out, self.norm, top.rstd_out, g.dh, N, C)
+        for li in range(self.L - 1, -1, -1):
+            self._layer_backward(li, acts, lora)
+
+    def _proj_back(self, li, mod, dy, x, dx, accumulate, acts, lora):
+        """dx (= or +=) the input gradient of projection `mod` from dy, plus its LoRA
+        branch's (whose A, B gradients accumulate into the arena)."""
+        p, N = self.layers[li].proj[mod], acts.B * acts.T
+        bitlinear_backward_input(self.dev, dy, p.buf, p.scale, dx, N, p.I, p.O, accumulate)
+        if lora is not None and lora.adapts(mod):
+            lora.apply_backward(li, mod, dy, x, acts.lora_u(li, mod), dx, acts.grad.du_lora, N,
+                                acts.step, acts.micro)
+
+    def _layer_backward(self, li, acts, lora):
+        """The backward of one layer; g.dh holds the gradient of its output on entry and of
+        its input on return."""
+        dev, C, F, H, Hkv, D = self.dev, self.C, self.F, self.H, self.Hkv, self.D
+        B, T, N = acts.B, acts.T, acts.B * acts.T
+        W, a, g = self.layers[li].norms, acts.layer(li), acts.grad
+        back = lambda mod, dy, x, dx, acc: self._proj_back(li, mod, dy, x, dx, acc, acts, lora)  # noqa: E731
+        # FFN: x_out = x_mid + down(ffn_sub_norm(relu2(gate(n2), up(n2))))
+        back("down_proj", g.dh, a.fn, g.d_fn, False)
+        rmsnorm_backward(dev, g.d_fn, a.hf, W["mlp.ffn_sub_norm"], a.rstd_f, g.d_hf, N, F)
+        relu2_gating_backward(dev, g.d_hf, a.g, a.u, g.dg, g.du, N * F)
+        back("gate_proj", g.dg, a.n2, g.dn, False)
+        back("up_proj", g.du, a.n2, g.dn, True)
+        rmsnorm_backward(dev, g.dn, a.x_mid, W["post_attention_layernorm"], a.rstd2, g.dh, N, C, accumulate=True)
+        # attention: x_mid = x + o(attn_sub_norm(attention(rope(q(n1)), rope(k(n1)), v(n1))))
+        back("o_proj", g.dh, a.an, g.d_an, False)
+        rmsnorm_backward(dev, g.d_an, a.att, W["self_attn.attn_sub_norm"], a.rstd_a, g.d_att, N, C)
+        attention_backward(dev, g.d_att, a.q, a.k, a.v, g.dq, g.dk, g.dv, g.stats, B, T, H, Hkv, D)
+        rope_backward(dev, g.dq, self.cos, self.sin, N, T, H, D)
+        rope_backward(dev, g.dk, self.cos, self.sin, N, T, Hkv, D)
+        back("q_proj", g.dq, a.n1, g.dn, False)
+        back("k_proj", g.dk, a.n1, g.dn, True)
+        back("v_proj", g.dv, a.n1, g.dn, True)
+        rmsnorm_backward(dev, g.dn, a.x, W["input_layernorm"], a.rstd1, g.dh, N, C, accumulate=True)
+
+    # -- reading logits ---------------------------------------------------------------
+    async def alogits(self, ids, lora=None) -> list:
+        """logits of every position of ids[T] (or ids[B, T]: rows b*T + t), with the
+        LoRA branches of `lora` when given (no dropout): a list of N rows, each an
+        array('f') of V floats."""
+        self.forward(ids, lora=lora, logits=None)
+        N = self._scratch.B * self._scratch.T
         per = max(1, min(N, self.max_binding // (4 * self.V)))   # rows per lm_head pass
         out = []
         for r0 in range(0, N, per):
             rows = min(per, N - r0)
-            buf = await self.head_rows(rows, r0)
+            buf = self.head_rows(rows, r0)
             flat = array.array("f")
             flat.frombytes(await self.dev.read(buf, 0, 4 * rows * self.V))
             out += [flat[r * self.V:(r + 1) * self.V] for r in range(rows)]
@@ -314,12 +625,12 @@ class Model:
         return out
 
     async def agenerate(self, prompt, max_new_tokens: int = 64, temperature: float = 0.0, top_p: float = 1.0,
-                        seed: int = 0, adapter=None) -> Generation:
+                        seed: int = 0, lora=None) -> Generation:
         """Continue `prompt` (text, encoded with the tokenizer's BOS template; or a list
         of ids) by up to max_new_tokens tokens, stopping after an EOS. temperature 0 is
         greedy; otherwise nucleus sampling (top_p) with random.Random(seed) on the host.
-        With `adapter` (see forward), the adapted model: the prompt once, then one token
-        per step over the KV cache."""
+        With `lora`, the adapted model. The prompt runs once, then one token per step
+        over the KV cache."""
         if isinstance(prompt, str):
             if self.tokenizer is None:
                 raise ValueError("generate: this model has no tokenizer; pass token ids")
@@ -328,17 +639,15 @@ class Model:
             ids = [int(t) for t in prompt]
         if not ids:
             raise ValueError("generate: empty prompt")
-        S = len(ids) + max_new_tokens
-        self.reset_cache(1, S)
+        cache = self.kv_cache(1, len(ids) + max_new_tokens)
         rng, eos, new = random.Random(seed), self.eos_ids(), []
-        step_ids, pos, stopped = ids, 0, False
+        step_ids, stopped = ids, False
         for _ in range(max_new_tokens):
-            buf, _rows = await self.forward(step_ids, pos, last_only=True, adapter=adapter)
+            buf = self.forward(step_ids, lora=lora, cache=cache, logits="last")
             row = array.array("f")
             row.frombytes(await self.dev.read(buf, 0, 4 * self.V))
             tok = sample(row, temperature, top_p, rng)
             new.append(tok)
-            pos += len(step_ids)
             step_ids = [tok]
             if tok in eos:
                 stopped = True
@@ -347,16 +656,16 @@ class Model:
         return Generation(text, new, ids, stopped)
 
     # -- plain calls natively, awaitables in the browser ------------------------------
-    def logits(self, ids):
+    def logits(self, ids, lora=None):
         """`alogits` as a plain call natively; in Pyodide an awaitable."""
         from .api import maybe_run
-        return maybe_run(self.alogits(ids))
+        return maybe_run(self.alogits(ids, lora))
 
     def generate(self, prompt, max_new_tokens: int = 64, temperature: float = 0.0, top_p: float = 1.0,
-                 seed: int = 0):
+                 seed: int = 0, lora=None):
         """`agenerate` as a plain call natively; in Pyodide an awaitable."""
         from .api import maybe_run
-        return maybe_run(self.agenerate(prompt, max_new_tokens, temperature, top_p, seed))
+        return maybe_run(self.agenerate(prompt, max_new_tokens, temperature, top_p, seed, lora))
 
 
 def load_model(src, progress=None, device=None, max_binding: int | None = None):
@@ -371,7 +680,6 @@ def sample(row, temperature: float, top_p: float, rng: random.Random) -> int:
     probability reaches top_p (as HF's TopPLogitsWarper keeps), sampled with rng."""
     if temperature <= 0:
         return max(range(len(row)), key=row.__getitem__)
-    import math
     m = max(row)
     p = [math.exp((v - m) / temperature) for v in row]
     z = sum(p)

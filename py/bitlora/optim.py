@@ -57,35 +57,13 @@ class ParamArena:
 
     def __init__(self, dev: Device, tensors: list, label: str = "arena", block4: int | None = None):
         self.dev = dev
-        self.slots: list[Slot] = []
-        off = 0
-        for name, shape in tensors:
-            shape = tuple(int(d) for d in shape)
-            size = math.prod(shape)
-            self.slots.append(Slot(name, shape, off, size))
-            off += -(-size // ALIGN) * ALIGN
-        self.n = max(ALIGN, off)
-        self.block4 = block4 = block4 or auto_block4(self.n)
-        if block4 % 256:
-            raise ValueError(f"block4 = {block4} must be a multiple of 256 (the workgroup size)")
+        self.slots, self.n, self.block4, blocks, ranges = self.layout(tensors, block4)
+        self.nb, self.nt = len(blocks) // 2, len(self.slots)
         self._by_name = {s.name: s for s in self.slots}
-        if len(self._by_name) != len(self.slots):
-            raise ValueError("ParamArena: tensor names must be unique")
         limit = int(dev.limits.get("maxStorageBufferBindingSize", 1 << 27))
         if 4 * self.n > limit:
             raise ValueError(f"ParamArena: {self.n} floats need {4 * self.n} bytes per buffer; "
                              f"this device binds at most {limit} (maxStorageBufferBindingSize)")
-        blocks, ranges = array.array("I"), array.array("I")
-        for s in self.slots:
-            first = len(blocks) // 2
-            start4, count4 = s.offset // 4, -(-s.size // 4)
-            for b in range(0, count4, block4):
-                blocks.extend((start4 + b, min(block4, count4 - b)))
-            ranges.extend((first, len(blocks) // 2))
-        self.nb, self.nt = len(blocks) // 2, len(self.slots)
-        if self.nb == 0:  # no elements at all: one empty block keeps every binding valid
-            blocks.extend((0, 0))
-            self.nb = 1
         self.params = dev.buffer(4 * self.n, f"{label}.params")
         self.grads = dev.buffer(4 * self.n, f"{label}.grads")
         self.m = dev.buffer(4 * self.n, f"{label}.m")
@@ -93,6 +71,41 @@ class ParamArena:
         self.blocks = dev.buffer(4 * len(blocks), f"{label}.blocks", data=blocks)
         self.tensors = dev.buffer(max(8, 4 * len(ranges)), f"{label}.tensors", data=ranges or None)
         self.partial = dev.buffer(4 * self.nb, f"{label}.partial")
+
+    @staticmethod
+    def layout(tensors: list, block4: int | None = None) -> tuple:
+        """(slots, n, block4, blocks, ranges) of an arena holding `tensors` [(name, shape)]:
+        blocks are (start4, count4) u32 pairs of at most block4 vec4s, ranges each
+        tensor's (first block, end block)."""
+        slots, off = [], 0
+        for name, shape in tensors:
+            shape = tuple(int(d) for d in shape)
+            size = math.prod(shape)
+            slots.append(Slot(name, shape, off, size))
+            off += -(-size // ALIGN) * ALIGN
+        n = max(ALIGN, off)
+        block4 = block4 or auto_block4(n)
+        if block4 % 256:
+            raise ValueError(f"block4 = {block4} must be a multiple of 256 (the workgroup size)")
+        if len({s.name for s in slots}) != len(slots):
+            raise ValueError("ParamArena: tensor names must be unique")
+        blocks, ranges = array.array("I"), array.array("I")
+        for s in slots:
+            first = len(blocks) // 2
+            start4, count4 = s.offset // 4, -(-s.size // 4)
+            for b in range(0, count4, block4):
+                blocks.extend((start4 + b, min(block4, count4 - b)))
+            ranges.extend((first, len(blocks) // 2))
+        if not blocks:   # no elements at all: one empty block keeps every binding valid
+            blocks.extend((0, 0))
+        return slots, n, block4, blocks, ranges
+
+    @classmethod
+    def plan(cls, tensors: list, block4: int | None = None) -> dict:
+        """{buffer: bytes} an arena of `tensors` allocates (for memory estimates)."""
+        _, n, _, blocks, ranges = cls.layout(tensors, block4)
+        return {"params": 4 * n, "grads": 4 * n, "m": 4 * n, "v": 4 * n, "blocks": 4 * len(blocks),
+                "tensors": max(8, 4 * len(ranges)), "partial": 4 * (len(blocks) // 2)}
 
     def slot(self, name: str) -> Slot:
         return self._by_name[name]
@@ -153,6 +166,11 @@ class AdamW:
         self.state = dev.buffer(gn.STATE_BYTES, "optim.state")
         self.acc = dev.buffer(16, "optim.acc")
         self.tsumsq = dev.buffer(4 * max(1, arena.nt), "optim.tsumsq")
+
+    @staticmethod
+    def state_bytes(n_tensors: int) -> int:
+        """Bytes of the buffers an AdamW allocates beside its arena."""
+        return gn.STATE_BYTES + 16 + 4 * max(1, n_tensors)
 
     def _max_norm(self, max_norm) -> float:
         max_norm = self.max_grad_norm if max_norm is None else max_norm

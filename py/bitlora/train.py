@@ -33,7 +33,7 @@ from . import adapter as adapter_io
 from . import checkpoint_state, gpu
 from .config import TrainConfig
 from .data import Dataset, format_prompt, load_records
-from .lora import LoraModel
+from .lora import Lora
 from .optim import AdamW
 from .schedule import lr_at
 
@@ -114,7 +114,8 @@ class Trainer:
         self.control = Control()
         self.step = 0                     # optimizer steps taken
         self.cursor = None                # where the next step's data starts
-        self.lora = None
+        self.lora = None                  # lora.Lora: the adapter being trained
+        self.acts = None                  # its training activations (model.activations)
         self.opt = None
         self.on_step = None               # callback(metrics_row) after each step lands
         self.on_checkpoint = None         # callback(step) after a checkpoint is written
@@ -134,11 +135,16 @@ class Trainer:
             settings = adapter_io.adapter_settings(conf)
             cfg.lora_r, cfg.lora_alpha = settings["lora_r"], settings["lora_alpha"]
             cfg.target_modules = settings["target_modules"]
-        self.lora = await LoraModel.create(self.model, cfg, init=init)
+        self.lora = await Lora.create(self.model, cfg, init=init)
+        self.acts = self.model.activations(cfg.micro_batch_size, self.dataset.max_len(), self.lora, cfg.grad_accum)
         self.opt = AdamW(self.model.dev, self.lora.arena, lr=cfg.lr, betas=(cfg.adam_beta1, cfg.adam_beta2),
                          eps=cfg.adam_eps, weight_decay=cfg.weight_decay, max_grad_norm=cfg.max_grad_norm)
         if cfg.resume:
             await self.load_checkpoint(cfg.resume)
+
+    def memory_estimate(self) -> dict:
+        """GPU bytes this run allocates (Model.memory_estimate at the data's longest example)."""
+        return self.model.memory_estimate(self.config, seq_len=min(self.dataset.max_len(), self.cutoff_len))
 
     # -- the loop --------------------------------------------------------------
     async def atrain(self) -> list:
@@ -158,10 +164,12 @@ class Trainer:
             t0 = time.perf_counter()
             lr = lr_at(cfg, step.index, self.total_steps)
             self.opt.lr = lr
-            self.lora.begin_step()
+            loss_sum = self.acts.top.loss_sum
+            dev.clear(loss_sum)
             for j, mb in enumerate(step.micro_batches):
-                await self.lora.accumulate(mb, seed=cfg.seed, step=step.index, micro=j)
-            loss_rb = dev.read_later(self.lora.loss_sum, 0, 4)
+                self.model.forward(mb.rows(), self.acts, self.lora, targets=mb.targets, micro=j, step=step.index)
+                self.model.backward(self.acts, self.lora)
+            loss_rb = dev.read_later(loss_sum, 0, 4)
             res = await self.opt.step(step.n_targets)
             if pending is not None:
                 self._land(await self._finish(pending), t0)
@@ -222,7 +230,7 @@ class Trainer:
         await self._setup()
         if isinstance(prompt, dict):
             prompt = format_prompt(prompt)
-        return await self.lora.agenerate(prompt, max_new_tokens, temperature, top_p, seed)
+        return await self.model.agenerate(prompt, max_new_tokens, temperature, top_p, seed, lora=self.lora)
 
     def generate(self, prompt, max_new_tokens: int = 32, temperature: float = 0.0, top_p: float = 1.0,
                  seed: int = 0):

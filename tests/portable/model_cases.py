@@ -34,16 +34,15 @@ async def case_logits(dev, files, ids, max_binding=None, upload_piece=None):
 async def case_incremental(dev, files, ids, split):
     """Logits of the last position: ids[:split] at once, then one token at a time
     through the KV cache; every step's last row."""
-    m = await _load(dev, files)
-    m.reset_cache(1, len(ids))
-    out = []
-    buf, _ = await m.forward(ids[:split], 0, last_only=True)
-    row = await dev.read(buf, 0, 4 * m.V)
     import array
-    a = array.array("f"); a.frombytes(row); out.append(list(a))
-    for p in range(split, len(ids)):
-        buf, _ = await m.forward([ids[p]], p, last_only=True)
-        a = array.array("f"); a.frombytes(await dev.read(buf, 0, 4 * m.V)); out.append(list(a))
+    m = await _load(dev, files)
+    cache = m.kv_cache(1, len(ids))
+    out = []
+    for chunk in [ids[:split]] + [[t] for t in ids[split:]]:
+        buf = m.forward(chunk, cache=cache, logits="last")
+        a = array.array("f")
+        a.frombytes(await dev.read(buf, 0, 4 * m.V))
+        out.append(list(a))
     return out
 
 

@@ -7,7 +7,7 @@ import os
 from bitlora.api import aload_model
 from bitlora.config import TrainConfig
 from bitlora.data import Dataset
-from bitlora.lora import LoraModel
+from bitlora.lora import Lora
 from bitlora.train import Trainer
 
 
@@ -40,40 +40,41 @@ async def case_step1_grads(dev, model_files, adapter_files, records, config):
     from bitlora import adapter as adapter_io
     cfg = TrainConfig.from_dict(config)
     _, init = adapter_io.load_adapter(_write_adapter(adapter_files, "/tmp/bitlora-init-adapter"))
-    lm = await LoraModel.create(m, cfg, init=init)
+    lora = await Lora.create(m, cfg, init=init)
     ds = Dataset(records, m.tokenizer, cfg.cutoff_len, cfg.train_on_inputs)
     step = next(iter(ds.steps_for(cfg)))
-    lm.begin_step()
+    acts = m.activations(cfg.micro_batch_size, ds.max_len(), lora, cfg.grad_accum)
     for j, mb in enumerate(step.micro_batches):
-        await lm.accumulate(mb, seed=cfg.seed, step=0, micro=j)
-    grads = await lm.arena.read(lm.arena.grads)
+        m.forward(mb.rows(), acts, lora, targets=mb.targets, micro=j, step=0)
+        m.backward(acts, lora)
+    grads = await lora.arena.read(lora.arena.grads)
     loss = array.array("f")
-    loss.frombytes(await dev.read(lm.loss_sum))
+    loss.frombytes(await dev.read(acts.top.loss_sum))
     return {"n_targets": step.n_targets, "loss_sum": loss[0],
             "grads": {k: [g / step.n_targets for g in v] for k, v in grads.items()}}
 
 
 async def case_adapted_decoding(dev, model_files, adapter_files, config, ids, n_new):
-    """The adapted model three ways: the training forward (no dropout) over all of ids;
-    Model.forward with the LoRA hook, a 3-token prefix then one token at a time over the
-    KV cache; and greedy generation through that hook beside greedy decoding by
-    re-running the training forward on the growing sequence."""
+    """The adapted model three ways: the forward without a cache (no dropout) over all
+    of ids; Model.forward with the adapter over the KV cache, a 3-token prefix then one
+    token at a time; and greedy generation over the cache beside greedy decoding by
+    re-running the uncached forward on the growing sequence."""
     from bitlora import adapter as adapter_io
     m = await _model(dev, model_files)
     _, init = adapter_io.load_adapter(_write_adapter(adapter_files, "/tmp/bitlora-init-adapter"))
-    lm = await LoraModel.create(m, TrainConfig.from_dict(config), init=init)
-    full = [list(r) for r in await lm.alogits(ids)]
-    m.reset_cache(1, len(ids))
+    lora = await Lora.create(m, TrainConfig.from_dict(config), init=init)
+    full = [list(r) for r in await m.alogits(ids, lora)]
+    cache = m.kv_cache(1, len(ids))
     cached = []
-    for pos, chunk in [(0, ids[:3])] + [(t, [ids[t]]) for t in range(3, len(ids))]:
-        buf, rows = await m.forward(chunk, pos, adapter=lm)
+    for chunk in [ids[:3]] + [[t] for t in ids[3:]]:
+        buf = m.forward(chunk, lora=lora, cache=cache)
         flat = array.array("f")
-        flat.frombytes(await dev.read(buf, 0, 4 * rows * m.V))
-        cached += [list(flat[r * m.V:(r + 1) * m.V]) for r in range(rows)]
-    gen = await lm.agenerate(list(ids), n_new)
+        flat.frombytes(await dev.read(buf, 0, 4 * len(chunk) * m.V))
+        cached += [list(flat[r * m.V:(r + 1) * m.V]) for r in range(len(chunk))]
+    gen = await m.agenerate(list(ids), n_new, lora=lora)
     seq, ref = list(ids), []
     for _ in range(n_new):
-        last = (await lm.alogits(seq))[-1]
+        last = (await m.alogits(seq, lora))[-1]
         tok = max(range(len(last)), key=last.__getitem__)
         ref.append(tok)
         seq.append(tok)

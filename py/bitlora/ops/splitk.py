@@ -39,3 +39,25 @@ async def reduce(dev, part, s, y, count: int, slices: int, m: int, scale: float,
     k = await dev.kernel("splitk.wgsl", "splitk_reduce")
     dev.dispatch(k, [part, s if s is not None else part, y], groups=-(-count // 256),
                  params=struct.pack("<IIIfII", count, slices, m, scale, int(accumulate), int(s is not None)))
+
+
+# Scratch (floats) each split matmul asks of `scratch`: the ops call these, and the
+# model's memory estimate adds up the largest.
+def bitlinear_forward_floats(N: int, I: int, O: int, split: int | None = None) -> int:
+    """bitlinear_forward at N x I -> O (the 8-row kernel below 9 rows needs none)."""
+    if N <= 8:
+        return 0
+    slices, _ = plan(-(-O // 64) * -(-N // 64), -(-I // 16), 4, split, cols_per_k=16)
+    return slices * N * O if slices > 1 else 1
+
+
+def bitlinear_backward_input_floats(N: int, I: int, O: int, split: int | None = None) -> int:
+    """bitlinear_backward_input: dy[N, O] -> dx[N, I]."""
+    slices, _ = plan(-(-(-(-I // 16)) // 8) * -(-N // 64), O, 16, split)
+    return slices * N * I if slices > 1 else 1
+
+
+def linear_backward_input_floats(N: int, I: int, O: int, split: int | None = None) -> int:
+    """linear_backward_input: dy[N, O] -> dx[N, I] (dense weight)."""
+    slices, _ = plan(-(-I // 64) * -(-N // 64), O, 16, split)
+    return slices * N * I if slices > 1 else 1
