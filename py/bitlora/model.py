@@ -358,6 +358,25 @@ class Model:
         from .api import maybe_run
         return maybe_run(self.agenerate(prompt, max_new_tokens, temperature, top_p, seed))
 
+    # -- sizes ---------------------------------------------------------------------
+    def param_count(self) -> int:
+        """Base-model parameters: the projections' O*I and the embedding's V*C."""
+        return sum(p.O * p.I for lay in self.layers for p in lay.proj.values()) + self.V * self.C
+
+    def memory_estimate(self, cfg) -> dict:
+        """GPU bytes a training run with TrainConfig `cfg` needs: {"total", "largest"}
+        (largest: the biggest single buffer, logits[N, V] f32)."""
+        c, C, F, V, L = self.config, self.C, self.F, self.V, self.L
+        KV = self.Hkv * self.D
+        N = cfg.micro_batch_size * min(cfg.cutoff_len, int(c.get("max_position_embeddings", cfg.cutoff_len)))
+        tables = [self.embed] + ([] if self.head is self.embed else [self.head])
+        weights = (sum(p.buf.size for lay in self.layers for p in lay.proj.values())
+                   + sum(buf.size for table in tables for _, _, buf in table))   # bf16 tables stay bf16
+        acts = 4 * N * L * (9 * C + 2 * KV + 4 * F + 8) + 4 * N * (V + 12 * C + 5 * F)
+        acts += 4 * N * 8 * max(C, F)   # split-K partial sums (ops/splitk.py: a few slices of one output)
+        n_lora = sum(cfg.lora_r * (C + C) for _ in range(L) for _ in cfg.target_modules)
+        return {"total": weights + acts + 16 * n_lora, "largest": 4 * N * V}
+
 
 def load_model(src, progress=None, device=None, max_binding: int | None = None):
     """`bitlora.load_model` (api.py): a Model natively, an awaitable in Pyodide."""

@@ -222,8 +222,7 @@ async def open_model(source: str, name: str, src, progress=None) -> bool:
     S.model, S.model_name, S.trainer = model, name, None
     S.model_source, S.model_src = {"source": source, "name": name}, src
     c = model.config
-    n_params = sum(p.O * p.I for lay in model.layers for p in lay.proj.values()) + c["vocab_size"] * c["hidden_size"]
-    rows = [["Name", name], ["Architecture", "BitNet b1.58"], ["Parameters", f"{n_params / 1e6:.2f} M"],
+    rows = [["Name", name], ["Architecture", "BitNet b1.58"], ["Parameters", f"{model.param_count() / 1e6:.2f} M"],
             ["Layers", c["num_hidden_layers"]], ["Hidden / FFN", f"{c['hidden_size']} / {c['intermediate_size']}"],
             ["Heads / KV heads", f"{c['num_attention_heads']} / {c['num_key_value_heads']}"],
             ["Vocabulary", c["vocab_size"]], ["Context", c.get("max_position_embeddings")]]
@@ -234,19 +233,10 @@ async def open_model(source: str, name: str, src, progress=None) -> bool:
 
 
 def memory_estimate(model, cfg) -> dict:
-    """Bytes the training run needs on the GPU, and whether its largest buffer fits."""
-    c = model.config
-    C, F, V, L = c["hidden_size"], c["intermediate_size"], c["vocab_size"], c["num_hidden_layers"]
-    KV = c["num_key_value_heads"] * c.get("head_dim", C // c["num_attention_heads"])
-    N = cfg.micro_batch_size * min(cfg.cutoff_len, int(c.get("max_position_embeddings", cfg.cutoff_len)))
-    tables = [model.embed] + ([] if model.head is model.embed else [model.head])
-    weights = (sum(p.buf.size for lay in model.layers for p in lay.proj.values())
-               + sum(buf.size for table in tables for _, _, buf in table))   # bf16 tables stay bf16
-    acts = 4 * N * L * (9 * C + 2 * KV + 4 * F + 8) + 4 * N * (V + 12 * C + 5 * F)
-    acts += 4 * N * 8 * max(C, F)   # split-K partial sums (ops/splitk.py: a few slices of one output)
-    n_lora = sum(cfg.lora_r * (C + C) for _ in range(L) for _ in cfg.target_modules)
-    total = weights + acts + 16 * n_lora
-    largest = 4 * N * V
+    """The `estimate` message: the model's estimate of the run's GPU bytes, and whether
+    its largest buffer fits this device."""
+    est = model.memory_estimate(cfg)
+    total, largest = est["total"], est["largest"]
     limit = min(model.dev.limits.get("maxBufferSize", 1 << 30), model.dev.limits.get("maxStorageBufferBindingSize", 1 << 30))
     mb = lambda x: f"{x / 2**20:.0f} MB"  # noqa: E731
     fits = largest <= limit
