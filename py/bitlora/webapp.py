@@ -323,28 +323,25 @@ async def _lost(dev) -> bool:
     return False
 
 
-async def _checkpoint(trainer, orig_save) -> None:
-    """Write a checkpoint and copy it to the browser's storage. A failure (storage full,
-    no IndexedDB) is reported and training goes on. IDBFS copies the changed files in
-    one IndexedDB transaction (a quota error or a reload aborts it whole); even where
-    only some files get through, the state file is one entry, old or new, and the
-    resume offer takes the step from it."""
+async def _store_checkpoint(trainer, step: int) -> None:
+    """The trainer's on_checkpoint: copy the checkpoint just written to the browser's
+    storage. A failure (storage full, no IndexedDB) is reported and training goes on.
+    IDBFS copies the changed files in one IndexedDB transaction (a quota error or a
+    reload aborts it whole); even where only some files get through, the state file is
+    one entry, old or new, and the resume offer takes the step from it."""
     try:
-        await orig_save()
         with open(CKPT + "/session.json", "w") as f:
-            json.dump({"model": S.model_source, "data_name": S.data_name, "step": trainer.step,
+            json.dump({"model": S.model_source, "data_name": S.data_name, "step": step,
                        "total_steps": trainer.total_steps, "saved_at": time.strftime("%Y-%m-%d %H:%M:%S")}, f)
         await _syncfs(False)
-    except gpu.GPUError:
-        raise
     except Exception as e:  # noqa: BLE001 - quota exceeded, IndexedDB gone: keep training
         kept = f"the last saved one is step {S.saved_step}" if S.saved_step else "none is saved yet"
-        post({"type": "checkpoint", "saved": False, "step": trainer.step,
-              "text": f"Checkpoint at step {trainer.step} not saved ({e}); the browser's "
+        post({"type": "checkpoint", "saved": False, "step": step,
+              "text": f"Checkpoint at step {step} not saved ({e}); the browser's "
                       f"storage may be full. Training continues; {kept}."})
         return
-    S.saved_step = trainer.step
-    post({"type": "checkpoint", "saved": True, "step": trainer.step})
+    S.saved_step = step
+    post({"type": "checkpoint", "saved": True, "step": step})
 
 
 async def _run_training(trainer, resumed: bool) -> None:
@@ -353,25 +350,17 @@ async def _run_training(trainer, resumed: bool) -> None:
     trainer.checkpoint_dir = CKPT + "/state"
     can_save = await storage()
     S.saved_step = None
-
-    def on_step(row):
-        post(_step_message(row, total))
-
-    trainer.on_step = on_step
+    trainer.on_step = lambda row: post(_step_message(row, total))
     if can_save:
         with open(CKPT + "/records.json", "w") as f:   # reaches IndexedDB with the first checkpoint
             json.dump(S.records, f)
-        orig_save = trainer.save_checkpoint
-
-        async def save_and_sync(ckpt_dir=None):
-            await _checkpoint(trainer, orig_save)
-        trainer.save_checkpoint = save_and_sync
+        trainer.on_checkpoint = lambda step: _store_checkpoint(trainer, step)
     else:
         trainer.config.save_every = 0
     post({"type": "train-state", "state": "running", "has_adapter": True,
           "history": trainer.metrics if resumed else None})
     try:
-        await trainer._setup()
+        await trainer.setup()
         if resumed:
             S.saved_step = trainer.step
             post({"type": "train-state", "state": "running", "history": trainer.metrics})
