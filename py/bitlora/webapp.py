@@ -1,17 +1,21 @@
 """The web app's Python side: runs in the page's Web Worker under Pyodide.
 
 The worker hands every message that is not raw code to `dispatch(msg)`; each
-`type` has one handler here, and handlers answer with `post({...})`. Unknown types
-are rejected; a handler's exception becomes an `error` message naming where it
-happened, and the app stays usable. No numpy, no blocking: GPU work is awaited,
+`type` has one handler here, and handlers answer with `post({...})`. A message with
+an `id` is a request (the CLI's browser backend sends them): its answer, or the
+`error` it ends in, carries the same `id`. Unknown types are rejected; a handler's
+exception becomes an `error` message naming where it happened, and the app stays
+usable. No numpy, no blocking: GPU work is awaited,
 so pause/stop messages are handled while a training run is going.
 """
 from __future__ import annotations
 
 import array
 import asyncio
+import base64
 import json
 import os
+import shutil
 import time
 import traceback
 
@@ -46,6 +50,7 @@ class Session:
         self.trainer = None
         self.task = None
         self.storage_ready = False
+        self.cli_trainer = None   # the Trainer of a `bitlora train --backend browser` run
 
 
 S = Session()
@@ -519,6 +524,90 @@ async def on_export(msg: dict) -> None:
     post({"type": "export", "files": files})
 
 
+# -- `bitlora train --backend browser` (app/train_browser.py) ------------------------------
+# The CLI sends its files base64-encoded and runs the Trainer one segment at a time:
+# each `cli-train` trains to the next checkpoint, whose files go back to be written
+# in OUT/checkpoint; the last one answers with the adapter's files. Metrics rows
+# travel as JSON text: through JS a float 0.0 would arrive as the int 0, and
+# metrics.jsonl is written as the native backend writes it.
+
+CLI = "/tmp/bitlora-cli"        # the CLI run's files: init-adapter/, resume/, checkpoint/, adapter/
+
+
+def _unpack(files: dict, folder: str) -> str:
+    os.makedirs(folder, exist_ok=True)
+    for name, data in files.items():
+        with open(os.path.join(folder, name), "wb") as f:
+            f.write(base64.b64decode(data))
+    return folder
+
+
+def _pack(folder: str) -> dict:
+    files = {}
+    for name in sorted(os.listdir(folder)):
+        if os.path.isfile(os.path.join(folder, name)):
+            with open(os.path.join(folder, name), "rb") as f:
+                files[name] = base64.b64encode(f.read()).decode()
+    return files
+
+
+async def on_cli_setup(msg: dict) -> None:
+    """{model_files, model_name, data, config, init_adapter, resume} -> `cli-ready`: load
+    the model and data, build the Trainer, load --resume state, and answer what the CLI
+    prints; a ValueError there (a bad checkpoint, other data) comes back as `error`."""
+    from .api import aload_model
+    from .data import load_records
+    from .train import Trainer
+    shutil.rmtree(CLI, ignore_errors=True)       # nothing left from an earlier run
+    files = msg.get("model_files")
+    if files is None:
+        src = await demo_model_files()
+    else:
+        src = {name: base64.b64decode(data) for name, data in files.items()}
+        if len(src) == 1 and next(iter(src)).endswith(".gguf"):
+            src = next(iter(src.values()))
+    model = await aload_model(src, device=await gpu.get_device())
+    model.name = msg["model_name"]
+    data = msg.get("data")
+    if data is None:
+        records = load_records(await url_bytes("/demo/alpaca_demo.json"), name="alpaca_demo.json")
+    else:
+        records = load_records(base64.b64decode(data["bytes"]), name=data["name"])
+    config = dict(msg["config"])
+    if msg.get("init_adapter") is not None:
+        config["init_adapter"] = _unpack(msg["init_adapter"], CLI + "/init-adapter")
+    if msg.get("resume") is not None:
+        config["resume"] = _unpack(msg["resume"], CLI + "/resume")   # the training state only
+    trainer = Trainer(model, records, config)
+    trainer.checkpoint_dir = CLI + "/checkpoint"
+    trainer.on_step = lambda row: post({"type": "cli-step", "row": json.dumps(row)})
+    S.cli_trainer = trainer
+    try:
+        await trainer.setup()
+        error = None
+    except ValueError as e:
+        error = str(e)
+    post({"type": "cli-ready", "id": msg.get("id"), "error": error, "step": trainer.step,
+          "total_steps": trainer.total_steps, "name": model.name, "device": model.dev.describe(),
+          "records": len(trainer.dataset), "skipped": [list(x) for x in trainer.dataset.invalid]})
+
+
+async def on_cli_train(msg: dict) -> None:
+    """-> `cli-trained`: train to the next checkpoint (or the end); answer the new metrics
+    rows and the checkpoint's files, or, once the run is over, the adapter's files."""
+    trainer = S.cli_trainer
+    every, seen = trainer.config.save_every, len(trainer.metrics)
+    until = (trainer.step // every + 1) * every if every else None
+    await trainer.atrain(until_step=until)
+    out = {"type": "cli-trained", "id": msg.get("id"), "step": trainer.step, "rows": [json.dumps(r) for r in trainer.metrics[seen:]]}
+    if trainer.step == until:          # a checkpoint was written at this step
+        out["checkpoint"] = _pack(trainer.checkpoint_dir)
+    else:
+        await trainer.asave_adapter(CLI + "/adapter")
+        out["adapter"] = _pack(CLI + "/adapter")
+    post(out)
+
+
 HANDLERS = {
     "hello": on_hello,
     "load-data": on_load_data,
@@ -531,17 +620,20 @@ HANDLERS = {
     "resume-checkpoint": on_resume_checkpoint,
     "generate": on_generate,
     "export": on_export,
+    "cli-setup": on_cli_setup,
+    "cli-train": on_cli_train,
 }
 
 
 async def dispatch(msg) -> None:
     kind = msg.get("type")
     handler = HANDLERS.get(kind)
+    answer = {"id": msg["id"]} if "id" in msg else {}   # a request's error answers it
     if handler is None:
-        post({"type": "error", "where": "worker", "text": f"unknown message type {kind!r}"})
+        post({"type": "error", "where": "worker", "text": f"unknown message type {kind!r}", **answer})
         return
     try:
         await handler(msg)
     except Exception as e:  # noqa: BLE001 - every failure becomes a message; the app goes on
         post({"type": "log", "level": "error", "text": traceback.format_exc()})
-        post({"type": "error", "where": kind.split("-")[-1], "text": f"{type(e).__name__}: {e}"})
+        post({"type": "error", "where": kind.split("-")[-1], "text": f"{type(e).__name__}: {e}", **answer})
