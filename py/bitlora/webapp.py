@@ -503,7 +503,7 @@ async def on_generate(msg: dict) -> None:
     base = await S.model.agenerate(prompt, max_new_tokens=n, temperature=temp, seed=0)
     adapted = None
     if S.trainer is not None and S.trainer.lora is not None:
-        adapted = str(await S.trainer.lora.agenerate(prompt, max_new_tokens=n, temperature=temp, seed=0))
+        adapted = str(await S.trainer.agenerate(prompt, max_new_tokens=n, temperature=temp, seed=0))
     post({"type": "generated", "base": str(base), "adapted": adapted})
 
 
