@@ -5,7 +5,10 @@ Used by the tests (the same portable case runs natively and here) and by
 port, launches Chromium through Playwright (`executable_path`: Playwright cannot
 download its own browsers here), opens harness.html and waits for the worker's
 Python to be ready. `run(code)` executes Python (top-level await allowed) in the
-worker and returns the value of its last expression, which must be a str.
+worker and returns the value of its last expression, which must be a str;
+`request(msg)` sends a typed message to the worker's handlers (bitlora.webapp)
+and returns the message that answers it; `on_message` sees the others the worker
+posts (progress, steps) as they come.
 Every wait has a timeout that fails loudly with the browser's recent console.
 """
 from __future__ import annotations
@@ -46,6 +49,7 @@ class BrowserSession:
         self.gpu_flags = gpu_flags
         self.console: list[str] = []
         self.on_console = None    # optional callback(line) for every console line
+        self.on_message = None    # optional callback(msg) for every message the worker posts unasked
         self.server = self._pw = self.browser = self.page = None
 
     def start(self) -> "BrowserSession":
@@ -56,6 +60,7 @@ class BrowserSession:
         flags = CHROMIUM_FLAGS if self.gpu_flags else [f for f in CHROMIUM_FLAGS if "webgpu" not in f]
         self.browser = self._pw.chromium.launch(executable_path=find_chromium(), args=flags, headless=True)
         self.page = self.new_page()
+        self.page.expose_function("bitloraMessage", self._message)
         self.page.goto(self.server.url + "harness.html")
         self._await_js("window.bitlora.ready.then(() => 'ready')", self.boot_timeout_s, "Pyodide boot")
         return self
@@ -65,6 +70,10 @@ class BrowserSession:
         page.on("console", lambda m: self._log(f"[{m.type}] {m.text}"))
         page.on("pageerror", lambda e: self._log(f"[pageerror] {e}"))
         return page
+
+    def _message(self, msg: dict) -> None:
+        if self.on_message is not None:
+            self.on_message(msg)
 
     def _log(self, line: str) -> None:
         if self.on_console is not None:
@@ -89,6 +98,18 @@ class BrowserSession:
             raise BrowserError("Python in the browser failed:\n" + str(res.get("error"))
                                + "\n--- browser console ---\n" + "\n".join(self.console[-20:]))
         return res.get("value")
+
+    def request(self, msg: dict, timeout_s: float = 600.0) -> dict:
+        """Send `msg` ({"type": ..., ...}) to the worker's handlers; return their answer.
+        Keys whose value is None are left out (handlers read them with msg.get): a JS
+        null would reach Python as jsnull, not None."""
+        ms = int(timeout_s * 1000)
+        msg = {k: v for k, v in msg.items() if v is not None}
+        res = self.page.evaluate("([msg, ms]) => window.bitlora.request(msg, ms)", [msg, ms])
+        if res.get("type") == "error":
+            raise BrowserError(f"{msg['type']} failed in the browser: {res.get('text')}"
+                               + "\n--- browser console ---\n" + "\n".join(self.console[-20:]))
+        return res
 
     def run_case(self, path: pathlib.Path, name: str, kwargs: dict | None = None, timeout_s: float = 600.0):
         """Run `async def <name>(dev, **kwargs)` from a portable module file in the worker."""

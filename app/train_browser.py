@@ -5,11 +5,13 @@ and with --save-every N the checkpoint folder OUT/checkpoint.
 
 The model, data, --init-adapter and --resume files are read here and handed to the
 worker (the demo model is fetched by the page from the local server), so this suits
-models that fit in memory twice. The worker keeps its Trainer between calls and runs
-it one segment at a time: each segment trains up to the next checkpoint, which comes
-back here as file bytes and is written to OUT/checkpoint atomically — the same files
-train.py writes natively, so either backend resumes the other's checkpoints.
-Progress lines and metrics.jsonl rows are written as the worker reports each step.
+models that fit in memory twice. Two typed messages drive the worker's handlers
+(bitlora.webapp): `cli-setup` builds its Trainer and answers `cli-ready`; each
+`cli-train` trains up to the next checkpoint and answers `cli-trained` with the
+checkpoint's files, written here to OUT/checkpoint atomically (the same files
+train.py writes natively, so either backend resumes the other's checkpoints), or,
+at the end, with the adapter's. Progress lines and metrics.jsonl rows are written
+as the worker's `cli-step` messages report each step.
 """
 from __future__ import annotations
 
@@ -19,79 +21,14 @@ import os
 import pathlib
 import sys
 
-STATE = "_bitlora_cli_train"      # module in the worker's sys.modules that keeps the Trainer
-CKPT = "/tmp/bitlora-ckpt"        # checkpoints inside the worker's file system
-RESUME = "/tmp/bitlora-resume"    # --resume files, written there
 
-# Load the model and data, build the Trainer, load --resume state; answer what the
-# host prints. A ValueError (bad checkpoint, other data) comes back as {"error"}.
-SETUP = """
-import base64, json, os, shutil, sys, types
-from bitlora import gpu
-from bitlora.api import aload_model
-from bitlora.train import Trainer
-from bitlora.webapp import demo_model_files
-args = json.loads({args!r})
-
-for d in ({ckpt!r}, {resume!r}, "/tmp/bitlora-init-adapter", "/tmp/bitlora-out"):
-    shutil.rmtree(d, ignore_errors=True)           # nothing left from an earlier run
-
-def unpack(files, where):
-    os.makedirs(where, exist_ok=True)
-    for k, v in files.items():
-        with open(os.path.join(where, k), "wb") as f:
-            f.write(base64.b64decode(v))
-    return where
-
-files = args["model_files"]
-src = await demo_model_files() if files is None else {{k: base64.b64decode(v) for k, v in files.items()}}
-if isinstance(src, dict) and len(src) == 1 and next(iter(src)).endswith(".gguf"):
-    src = next(iter(src.values()))
-model = await aload_model(src, device=await gpu.get_device())
-model.name = args["model_name"]
-data = args["records"]
-if data is None:
-    from bitlora.webapp import url_bytes
+def _dataset(data: str) -> dict | None:
+    """The dataset file for the worker to read (its name says whether it is JSONL)."""
     from bitlora.data import load_records
-    data = load_records(await url_bytes("/demo/alpaca_demo.json"), name="alpaca_demo.json")
-config = args["config"]
-if args["init_adapter"] is not None:
-    config["init_adapter"] = unpack(args["init_adapter"], "/tmp/bitlora-init-adapter")
-if args["resume"] is not None:
-    config["resume"] = unpack(args["resume"], {resume!r})   # holds the training state only
-trainer = Trainer(model, data, config)
-trainer.checkpoint_dir = {ckpt!r}
-trainer.on_step = lambda row: print("BITLORA_STEP " + json.dumps(row))
-trainer.on_checkpoint = lambda step: trainer.stop()      # end the segment: the host saves it
-try:
-    await trainer._setup()
-    error = None
-except ValueError as e:
-    error = str(e)
-sys.modules[{state!r}] = types.SimpleNamespace(trainer=trainer)
-json.dumps({{"error": error, "step": trainer.step, "total_steps": trainer.total_steps, "name": model.name,
-            "device": model.dev.describe(), "records": len(trainer.dataset),
-            "skipped": [list(x) for x in trainer.dataset.invalid]}})
-"""
-
-# Train to the next checkpoint (or the end); answer the new metrics rows and the
-# checkpoint's files, or, at the end, the adapter's files.
-SEGMENT = """
-import base64, json, os, sys
-from bitlora.train import Control
-trainer = sys.modules[{state!r}].trainer
-seen = len(trainer.metrics)
-trainer.control = Control()
-await trainer.atrain()
-read = lambda d: {{n: base64.b64encode(open(os.path.join(d, n), "rb").read()).decode()
-                  for n in sorted(os.listdir(d)) if os.path.isfile(os.path.join(d, n))}}
-if trainer.control.stopped:
-    out = {{"checkpoint": read({ckpt!r}), "step": trainer.step}}
-else:
-    await trainer.asave_adapter("/tmp/bitlora-out")
-    out = {{"adapter": read("/tmp/bitlora-out")}}
-json.dumps(dict(out, rows=trainer.metrics[seen:]))
-"""
+    if data == "demo":
+        return None
+    load_records(data)                   # fail here, before Chromium starts
+    return {"name": data, "bytes": base64.b64encode(pathlib.Path(data).read_bytes()).decode()}
 
 
 def _files(path: str) -> dict:
@@ -124,14 +61,14 @@ def train_in_browser(cfg, session=None, on_checkpoint=None) -> int:
     code. session: a started BrowserSession to use (else one is started and closed);
     on_checkpoint(step) is called after each checkpoint is written to OUT/checkpoint."""
     from bitlora import checkpoint_state
-    from bitlora.data import DataError, load_records
+    from bitlora.data import DataError
     from bitlora.metrics import MetricsWriter
 
     from .browser import BrowserError, BrowserSession
 
     try:
         model_files = None if cfg.model == "demo" else _files(cfg.model)
-        records = None if cfg.data == "demo" else load_records(cfg.data)
+        data = _dataset(cfg.data)
         init = _files(cfg.init_adapter) if cfg.init_adapter else None
         resume = None
         if cfg.resume:
@@ -143,8 +80,8 @@ def train_in_browser(cfg, session=None, on_checkpoint=None) -> int:
         return _fail(str(e))
     # all of cfg goes along (checkpoints record it), with the worker's own paths for these two
     config = {k: v for k, v in cfg.to_dict().items() if k not in ("init_adapter", "resume")}
-    args = json.dumps({"model_files": model_files, "records": records, "init_adapter": init,
-                       "resume": resume, "config": config, "model_name": _model_name(cfg.model)})
+    setup = {"type": "cli-setup", "model_files": model_files, "data": data, "init_adapter": init,
+             "resume": resume, "config": config, "model_name": _model_name(cfg.model)}
     ckpt_dir = os.path.join(cfg.out, "checkpoint")
     os.makedirs(cfg.out, exist_ok=True)
     mw, last = None, [{"step": 0}]    # metrics rows go to the file once each, in step order
@@ -155,9 +92,9 @@ def train_in_browser(cfg, session=None, on_checkpoint=None) -> int:
                 mw.write(row)
                 last[0] = row
 
-    def on_console(line):
-        if line.startswith("[log] [py] BITLORA_STEP "):
-            row = json.loads(line.split("BITLORA_STEP ", 1)[1])
+    def on_message(msg):
+        if msg.get("type") == "cli-step":
+            row = json.loads(msg["row"])
             write_rows([row])
             print(_fmt(row), flush=True)
 
@@ -165,13 +102,12 @@ def train_in_browser(cfg, session=None, on_checkpoint=None) -> int:
     if own:
         print("bitlora: starting Chromium (WebGPU in a Pyodide worker)…", flush=True)
         session = BrowserSession()
-    chained = session.on_console
+    chained = session.on_message
     try:
         if own:
             session.start()
-        session.on_console = on_console
-        info = json.loads(session.run(SETUP.format(args=args, state=STATE, ckpt=CKPT, resume=RESUME),
-                                      timeout_s=3600))
+        session.on_message = on_message
+        info = session.request(setup, timeout_s=3600)
         if info["error"]:
             return _fail(info["error"])
         print(f"bitlora: {info['name']} on {info['device']}; {info['records']} records "
@@ -182,8 +118,8 @@ def train_in_browser(cfg, session=None, on_checkpoint=None) -> int:
                            resume_step=info["step"] if cfg.resume else None)
         last[0] = {"step": info["step"]}
         while True:
-            seg = json.loads(session.run(SEGMENT.format(state=STATE, ckpt=CKPT), timeout_s=24 * 3600))
-            write_rows(seg["rows"])
+            seg = session.request({"type": "cli-train"}, timeout_s=24 * 3600)
+            write_rows([json.loads(r) for r in seg["rows"]])
             if "adapter" in seg:
                 _write_files(cfg.out, seg["adapter"])
                 break
@@ -198,7 +134,7 @@ def train_in_browser(cfg, session=None, on_checkpoint=None) -> int:
                                                 if os.path.isdir(ckpt_dir) else ""), file=sys.stderr)
         return 130
     finally:
-        session.on_console = chained
+        session.on_message = chained
         if own:
             session.close()
     if "loss" in last[0]:

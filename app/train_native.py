@@ -40,6 +40,9 @@ def train_native(cfg) -> int:
     ds = trainer.dataset
     print(f"bitlora: {model.name} on {model.dev.describe()}; {len(ds)} records "
           f"({len(ds.invalid)} skipped), {trainer.total_steps} optimizer steps", flush=True)
+    est = trainer.memory_estimate()
+    print("bitlora: GPU memory for training " + ", ".join(
+        [f"{est['total'] / 2**20:.1f} MiB"] + [f"{k} {v / 2**20:.1f}" for k, v in est["parts"].items()]), flush=True)
     for index, reason in ds.invalid[:20]:
         print(f"  skipped record {index}: {reason}", file=sys.stderr)
     if len(ds.invalid) > 20:
@@ -48,18 +51,21 @@ def train_native(cfg) -> int:
     trainer.checkpoint_dir = os.path.join(cfg.out, "checkpoint")
     bar = tqdm(total=trainer.total_steps, unit="step", desc="training", dynamic_ncols=True)
 
-    def on_step(row):
+    def show(row):
         bar.n = row["step"]
         bar.set_postfix(loss=f"{row['loss']:.4f}", grad_norm=f"{row['grad_norm']:.3f}",
                         lr=f"{row['lr']:.2e}", tok_s=f"{row['tokens_per_s']:.0f}", refresh=False)
         bar.refresh()
 
-    trainer.on_step = on_step
-
     async def run():
-        await trainer._setup()   # loads --resume state, so the metrics file can be trimmed to it
+        await trainer.setup()    # loads --resume state, so the metrics file can be trimmed to it
         resumed = trainer.step if cfg.resume else None
-        trainer._metrics_writer = MetricsWriter(os.path.join(cfg.out, "metrics.jsonl"), resume_step=resumed)
+        metrics = MetricsWriter(os.path.join(cfg.out, "metrics.jsonl"), resume_step=resumed)
+
+        def on_step(row):
+            metrics.write(row)
+            show(row)
+        trainer.on_step = on_step
         bar.n = trainer.step
         try:
             await trainer.atrain()

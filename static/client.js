@@ -12,7 +12,7 @@ export class PyWorker {
         const msg = event.data;
         if (msg.type === "ready") { this.state = "ready"; resolve(msg); }
         if (msg.type === "fatal") { this.state = "failed"; reject(new Error(msg.text)); }
-        if (msg.type === "result" && this.pending.has(msg.id)) {
+        if (msg.id !== undefined && this.pending.has(msg.id)) {
           const { resolve: done } = this.pending.get(msg.id);
           this.pending.delete(msg.id);
           done(msg);
@@ -26,17 +26,25 @@ export class PyWorker {
     });
   }
 
-  // Run Python code in the worker; resolves to {ok, value | error}. Fails loudly on timeout.
-  run(code, timeoutMs = 600000) {
+  // Send a message and resolve to the one answering it (the same id): a "run" gets
+  // {type: "result", ok, value | error}, a handler's request its reply or
+  // {type: "error", text}. Fails loudly on timeout, in both shapes.
+  request(msg, timeoutMs = 600000) {
     const id = this.nextId++;
     return new Promise((resolve) => {
       const timer = setTimeout(() => {
         this.pending.delete(id);
-        resolve({ ok: false, error: `timed out after ${timeoutMs} ms` });
+        const text = `${msg.type}: timed out after ${timeoutMs} ms`;
+        resolve({ type: "error", id, ok: false, error: text, text });
       }, timeoutMs);
-      this.pending.set(id, { resolve: (msg) => { clearTimeout(timer); resolve(msg); } });
-      this.worker.postMessage({ type: "run", id, code });
+      this.pending.set(id, { resolve: (answer) => { clearTimeout(timer); resolve(answer); } });
+      this.worker.postMessage({ ...msg, id });
     });
+  }
+
+  // Run Python code in the worker; resolves to {ok, value | error}.
+  run(code, timeoutMs = 600000) {
+    return this.request({ type: "run", code }, timeoutMs);
   }
 
   send(msg) {

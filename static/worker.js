@@ -4,6 +4,7 @@
 // local wheels, then the bitlora wheel that `bitlora serve` built from the tree.
 // Messages in:  {type: "run", id, code}   run Python (async), answer with its result
 //               {type: <other>, ...}       handed to bitlora.webapp.dispatch(msg)
+//                                          (with an id: a request, answered with that id)
 // Messages out: {type: "boot", stage, text} while starting; {type: "ready", version};
 //               {type: "result", id, ok, value | error}; whatever Python posts.
 import { loadPyodide } from "/pyodide/pyodide.mjs";
@@ -66,7 +67,7 @@ self.onmessage = async (event) => {
     try {
       await dispatch(pyodide.toPy(msg));
     } catch (err) {
-      post({ type: "error", text: String(err && err.message ? err.message : err), request: msg.type });
+      post({ type: "error", text: String(err && err.message ? err.message : err), request: msg.type, id: msg.id });
     } finally {
       dispatch.destroy();
     }

@@ -131,7 +131,7 @@ def native_adapted(adapter_dir, ids, prompt, n_new):
     async def go():
         model = await aload_model(str(demo.MODEL_DIR))
         tr = Trainer(model, "demo", {"init_adapter": str(adapter_dir), "max_steps": 1})
-        await tr._setup()
+        await tr.setup()
         rows = await model.alogits(ids, tr.lora)
         gen = await model.agenerate(prompt, max_new_tokens=n_new, lora=tr.lora)
         return np.array([list(r) for r in rows]), gen.text

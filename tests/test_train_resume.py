@@ -1,6 +1,7 @@
 """Training behaviour: a resumed run equals an uninterrupted one (natively, and with
 --backend browser, whose checkpoints the native backend resumes too); two identical
 runs are bitwise equal; bitlora train writes PEFT files and metrics.jsonl."""
+import asyncio
 import json
 import pathlib
 import shutil
@@ -46,6 +47,32 @@ def test_resume_equals_uninterrupted_and_runs_repeat_bitwise(tiny_model, tmp_pat
     losses = [m["loss"] for m in resumed.metrics]
     assert [m["step"] for m in resumed.metrics] == list(range(1, 7))
     assert losses == [m["loss"] for m in full.metrics], (losses, [m["loss"] for m in full.metrics])
+
+
+def test_atrain_until_step_goes_on_where_it_stopped_and_awaits_the_checkpoint_hook(tiny_model, tmp_path):
+    """atrain(until_step=3) takes steps 1-3; atrain() then finishes the run with the
+    uninterrupted run's losses. An async on_checkpoint is awaited after each
+    checkpoint is on disk."""
+    from bitlora import gpu
+    from bitlora.checkpoint_state import STATE_FILE
+    full = Trainer(tiny_model, RECORDS, CFG, out=str(tmp_path / "a"))
+    full.train()
+    tr = Trainer(tiny_model, RECORDS, dict(CFG, save_every=2), out=str(tmp_path / "b"))
+    saved = []
+
+    async def on_checkpoint(step):
+        await asyncio.sleep(0)
+        saved.append((step, (tmp_path / "b" / "checkpoint" / STATE_FILE).exists()))
+    tr.on_checkpoint = on_checkpoint
+
+    async def go():
+        await tr.setup()
+        await tr.atrain(until_step=3)
+        assert tr.step == 3 and [m["step"] for m in tr.metrics] == [1, 2, 3]
+        await tr.atrain()
+    gpu.run(go())
+    assert saved == [(2, True), (4, True), (6, True)]
+    assert [m["loss"] for m in tr.metrics] == [m["loss"] for m in full.metrics]   # bitwise
 
 
 def test_cli_train_writes_peft_files_and_metrics(tmp_path):

@@ -2,6 +2,8 @@
 
     trainer = Trainer(model, "alpaca.json", TrainConfig(max_steps=50))
     trainer.train()            # natively; `await trainer.train()` under Pyodide / Jupyter
+    await trainer.setup()      # adapter, optimizer, --resume state (train() does it too)
+    await trainer.atrain(until_step=10)   # train up to optimizer step 10, or the end / stop()
     trainer.metrics            # [{"step", "loss", "grad_norm", "lr", "tokens", "tokens_per_s", ...}]
     trainer.generate({"instruction": "..."})   # with the adapter (model.generate: without)
     trainer.save_adapter("out")
@@ -15,8 +17,8 @@ then `AdamW.step(n_targets)` divides by the step's target-token count, clips the
 mean gradient by global norm and updates — one submit. The loss and the pre-clip
 norm are read back a step late, so the GPU never waits for Python.
 
-Checkpoints (every `save_every` steps, and on stop): the LoRA tensors, AdamW moments,
-step and data cursor (checkpoint_state.py). Dropout masks are a pure function of
+Checkpoints (every `save_every` steps): the LoRA tensors, AdamW moments, step and
+data cursor (checkpoint_state.py); `on_checkpoint(step)` runs after each is written. Dropout masks are a pure function of
 (seed, step, micro-batch), so a resumed run needs no other RNG state and repeats
 the uninterrupted run's losses exactly.
 
@@ -25,6 +27,7 @@ Standard library only: this module runs in the browser.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import os
 import struct
 import time
@@ -118,14 +121,14 @@ class Trainer:
         self.acts = None                  # its training activations (model.activations)
         self.opt = None
         self.on_step = None               # callback(metrics_row) after each step lands
-        self.on_checkpoint = None         # callback(step) after a checkpoint is written
+        self.on_checkpoint = None         # callback(step) after a checkpoint is written; awaited if async
         self.checkpoint_dir = None        # where save_every writes (default OUT/checkpoint)
-        self.metrics_path = None          # metrics.jsonl (native CLI)
-        self._metrics_writer = None
         self._step_times: list[float] = []   # recent step durations, for the ETA
 
     # -- set-up ----------------------------------------------------------------
-    async def _setup(self):
+    async def setup(self) -> None:
+        """Create the adapter (from --init-adapter if given) and the optimizer, and load
+        the --resume checkpoint. Runs once; training, generation and saving call it."""
         if self.lora is not None:
             return
         cfg = self.config
@@ -147,9 +150,10 @@ class Trainer:
         return self.model.memory_estimate(self.config, seq_len=min(self.dataset.max_len(), self.cutoff_len))
 
     # -- the loop --------------------------------------------------------------
-    async def atrain(self) -> list:
-        """Train until the configured end (or stop()); returns the metrics."""
-        await self._setup()
+    async def atrain(self, until_step: int | None = None) -> list:
+        """Train until optimizer step `until_step` has been taken (None: the configured
+        end), or stop(); returns the metrics. Called again, it goes on from there."""
+        await self.setup()
         cfg, ds, dev = self.config, self.dataset, self.model.dev
         pending = None
         for step in ds.steps(cfg.micro_batch_size, cfg.grad_accum, cfg.epochs, seed=cfg.seed,
@@ -159,7 +163,7 @@ class Trainer:
                     self._land(await self._finish(pending))
                     pending = None
                 await self.control.wait()
-            if self.control.stopped:
+            if self.control.stopped or (until_step is not None and self.step >= until_step):
                 break
             t0 = time.perf_counter()
             lr = lr_at(cfg, step.index, self.total_steps)
@@ -201,8 +205,6 @@ class Trainer:
         self._step_times = (self._step_times + [dt])[-20:]
         row["eta_s"] = (self.total_steps - row["step"]) * sum(self._step_times) / len(self._step_times)
         self.metrics.append(row)
-        if self._metrics_writer is not None:
-            self._metrics_writer.write(row)
         if self.on_step is not None:
             self.on_step(row)
 
@@ -227,7 +229,7 @@ class Trainer:
                         seed: int = 0):
         """Generate with the adapter being trained. prompt: text, token ids, or an Alpaca
         record (formatted with the training prompt template, without its output)."""
-        await self._setup()
+        await self.setup()
         if isinstance(prompt, dict):
             prompt = format_prompt(prompt)
         return await self.model.agenerate(prompt, max_new_tokens, temperature, top_p, seed, lora=self.lora)
@@ -241,7 +243,7 @@ class Trainer:
 
     # -- adapters and checkpoints ---------------------------------------------
     async def aadapter_tensors(self) -> dict:
-        await self._setup()
+        await self.setup()
         return await self.lora.read_adapter()
 
     async def asave_adapter(self, out_dir) -> None:
@@ -254,6 +256,8 @@ class Trainer:
         return gpu.run(self.asave_adapter(out_dir))
 
     async def save_checkpoint(self, ckpt_dir=None) -> str:
+        """Write the training state to ckpt_dir (default: checkpoint_dir, else OUT/checkpoint),
+        then run on_checkpoint(step)."""
         ckpt_dir = ckpt_dir or self.checkpoint_dir or os.path.join(self.config.out, CHECKPOINT_DIR)
         arena = self.lora.arena
         params = await arena.read(arena.params)
@@ -268,7 +272,9 @@ class Trainer:
                                                  "skipped": self.metrics[-1]["skipped"] if self.metrics else 0},
             base_model_name_or_path=self.model.name)
         if self.on_checkpoint is not None:
-            self.on_checkpoint(self.step)
+            done = self.on_checkpoint(self.step)
+            if inspect.isawaitable(done):
+                await done
         return path
 
     async def load_checkpoint(self, ckpt_dir) -> None:

@@ -1,17 +1,21 @@
 """The web app's Python side: runs in the page's Web Worker under Pyodide.
 
 The worker hands every message that is not raw code to `dispatch(msg)`; each
-`type` has one handler here, and handlers answer with `post({...})`. Unknown types
-are rejected; a handler's exception becomes an `error` message naming where it
-happened, and the app stays usable. No numpy, no blocking: GPU work is awaited,
+`type` has one handler here, and handlers answer with `post({...})`. A message with
+an `id` is a request (the CLI's browser backend sends them): its answer, or the
+`error` it ends in, carries the same `id`. Unknown types are rejected; a handler's
+exception becomes an `error` message naming where it happened, and the app stays
+usable. No numpy, no blocking: GPU work is awaited,
 so pause/stop messages are handled while a training run is going.
 """
 from __future__ import annotations
 
 import array
 import asyncio
+import base64
 import json
 import os
+import shutil
 import time
 import traceback
 
@@ -43,9 +47,11 @@ class Session:
         self.saved_step = None    # step of the last checkpoint that reached the browser's storage
         self.records = None
         self.data_name = ""
+        self.longest = None       # tokens of the dataset's longest example (with the model's tokenizer)
         self.trainer = None
         self.task = None
         self.storage_ready = False
+        self.cli_trainer = None   # the Trainer of a `bitlora train --backend browser` run
 
 
 S = Session()
@@ -125,6 +131,7 @@ def data_report() -> dict:
         if isinstance(rec, dict):
             preview.append({"index": i, **{k: str(rec.get(k) if rec.get(k) is not None else "")
                                            for k in ("instruction", "input", "output")}})
+    S.longest = max(lengths) if lengths else None
     return {"type": "data-info", "name": S.data_name, "total": len(records),
             "valid": len(records) - len(invalid), "invalid": invalid[:1000], "preview": preview,
             "histogram": _histogram(lengths) if lengths else None}
@@ -222,8 +229,7 @@ async def open_model(source: str, name: str, src, progress=None) -> bool:
     S.model, S.model_name, S.trainer = model, name, None
     S.model_source, S.model_src = {"source": source, "name": name}, src
     c = model.config
-    n_params = sum(p.O * p.I for lay in model.layers for p in lay.proj.values()) + c["vocab_size"] * c["hidden_size"]
-    rows = [["Name", name], ["Architecture", "BitNet b1.58"], ["Parameters", f"{n_params / 1e6:.2f} M"],
+    rows = [["Name", name], ["Architecture", "BitNet b1.58"], ["Parameters", f"{model.param_count() / 1e6:.2f} M"],
             ["Layers", c["num_hidden_layers"]], ["Hidden / FFN", f"{c['hidden_size']} / {c['intermediate_size']}"],
             ["Heads / KV heads", f"{c['num_attention_heads']} / {c['num_key_value_heads']}"],
             ["Vocabulary", c["vocab_size"]], ["Context", c.get("max_position_embeddings")]]
@@ -233,20 +239,11 @@ async def open_model(source: str, name: str, src, progress=None) -> bool:
     return True
 
 
-def memory_estimate(model, cfg) -> dict:
-    """Bytes the training run needs on the GPU, and whether its largest buffer fits."""
-    c = model.config
-    C, F, V, L = c["hidden_size"], c["intermediate_size"], c["vocab_size"], c["num_hidden_layers"]
-    KV = c["num_key_value_heads"] * c.get("head_dim", C // c["num_attention_heads"])
-    N = cfg.micro_batch_size * min(cfg.cutoff_len, int(c.get("max_position_embeddings", cfg.cutoff_len)))
-    tables = [model.embed] + ([] if model.head is model.embed else [model.head])
-    weights = (sum(p.buf.size for lay in model.layers for p in lay.proj.values())
-               + sum(buf.size for table in tables for _, _, buf in table))   # bf16 tables stay bf16
-    acts = 4 * N * L * (9 * C + 2 * KV + 4 * F + 8) + 4 * N * (V + 12 * C + 5 * F)
-    acts += 4 * N * 8 * max(C, F)   # split-K partial sums (ops/splitk.py: a few slices of one output)
-    n_lora = sum(cfg.lora_r * (C + C) for _ in range(L) for _ in cfg.target_modules)
-    total = weights + acts + 16 * n_lora
-    largest = 4 * N * V
+def estimate_message(model, cfg) -> dict:
+    """The `estimate` message: the model's estimate of the run's GPU bytes (at the
+    dataset's longest example when one is loaded), and whether its largest buffer fits."""
+    est = model.memory_estimate(cfg, seq_len=min(S.longest, cfg.cutoff_len) if S.longest else None)
+    total, largest = est["total"], est["largest"]
     limit = min(model.dev.limits.get("maxBufferSize", 1 << 30), model.dev.limits.get("maxStorageBufferBindingSize", 1 << 30))
     mb = lambda x: f"{x / 2**20:.0f} MB"  # noqa: E731
     fits = largest <= limit
@@ -266,7 +263,7 @@ async def on_estimate(msg: dict) -> None:
     except ConfigError as e:
         post({"type": "estimate", "text": f"Settings: {e}", "fits": False})
         return
-    post(memory_estimate(S.model, cfg))
+    post(estimate_message(S.model, cfg))
 
 
 # -- training --------------------------------------------------------------------------
@@ -333,28 +330,25 @@ async def _lost(dev) -> bool:
     return False
 
 
-async def _checkpoint(trainer, orig_save) -> None:
-    """Write a checkpoint and copy it to the browser's storage. A failure (storage full,
-    no IndexedDB) is reported and training goes on. IDBFS copies the changed files in
-    one IndexedDB transaction (a quota error or a reload aborts it whole); even where
-    only some files get through, the state file is one entry, old or new, and the
-    resume offer takes the step from it."""
+async def _store_checkpoint(trainer, step: int) -> None:
+    """The trainer's on_checkpoint: copy the checkpoint just written to the browser's
+    storage. A failure (storage full, no IndexedDB) is reported and training goes on.
+    IDBFS copies the changed files in one IndexedDB transaction (a quota error or a
+    reload aborts it whole); even where only some files get through, the state file is
+    one entry, old or new, and the resume offer takes the step from it."""
     try:
-        await orig_save()
         with open(CKPT + "/session.json", "w") as f:
-            json.dump({"model": S.model_source, "data_name": S.data_name, "step": trainer.step,
+            json.dump({"model": S.model_source, "data_name": S.data_name, "step": step,
                        "total_steps": trainer.total_steps, "saved_at": time.strftime("%Y-%m-%d %H:%M:%S")}, f)
         await _syncfs(False)
-    except gpu.GPUError:
-        raise
     except Exception as e:  # noqa: BLE001 - quota exceeded, IndexedDB gone: keep training
         kept = f"the last saved one is step {S.saved_step}" if S.saved_step else "none is saved yet"
-        post({"type": "checkpoint", "saved": False, "step": trainer.step,
-              "text": f"Checkpoint at step {trainer.step} not saved ({e}); the browser's "
+        post({"type": "checkpoint", "saved": False, "step": step,
+              "text": f"Checkpoint at step {step} not saved ({e}); the browser's "
                       f"storage may be full. Training continues; {kept}."})
         return
-    S.saved_step = trainer.step
-    post({"type": "checkpoint", "saved": True, "step": trainer.step})
+    S.saved_step = step
+    post({"type": "checkpoint", "saved": True, "step": step})
 
 
 async def _run_training(trainer, resumed: bool) -> None:
@@ -363,25 +357,17 @@ async def _run_training(trainer, resumed: bool) -> None:
     trainer.checkpoint_dir = CKPT + "/state"
     can_save = await storage()
     S.saved_step = None
-
-    def on_step(row):
-        post(_step_message(row, total))
-
-    trainer.on_step = on_step
+    trainer.on_step = lambda row: post(_step_message(row, total))
     if can_save:
         with open(CKPT + "/records.json", "w") as f:   # reaches IndexedDB with the first checkpoint
             json.dump(S.records, f)
-        orig_save = trainer.save_checkpoint
-
-        async def save_and_sync(ckpt_dir=None):
-            await _checkpoint(trainer, orig_save)
-        trainer.save_checkpoint = save_and_sync
+        trainer.on_checkpoint = lambda step: _store_checkpoint(trainer, step)
     else:
         trainer.config.save_every = 0
     post({"type": "train-state", "state": "running", "has_adapter": True,
           "history": trainer.metrics if resumed else None})
     try:
-        await trainer._setup()
+        await trainer.setup()
         if resumed:
             S.saved_step = trainer.step
             post({"type": "train-state", "state": "running", "history": trainer.metrics})
@@ -418,7 +404,7 @@ async def on_train(msg: dict) -> None:
         return
     try:
         cfg = _training_config(msg.get("config"))
-        est = memory_estimate(S.model, cfg)
+        est = estimate_message(S.model, cfg)
         if not est["fits"]:
             post({"type": "train-state", "state": "idle"})   # first: the error stays in the status
             post({"type": "error", "where": "training", "text": est["text"]})
@@ -519,7 +505,7 @@ async def on_generate(msg: dict) -> None:
     base = await S.model.agenerate(prompt, max_new_tokens=n, temperature=temp, seed=0)
     adapted = None
     if S.trainer is not None and S.trainer.lora is not None:
-        adapted = str(await S.model.agenerate(prompt, max_new_tokens=n, temperature=temp, seed=0, lora=S.trainer.lora))
+        adapted = str(await S.trainer.agenerate(prompt, max_new_tokens=n, temperature=temp, seed=0))
     post({"type": "generated", "base": str(base), "adapted": adapted})
 
 
@@ -540,6 +526,90 @@ async def on_export(msg: dict) -> None:
     post({"type": "export", "files": files})
 
 
+# -- `bitlora train --backend browser` (app/train_browser.py) ------------------------------
+# The CLI sends its files base64-encoded and runs the Trainer one segment at a time:
+# each `cli-train` trains to the next checkpoint, whose files go back to be written
+# in OUT/checkpoint; the last one answers with the adapter's files. Metrics rows
+# travel as JSON text: through JS a float 0.0 would arrive as the int 0, and
+# metrics.jsonl is written as the native backend writes it.
+
+CLI = "/tmp/bitlora-cli"        # the CLI run's files: init-adapter/, resume/, checkpoint/, adapter/
+
+
+def _unpack(files: dict, folder: str) -> str:
+    os.makedirs(folder, exist_ok=True)
+    for name, data in files.items():
+        with open(os.path.join(folder, name), "wb") as f:
+            f.write(base64.b64decode(data))
+    return folder
+
+
+def _pack(folder: str) -> dict:
+    files = {}
+    for name in sorted(os.listdir(folder)):
+        if os.path.isfile(os.path.join(folder, name)):
+            with open(os.path.join(folder, name), "rb") as f:
+                files[name] = base64.b64encode(f.read()).decode()
+    return files
+
+
+async def on_cli_setup(msg: dict) -> None:
+    """{model_files, model_name, data, config, init_adapter, resume} -> `cli-ready`: load
+    the model and data, build the Trainer, load --resume state, and answer what the CLI
+    prints; a ValueError there (a bad checkpoint, other data) comes back as `error`."""
+    from .api import aload_model
+    from .data import load_records
+    from .train import Trainer
+    shutil.rmtree(CLI, ignore_errors=True)       # nothing left from an earlier run
+    files = msg.get("model_files")
+    if files is None:
+        src = await demo_model_files()
+    else:
+        src = {name: base64.b64decode(data) for name, data in files.items()}
+        if len(src) == 1 and next(iter(src)).endswith(".gguf"):
+            src = next(iter(src.values()))
+    model = await aload_model(src, device=await gpu.get_device())
+    model.name = msg["model_name"]
+    data = msg.get("data")
+    if data is None:
+        records = load_records(await url_bytes("/demo/alpaca_demo.json"), name="alpaca_demo.json")
+    else:
+        records = load_records(base64.b64decode(data["bytes"]), name=data["name"])
+    config = dict(msg["config"])
+    if msg.get("init_adapter") is not None:
+        config["init_adapter"] = _unpack(msg["init_adapter"], CLI + "/init-adapter")
+    if msg.get("resume") is not None:
+        config["resume"] = _unpack(msg["resume"], CLI + "/resume")   # the training state only
+    trainer = Trainer(model, records, config)
+    trainer.checkpoint_dir = CLI + "/checkpoint"
+    trainer.on_step = lambda row: post({"type": "cli-step", "row": json.dumps(row)})
+    S.cli_trainer = trainer
+    try:
+        await trainer.setup()
+        error = None
+    except ValueError as e:
+        error = str(e)
+    post({"type": "cli-ready", "id": msg.get("id"), "error": error, "step": trainer.step,
+          "total_steps": trainer.total_steps, "name": model.name, "device": model.dev.describe(),
+          "records": len(trainer.dataset), "skipped": [list(x) for x in trainer.dataset.invalid]})
+
+
+async def on_cli_train(msg: dict) -> None:
+    """-> `cli-trained`: train to the next checkpoint (or the end); answer the new metrics
+    rows and the checkpoint's files, or, once the run is over, the adapter's files."""
+    trainer = S.cli_trainer
+    every, seen = trainer.config.save_every, len(trainer.metrics)
+    until = (trainer.step // every + 1) * every if every else None
+    await trainer.atrain(until_step=until)
+    out = {"type": "cli-trained", "id": msg.get("id"), "step": trainer.step, "rows": [json.dumps(r) for r in trainer.metrics[seen:]]}
+    if trainer.step == until:          # a checkpoint was written at this step
+        out["checkpoint"] = _pack(trainer.checkpoint_dir)
+    else:
+        await trainer.asave_adapter(CLI + "/adapter")
+        out["adapter"] = _pack(CLI + "/adapter")
+    post(out)
+
+
 HANDLERS = {
     "hello": on_hello,
     "load-data": on_load_data,
@@ -552,17 +622,20 @@ HANDLERS = {
     "resume-checkpoint": on_resume_checkpoint,
     "generate": on_generate,
     "export": on_export,
+    "cli-setup": on_cli_setup,
+    "cli-train": on_cli_train,
 }
 
 
 async def dispatch(msg) -> None:
     kind = msg.get("type")
     handler = HANDLERS.get(kind)
+    answer = {"id": msg["id"]} if "id" in msg else {}   # a request's error answers it
     if handler is None:
-        post({"type": "error", "where": "worker", "text": f"unknown message type {kind!r}"})
+        post({"type": "error", "where": "worker", "text": f"unknown message type {kind!r}", **answer})
         return
     try:
         await handler(msg)
     except Exception as e:  # noqa: BLE001 - every failure becomes a message; the app goes on
         post({"type": "log", "level": "error", "text": traceback.format_exc()})
-        post({"type": "error", "where": kind.split("-")[-1], "text": f"{type(e).__name__}: {e}"})
+        post({"type": "error", "where": kind.split("-")[-1], "text": f"{type(e).__name__}: {e}", **answer})
