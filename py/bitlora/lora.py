@@ -34,17 +34,17 @@ from __future__ import annotations
 import array
 
 from . import adapter as adapter_io
+from . import ops
 from .gpu import BufferView
-from .ops import backward as bw
 from .ops import cross_entropy as ce
-from .ops.attention import attention_forward
-from .ops.bitlinear import actquant_forward, bitlinear_forward
+from .ops.attention import attention_backward, attention_forward
+from .ops.bitlinear import actquant_forward, bitlinear_backward_input, bitlinear_forward
 from .ops.embedding import embedding_forward
-from .ops.ffn import relu2_gating_forward
-from .ops.lm_head import linear_forward
+from .ops.linear import linear_backward_input, linear_forward
 from .ops.lora import LoraShape, lora_backward, lora_forward
-from .ops.rmsnorm import rmsnorm_forward
-from .ops.rope import rope_forward
+from .ops.relu2 import relu2_gating_backward, relu2_gating_forward
+from .ops.rmsnorm import rmsnorm_backward, rmsnorm_forward
+from .ops.rope import rope_backward, rope_forward
 from .optim import ParamArena
 
 MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -120,6 +120,8 @@ class LoraModel:
         arena = ParamArena(model.dev, shapes, label="lora")
         for key, _ in shapes:
             arena.write(arena.params, key, tensors[key][1])
+        await model.dev.prepare([s for t in {model.embed.dtype, model.head.dtype}
+                                 for s in ops.kernel_specs(t, training=True)])
         return cls(model, cfg, arena, shapes)
 
     # -- arena access ----------------------------------------------------------------
@@ -164,7 +166,7 @@ class LoraModel:
         C, F, H, Hkv, D, eps = m.C, m.F, m.H, m.Hkv, m.D, m.eps
         ids_buf = ws.io(micro)[0]
         dev.write(ids_buf, array.array("I", ids))
-        await embedding_forward(dev, ids_buf, m.embed, ws.layers[0].h_in, N, C)
+        embedding_forward(dev, ids_buf, m.embed, ws.layers[0].h_in, N, C)
         for li, lay in enumerate(m.layers):
             a = ws.layers[li]
             out = ws.layers[li + 1].h_in if li + 1 < m.L else ws.h_out
@@ -172,35 +174,35 @@ class LoraModel:
 
             async def proj(mod, x, width, y, accumulate=False):
                 p = P[FULL[mod]]
-                await bitlinear_forward(dev, ws.xq, ws.s, p.buf, p.scale, y, N, p.I, p.O, accumulate)
+                bitlinear_forward(dev, ws.xq, ws.s, p.buf, p.scale, y, N, p.I, p.O, accumulate)
                 if mod in self.modules:
                     A, Bm = self._ab(li, mod, self.arena.params)
-                    await lora_forward(dev, self._shape(li, mod, N, p.I, p.O, step, micro, train),
-                                       x, A, Bm, a.lora_u[mod], y)
+                    lora_forward(dev, self._shape(li, mod, N, p.I, p.O, step, micro, train),
+                                 x, A, Bm, a.lora_u[mod], y)
 
-            await rmsnorm_forward(dev, a.h_in, W["input_layernorm"], a.n1, a.rstd1, N, C, eps)
-            await actquant_forward(dev, a.n1, ws.xq, ws.s, N, C)
+            rmsnorm_forward(dev, a.h_in, W["input_layernorm"], a.n1, a.rstd1, N, C, eps)
+            actquant_forward(dev, a.n1, ws.xq, ws.s, N, C)
             await proj("q_proj", a.n1, C, a.q)
             await proj("k_proj", a.n1, C, a.k)
             await proj("v_proj", a.n1, C, a.v)
-            await rope_forward(dev, a.q, m.cos, m.sin, N, T, H, D)
-            await rope_forward(dev, a.k, m.cos, m.sin, N, T, Hkv, D)
-            await attention_forward(dev, a.q, a.k, a.v, a.att, a.lse, B, T, H, Hkv, D, T, 0)
-            await rmsnorm_forward(dev, a.att, W["self_attn.attn_sub_norm"], a.an, a.rstd_a, N, C, eps)
-            await actquant_forward(dev, a.an, ws.xq, ws.s, N, C)
+            rope_forward(dev, a.q, m.cos, m.sin, N, T, H, D)
+            rope_forward(dev, a.k, m.cos, m.sin, N, T, Hkv, D)
+            attention_forward(dev, a.q, a.k, a.v, a.att, a.lse, B, T, H, Hkv, D, T, 0)
+            rmsnorm_forward(dev, a.att, W["self_attn.attn_sub_norm"], a.an, a.rstd_a, N, C, eps)
+            actquant_forward(dev, a.an, ws.xq, ws.s, N, C)
             dev.copy(a.h_in, a.h_mid, 4 * N * C)
             await proj("o_proj", a.an, C, a.h_mid, accumulate=True)
-            await rmsnorm_forward(dev, a.h_mid, W["post_attention_layernorm"], a.n2, a.rstd2, N, C, eps)
-            await actquant_forward(dev, a.n2, ws.xq, ws.s, N, C)
+            rmsnorm_forward(dev, a.h_mid, W["post_attention_layernorm"], a.n2, a.rstd2, N, C, eps)
+            actquant_forward(dev, a.n2, ws.xq, ws.s, N, C)
             await proj("gate_proj", a.n2, C, a.g)
             await proj("up_proj", a.n2, C, a.u)
-            await relu2_gating_forward(dev, a.g, a.u, a.hf, N * F)
-            await rmsnorm_forward(dev, a.hf, W["mlp.ffn_sub_norm"], a.fn, a.rstd_f, N, F, eps)
-            await actquant_forward(dev, a.fn, ws.xq, ws.s, N, F)
+            relu2_gating_forward(dev, a.g, a.u, a.hf, N * F)
+            rmsnorm_forward(dev, a.hf, W["mlp.ffn_sub_norm"], a.fn, a.rstd_f, N, F, eps)
+            actquant_forward(dev, a.fn, ws.xq, ws.s, N, F)
             dev.copy(a.h_mid, out, 4 * N * C)
             await proj("down_proj", a.fn, F, out, accumulate=True)
-        await rmsnorm_forward(dev, ws.h_out, m.norm, ws.xf, ws.rstd_out, N, C, eps)
-        await linear_forward(dev, ws.xf, m.head, ws.logits, N, C, m.V)
+        rmsnorm_forward(dev, ws.h_out, m.norm, ws.xf, ws.rstd_out, N, C, eps)
+        linear_forward(dev, ws.xf, m.head, ws.logits, N, C, m.V)
         return ws
 
     async def accumulate(self, mb, seed: int = 0, step: int = 0, micro: int = 0) -> None:
@@ -212,8 +214,8 @@ class LoraModel:
         ws = await self.forward(mb.ids, B, T, step, micro, train=True)
         targets = ws.io(micro)[1]
         dev.write(targets, array.array("i", mb.targets))
-        await ce.cross_entropy_forward_backward(dev, ws.logits, targets, ws.losses, N, m.V, 1.0)
-        await ce.cross_entropy_sum(dev, ws.losses, self.loss_sum, N)
+        ce.cross_entropy_forward_backward(dev, ws.logits, targets, ws.losses, N, m.V, 1.0)
+        ce.cross_entropy_sum(dev, ws.losses, self.loss_sum, N)
         await self.backward(ws, B, T, step, micro)
 
     async def backward(self, ws: _Workspace, B: int, T: int, step: int, micro: int) -> None:
@@ -224,9 +226,9 @@ class LoraModel:
         # head: dxf = dlogits E (vocabulary chunks), dh = norm^T dxf
         for ci, (v0, rows, w) in enumerate(m.head):
             dy = ws.logits if v0 == 0 else BufferView(ws.logits, 4 * v0, ws.logits.size - 4 * v0)
-            await bw.linear_backward_input(dev, dy, w, ws.dxf, N, C, rows, accumulate=ci > 0, ld_dy=m.V,
-                                           w_dtype=m.head.dtype)
-        await bw.rmsnorm_backward(dev, ws.dxf, ws.h_out, m.norm, ws.rstd_out, ws.dh, N, C)
+            linear_backward_input(dev, dy, w, ws.dxf, N, C, rows, accumulate=ci > 0, ld_dy=m.V,
+                                  w_dtype=m.head.dtype)
+        rmsnorm_backward(dev, ws.dxf, ws.h_out, m.norm, ws.rstd_out, ws.dh, N, C)
         grads = self.arena.grads
         for li in range(m.L - 1, -1, -1):
             a, lay = ws.layers[li], m.layers[li]
@@ -234,32 +236,32 @@ class LoraModel:
 
             async def proj_back(mod, dy, x, dx, accumulate):
                 p = P[FULL[mod]]
-                await bw.bitlinear_backward_input(dev, dy, p.buf, p.scale, dx, N, p.I, p.O, accumulate)
+                bitlinear_backward_input(dev, dy, p.buf, p.scale, dx, N, p.I, p.O, accumulate)
                 if mod in self.modules:
                     A, Bm = self._ab(li, mod, self.arena.params)
                     dA, dB = self._ab(li, mod, grads)
-                    await lora_backward(dev, self._shape(li, mod, N, p.I, p.O, step, micro, True),
-                                        dy, x, A, Bm, a.lora_u[mod], dA, dB, ws.du_lora, dx)
+                    lora_backward(dev, self._shape(li, mod, N, p.I, p.O, step, micro, True),
+                                  dy, x, A, Bm, a.lora_u[mod], dA, dB, ws.du_lora, dx)
 
             # FFN
             await proj_back("down_proj", ws.dh, a.fn, ws.d_fn, False)
-            await bw.rmsnorm_backward(dev, ws.d_fn, a.hf, W["mlp.ffn_sub_norm"], a.rstd_f, ws.d_hf, N, F)
-            await bw.relu2_gating_backward(dev, ws.d_hf, a.g, a.u, ws.dg, ws.du, N * F)
+            rmsnorm_backward(dev, ws.d_fn, a.hf, W["mlp.ffn_sub_norm"], a.rstd_f, ws.d_hf, N, F)
+            relu2_gating_backward(dev, ws.d_hf, a.g, a.u, ws.dg, ws.du, N * F)
             await proj_back("gate_proj", ws.dg, a.n2, ws.dn, False)
             await proj_back("up_proj", ws.du, a.n2, ws.dn, True)
-            await bw.rmsnorm_backward(dev, ws.dn, a.h_mid, W["post_attention_layernorm"], a.rstd2, ws.dh, N, C,
-                                      accumulate=True)
+            rmsnorm_backward(dev, ws.dn, a.h_mid, W["post_attention_layernorm"], a.rstd2, ws.dh, N, C,
+                             accumulate=True)
             # attention
             await proj_back("o_proj", ws.dh, a.an, ws.d_an, False)
-            await bw.rmsnorm_backward(dev, ws.d_an, a.att, W["self_attn.attn_sub_norm"], a.rstd_a, ws.d_att, N, C)
-            await bw.attention_backward(dev, ws.d_att, a.q, a.k, a.v, ws.dq, ws.dk, ws.dv, ws.stats, B, T, H, Hkv, D)
-            await bw.rope_backward(dev, ws.dq, m.cos, m.sin, N, T, H, D)
-            await bw.rope_backward(dev, ws.dk, m.cos, m.sin, N, T, Hkv, D)
+            rmsnorm_backward(dev, ws.d_an, a.att, W["self_attn.attn_sub_norm"], a.rstd_a, ws.d_att, N, C)
+            attention_backward(dev, ws.d_att, a.q, a.k, a.v, ws.dq, ws.dk, ws.dv, ws.stats, B, T, H, Hkv, D)
+            rope_backward(dev, ws.dq, m.cos, m.sin, N, T, H, D)
+            rope_backward(dev, ws.dk, m.cos, m.sin, N, T, Hkv, D)
             await proj_back("q_proj", ws.dq, a.n1, ws.dn, False)
             await proj_back("k_proj", ws.dk, a.n1, ws.dn, True)
             await proj_back("v_proj", ws.dv, a.n1, ws.dn, True)
-            await bw.rmsnorm_backward(dev, ws.dn, a.h_in, W["input_layernorm"], a.rstd1, ws.dh, N, C,
-                                      accumulate=True)
+            rmsnorm_backward(dev, ws.dn, a.h_in, W["input_layernorm"], a.rstd1, ws.dh, N, C,
+                             accumulate=True)
 
     # -- inference with the adapter ------------------------------------------------------
     async def alogits(self, ids: list) -> list:
@@ -280,7 +282,7 @@ class LoraModel:
         if self._u_infer is None or self._u_infer.size < 4 * N * self.R:
             self._u_infer = self.dev.buffer(4 * N * self.R, "lora.u_infer")
         A, Bm = self._ab(li, mod, self.arena.params)
-        await lora_forward(self.dev, LoraShape(N, p.I, p.O, self.R, self.scale), x, A, Bm, self._u_infer, y)
+        lora_forward(self.dev, LoraShape(N, p.I, p.O, self.R, self.scale), x, A, Bm, self._u_infer, y)
 
     async def agenerate(self, prompt, max_new_tokens: int = 64, temperature: float = 0.0, top_p: float = 1.0,
                         seed: int = 0):

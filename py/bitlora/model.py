@@ -29,12 +29,13 @@ import random
 import struct
 from dataclasses import dataclass, field
 
+from . import ops
 from .formats.tensors import FloatTensor, TernaryTensor
 from .ops.attention import attention_forward, kv_store
 from .ops.bitlinear import actquant_forward, bitlinear_forward
 from .ops.embedding import embedding_forward
-from .ops.ffn import relu2_gating_forward
-from .ops.lm_head import linear_forward
+from .ops.linear import linear_forward
+from .ops.relu2 import relu2_gating_forward
 from .ops.rmsnorm import rmsnorm_forward
 from .ops.rope import rope_forward, rope_tables
 
@@ -152,6 +153,7 @@ class Model:
         tied = m.config.get("tie_word_embeddings", False)
         m.head = m.embed if tied else m._upload_rows("lm_head.weight", load("lm_head.weight"))
         m._rope(int(m.config.get("max_position_embeddings", 2048)))
+        await dev.prepare([s for t in {m.embed.dtype, m.head.dtype} for s in ops.kernel_specs(t)])
         return m
 
     def _upload_vec(self, name, t):
@@ -245,32 +247,32 @@ class Model:
         x, nrm, rstd, xq, s = b["x"], b["nrm"], b["rstd"], b["xq"], b["s"]
 
         async def bitlin(li, inp, width, outs, accumulate=False):
-            await actquant_forward(dev, inp, xq, s, N, width)
+            actquant_forward(dev, inp, xq, s, N, width)
             for name, y in outs:
                 p = self.layers[li].proj[name]
-                await bitlinear_forward(dev, xq, s, p.buf, p.scale, y, N, p.I, p.O, accumulate)
+                bitlinear_forward(dev, xq, s, p.buf, p.scale, y, N, p.I, p.O, accumulate)
                 if adapter is not None:
                     await adapter.add(li, name, inp, y, N)
 
-        await embedding_forward(dev, ids_buf, self.embed, x, N, C)
+        embedding_forward(dev, ids_buf, self.embed, x, N, C)
         for li, lay in enumerate(self.layers):
             W = lay.norms
             kc, vc = cache[li]
-            await rmsnorm_forward(dev, x, W["input_layernorm"], nrm, rstd, N, C, eps)
+            rmsnorm_forward(dev, x, W["input_layernorm"], nrm, rstd, N, C, eps)
             await bitlin(li, nrm, C, [("self_attn.q_proj", b["q"]), ("self_attn.k_proj", b["k"]),
                                       ("self_attn.v_proj", b["v"])])
-            await rope_forward(dev, b["q"], self.cos, self.sin, N, T, H, D, pos0)
-            await rope_forward(dev, b["k"], self.cos, self.sin, N, T, Hkv, D, pos0)
-            await kv_store(dev, b["k"], b["v"], kc, vc, B, T, S, KV, pos0)
-            await attention_forward(dev, b["q"], kc, vc, b["att"], b["lse"], B, T, H, Hkv, D, S, pos0)
-            await rmsnorm_forward(dev, b["att"], W["self_attn.attn_sub_norm"], nrm, rstd, N, C, eps)
+            rope_forward(dev, b["q"], self.cos, self.sin, N, T, H, D, pos0)
+            rope_forward(dev, b["k"], self.cos, self.sin, N, T, Hkv, D, pos0)
+            kv_store(dev, b["k"], b["v"], kc, vc, B, T, S, KV, pos0)
+            attention_forward(dev, b["q"], kc, vc, b["att"], b["lse"], B, T, H, Hkv, D, S, pos0)
+            rmsnorm_forward(dev, b["att"], W["self_attn.attn_sub_norm"], nrm, rstd, N, C, eps)
             await bitlin(li, nrm, C, [("self_attn.o_proj", x)], accumulate=True)
-            await rmsnorm_forward(dev, x, W["post_attention_layernorm"], nrm, rstd, N, C, eps)
+            rmsnorm_forward(dev, x, W["post_attention_layernorm"], nrm, rstd, N, C, eps)
             await bitlin(li, nrm, C, [("mlp.gate_proj", b["g"]), ("mlp.up_proj", b["u"])])
-            await relu2_gating_forward(dev, b["g"], b["u"], b["hf"], N * F)
-            await rmsnorm_forward(dev, b["hf"], W["mlp.ffn_sub_norm"], b["hn"], rstd, N, F, eps)
+            relu2_gating_forward(dev, b["g"], b["u"], b["hf"], N * F)
+            rmsnorm_forward(dev, b["hf"], W["mlp.ffn_sub_norm"], b["hn"], rstd, N, F, eps)
             await bitlin(li, b["hn"], F, [("mlp.down_proj", x)], accumulate=True)
-        await rmsnorm_forward(dev, x, self.norm, nrm, rstd, N, C, eps)
+        rmsnorm_forward(dev, x, self.norm, nrm, rstd, N, C, eps)
         if not head:
             return None, 0
         if last_only:   # rows T-1, 2T-1, ... of the final hidden states
@@ -286,8 +288,8 @@ class Model:
                              f"ask for fewer rows at a time (alogits does)")
         if self._logits is None or self._logits.size < need:
             self._logits = self.dev.buffer(need, "logits")
-        await linear_forward(self.dev, self._scratch.bufs["nrm"], self.head, self._logits, rows, self.C,
-                             self.V, row0, step)
+        linear_forward(self.dev, self._scratch.bufs["nrm"], self.head, self._logits, rows, self.C,
+                       self.V, row0, step)
         return self._logits
 
     async def alogits(self, ids) -> list:

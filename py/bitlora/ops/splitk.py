@@ -7,10 +7,16 @@ few for a big GPU, each looping over the whole reduction. With S slices the grid
 S times more workgroups; the cost is S partial outputs written and read once more."""
 from __future__ import annotations
 
-import struct
+from ._uniform import Uniform
 
+SHADER = "splitk.wgsl"
+PARAMS = Uniform("SplitkParams", "count:u32 slices:u32 m:u32 scale:f32 accumulate:u32 use_s:u32")
 TARGET_GROUPS = 512     # split until the grid has about this many workgroups
 MIN_SLICE = 512         # ... but give every slice at least this many reduction columns
+
+
+def kernel_specs(table_dtype: str = "f32", training: bool = False) -> list:
+    return [(SHADER, "splitk_reduce")]
 
 
 def plan(tiles: int, K: int, unit: int, split: int | None = None, cols_per_k: int = 1) -> tuple[int, int]:
@@ -34,8 +40,8 @@ def scratch(dev, floats: int):
     return buf
 
 
-async def reduce(dev, part, s, y, count: int, slices: int, m: int, scale: float, accumulate: bool) -> None:
+def reduce(dev, part, s, y, count: int, slices: int, m: int, scale: float, accumulate: bool) -> None:
     """y[count] (= or +=) sum of part[slices, count] * scale (divided by s[e // m] if s)."""
-    k = await dev.kernel("splitk.wgsl", "splitk_reduce")
-    dev.dispatch(k, [part, s if s is not None else part, y], groups=-(-count // 256),
-                 params=struct.pack("<IIIfII", count, slices, m, scale, int(accumulate), int(s is not None)))
+    dev.dispatch(dev.prepared(SHADER, "splitk_reduce"), [part, s if s is not None else part, y],
+                 groups=-(-count // 256),
+                 params=PARAMS.pack(count, slices, m, scale, int(accumulate), int(s is not None)))
