@@ -1,9 +1,10 @@
 """Time the attention backward kernels (attention_backward_dq, _dkv) at given shapes,
 against the float64 numpy reference; optionally also the same entry points from another
-copy of backward.wgsl (e.g. an older commit's). Native only (numpy).
+copy of attention.wgsl (e.g. an older commit's, with shaders/prelude.wgsl appended).
+Native only (numpy).
 
     python scripts/bench_attention.py [--shapes 1x256x20x5x128,4x68x4x2x32] [--reps 10]
-        [--old FILE.wgsl]      # git show REV:shaders/backward.wgsl > FILE.wgsl
+        [--old FILE.wgsl]      # git show REV:shaders/attention.wgsl REV:shaders/prelude.wgsl > FILE.wgsl
 
 A shape is BxTxHxHkvxD. Prints ms per call of each kernel (min over repeated batches
 of `reps` dispatches in one submit) and the max relative error of dq, dk, dv.
@@ -49,7 +50,7 @@ async def timed(dev, record, reps, batches=3):
 async def main(args):
     dev = await gpu.get_device("native")
     print(dev.describe())
-    sources = [("new", read_shader("backward.wgsl"), args.rows)]
+    sources = [("new", read_shader("attention.wgsl"), args.rows)]
     if args.old:
         sources.append(("old", pathlib.Path(args.old).read_text(), args.old_rows))
     rng = np.random.default_rng(0)
@@ -85,7 +86,7 @@ if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shapes", default="1x256x20x5x128,4x68x4x2x32")
     ap.add_argument("--reps", type=int, default=10)
-    ap.add_argument("--old", default="", help="another backward.wgsl to time beside the current one")
+    ap.add_argument("--old", default="", help="another attention.wgsl (prelude included) to time beside the current one")
     ap.add_argument("--rows", type=int, default=8, help="rows per workgroup of the current kernels")
     ap.add_argument("--old-rows", type=int, default=1, help="rows per workgroup of the --old kernels")
     ap.add_argument("--no-check", dest="check", action="store_false", help="skip the numpy reference")

@@ -36,6 +36,7 @@ def pack(codes):
 async def main(args):
     dev = await gpu.get_device("native")
     print(dev.describe())
+    await dev.prepare(splitk.kernel_specs())
     variants = pathlib.Path(args.variants).read_text() if args.variants else None
     rng = np.random.default_rng(0)
     for shape in args.shapes.split(","):
@@ -54,7 +55,7 @@ async def main(args):
         want_dx = dy.astype(np.float64) @ t * 0.5
         macs = N * I * O
         kernels = [] if args.no_current else [("fwd", "bitlinear.wgsl", "bitlinear_forward", 64, 4),
-                                              ("bwd", "backward.wgsl", "bitlinear_backward_input", 128, 16)]
+                                              ("bwd", "bitlinear.wgsl", "bitlinear_backward_input", 128, 16)]
         if variants:
             kernels += [("fwd", None, e, 64, 4 if "unrolled" in e else 2) for e in args.fwd_variants.split(",") if e]
             kernels += [("bwd", None, e, 128, 16) for e in args.bwd_variants.split(",") if e]
@@ -78,7 +79,7 @@ async def main(args):
                 async def record():
                     dev.dispatch(k, binds, groups=groups, params=params)
                     if slices > 1:
-                        await splitk.reduce(dev, part, bs if kind == "fwd" else None, out, N * cols, slices, cols, 0.5, False)
+                        splitk.reduce(dev, part, bs if kind == "fwd" else None, out, N * cols, slices, cols, 0.5, False)
 
                 await record()
                 got = np.frombuffer(await dev.read(out), np.float32).reshape(N, cols)

@@ -13,32 +13,22 @@
 // 1 - b^t is computed as -expm1(t * ln b), ln b from the host in double precision, so a
 // beta2 of 0.999 rounded to f32 does not cost the bias correction 1e-5 of accuracy.
 //
-// State (storage, 16 words; grad_norm.wgsl declares the same struct):
-//   sumsq f32 | norm f32 | clip f32 | gmul f32 | skip u32 | skipped u32 | step u32 |
-//   step_size f32 | bc2_sqrt f32 | pad x7
+// State: the prelude's 16-word optimizer state, filled by grad_norm.wgsl.
 //
-// adamw_begin: 0 params Hyper | 1 state read_write          one workgroup of one invocation
+// adamw_begin: 0 params AdamWParams | 1 state read_write          one workgroup of one invocation
 //   plain = 1 (the separate-ops path): gmul = 1, skip = 0 first. Then, unless skip:
 //   t = ++step, step_size and bc2_sqrt as above. A skipped step leaves t alone.
-// adamw:       0 params Hyper | 1 p[n/4] | 2 g[n/4] | 3 m[n/4] | 4 v[n/4] vec4 read_write |
+// adamw:       0 params AdamWParams | 1 p[n/4] | 2 g[n/4] | 3 m[n/4] | 4 v[n/4] vec4 read_write |
 //              5 state read                                  ceil(n4/256) workgroups, split over x, y
 //   skip = 1: only g = 0. Zero padding stays zero (g = m = v = p = 0 gives p = 0).
 
-struct State {
-    sumsq: f32, norm: f32, clip: f32, gmul: f32,
-    skip: u32, skipped: u32, step: u32, step_size: f32,
-    bc2_sqrt: f32, pad0: u32, pad1: u32, pad2: u32, pad3: u32, pad4: u32, pad5: u32, pad6: u32,
-};
-
-struct Hyper {
+struct AdamWParams {
     lr: f32, decay: f32, omb1: f32, b2: f32,
     omb2: f32, eps: f32, ln_b1: f32, ln_b2: f32,
     n4: u32, plain: u32,
 };
 
-const WG: u32 = 256u;
-
-@group(0) @binding(0) var<uniform> hp: Hyper;
+@group(0) @binding(0) var<uniform> hp: AdamWParams;
 
 // exp(x) - 1 without cancellation for small |x| (WGSL has no expm1).
 fn expm1(x: f32) -> f32 {

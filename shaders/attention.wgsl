@@ -1,41 +1,64 @@
-// attention.wgsl — causal softmax attention with GQA over a KV cache, forward.
-// Query row n = b*T + t (token t of sequence b, at position pos = pos0 + t) attends
-// to cache positions 0..pos of sequence b; query head h reads KV head h / (H/Hkv)
-// (HF repeat_kv). The new tokens' k, v must already be in the cache (the model copies
-// them there); for a whole sequence at once pos0 = 0 and S may equal T.
-//   s_j = scale * q . k_j,  out = sum_j softmax(s)_j v_j   (f32, online softmax)
-// lse[n, h] = log sum_j exp(s_j) is saved (the backward recomputes P from it).
+// attention.wgsl — causal softmax attention with GQA: the forward over a KV cache,
+// the store of new k, v rows into that cache, and the backward (dq; dk, dv).
+// Query head h reads KV head h / (H/Hkv) (HF repeat_kv).
+//   s_j = scale * q . k_j,  P = softmax(s),  out = sum_j P_j v_j   (f32, online softmax)
 //
-// attention_forward
-//   0 params {B, T, H, Hkv, D, S, pos0, scale} | 1 q[N, H*D] read (post-RoPE) |
+// attention_forward   query row n = b*T + t (token t of sequence b, at position
+//   pos = pos0 + t) attends to cache positions 0..pos of sequence b. The new tokens'
+//   k, v must already be in the cache (kv_store); for a whole sequence at once pos0 = 0
+//   and S may equal T. lse[n, h] = log sum_j exp(s_j) is saved.
+//   0 params AttentionParams {B, T, H, Hkv, D, S, pos0, scale} | 1 q[N, H*D] read (post-RoPE) |
 //   2 k_cache[B, S, Hkv*D] read | 3 v_cache[B, S, Hkv*D] read | 4 out[N, H*D] write |
 //   5 lse[N, H] write
 //   dispatch: one workgroup (64) per (n, h): N*H workgroups split over x, y. D <= 256.
 //   Keys go 64 at a time: one score per thread, then every thread updates its
 //   (up to 4) output dims with the chunk's probabilities from workgroup memory.
 //
-// kv_store   the new tokens' k, v rows into the cache at positions pos0..pos0+T-1
-//   k_cache[b, pos0 + t, :] = k[b*T + t, :], same for v (a kernel, not buffer copies:
-//   all of a forward stays one compute pass)
-//   0 params {B, T, S, W = Hkv*D, pos0} | 1 k[N, W] read | 2 v[N, W] read |
+// kv_store   k_cache[b, pos0 + t, :] = k[b*T + t, :], same for v (a kernel, not buffer
+//   copies: all of a forward stays one compute pass)
+//   0 params KvStoreParams {B, T, S, W = Hkv*D, pos0} | 1 k[N, W] read | 2 v[N, W] read |
 //   3 k_cache[B, S, W] write | 4 v_cache[B, S, W] write
 //   dispatch: ceil(N*W / 256) workgroups split over x, y
+//
+// attention_backward_dq, attention_backward_dkv   all positions of all sequences at
+//   once, from post-RoPE q[N, H*D], k[N, Hkv*D], v[N, Hkv*D] and dout[N, H*D]. Nothing
+//   from the forward is needed: the softmax is recomputed
+//   (P[i, j] = exp(s[i, j] - lse[i]), s = scale * q_i . k_j, j <= i).
+//     dP = dout_i . v_j,   Dsum_i = sum_j P dP,   dS = P (dP - Dsum_i)
+//     dq_i = scale * sum_j dS k_j,   dk_j = scale * sum_{h in group, i >= j} dS q_i,
+//     dv_j = sum_{h in group, i >= j} P dout_i
+//   Pass 1 (dq) also writes stats[N, H, 2] = (lse, Dsum) for pass 2.
+//   Padding: sequences are right-padded; causal masking alone keeps every valid row
+//   exact, and a padded row gets no gradient when its dout is zero (masked loss).
+//   D <= 256.
+//   attention_backward_dq:
+//     0 params AttentionBackwardParams {B, T, H, Hkv, D, scale} | 1 dout[N, H*D] read |
+//     2 q read | 3 k read | 4 v read | 5 dq[N, H*D] write | 6 stats[N, H, 2] write
+//     dispatch: one workgroup (256) per (sequence, block of 8 query rows, h):
+//     B*ceil(T/8)*H workgroups split over x, y. Two sweeps over the key blocks up to
+//     the diagonal: (lse, Dsum) by an online softmax, then dS and dq.
+//   attention_backward_dkv:
+//     0 params (same) | 1 dout read | 2 q read | 3 k read | 4 v read |
+//     5 stats[N, H, 2] read | 6 dk[N, Hkv*D] write | 7 dv[N, Hkv*D] write
+//     dispatch: one workgroup (256) per (sequence, block of 8 keys, kv head):
+//     B*ceil(T/8)*Hkv workgroups split over x, y; it sweeps the group's heads and the
+//     query blocks from the diagonal on.
 
-const WG: u32 = 64u;
-struct AttParams { b: u32, t: u32, h: u32, hkv: u32, d: u32, s: u32, pos0: u32, scale: f32 };
-@group(0) @binding(0) var<uniform> p: AttParams;
+const WF: u32 = 64u;   // attention_forward's workgroup size
+struct AttentionParams { b: u32, t: u32, h: u32, hkv: u32, d: u32, s: u32, pos0: u32, scale: f32 };
+@group(0) @binding(0) var<uniform> af_p: AttentionParams;
 @group(0) @binding(1) var<storage, read> q: array<f32>;
 @group(0) @binding(2) var<storage, read> kc: array<f32>;
 @group(0) @binding(3) var<storage, read> vc: array<f32>;
 @group(0) @binding(4) var<storage, read_write> out: array<f32>;
 @group(0) @binding(5) var<storage, read_write> lse: array<f32>;
 var<workgroup> q_sh: array<f32, 256>;
-var<workgroup> p_sh: array<f32, WG>;
-var<workgroup> red: array<f32, WG>;
+var<workgroup> p_sh: array<f32, WF>;
 
-@compute @workgroup_size(WG)
+@compute @workgroup_size(WF)
 fn attention_forward(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>,
                      @builtin(num_workgroups) nw: vec3<u32>) {
+    let p = af_p;
     let lid = lid3.x;
     let g = wid.x + wid.y * nw.x;
     let N = p.b * p.t;
@@ -47,53 +70,41 @@ fn attention_forward(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(wor
     let kvh = h / (p.h / p.hkv);
     let D = p.d;
     let W = p.hkv * D;
-    for (var d = lid; d < D; d += WG) { q_sh[d] = q[n * p.h * D + h * D + d]; }
+    for (var d = lid; d < D; d += WF) { q_sh[d] = q[n * p.h * D + h * D + d]; }
     workgroupBarrier();
-    var m = -3.0e38;
+    var m = NEG_BIG;
     var l = 0.0;
     var acc = vec4<f32>(0.0);   // dims lid + 64e: a vector, not a loop-indexed array (NVIDIA)
     let nkeys = pos + 1u;
-    for (var j0 = 0u; j0 < nkeys; j0 += WG) {
+    for (var j0 = 0u; j0 < nkeys; j0 += WF) {
         let j = j0 + lid;
-        var sc = -3.0e38;
+        var sc = NEG_BIG;
         if (j < nkeys) {
             let kb = (b * p.s + j) * W + kvh * D;
             var dot = 0.0;
             for (var d = 0u; d < D; d++) { dot += q_sh[d] * kc[kb + d]; }
             sc = dot * p.scale;
         }
-        red[lid] = sc;
-        workgroupBarrier();
-        for (var st = WG / 2u; st > 0u; st = st >> 1u) {
-            if (lid < st) { red[lid] = max(red[lid], red[lid + st]); }
-            workgroupBarrier();
-        }
-        let m_new = max(m, red[0]);
-        workgroupBarrier();
+        let m_new = max(m, wg_max(lid, sc, WF));
         var pj = 0.0;
         if (j < nkeys) { pj = exp(sc - m_new); }
         p_sh[lid] = pj;
-        red[lid] = pj;
-        workgroupBarrier();
-        for (var st = WG / 2u; st > 0u; st = st >> 1u) {
-            if (lid < st) { red[lid] += red[lid + st]; }
-            workgroupBarrier();
-        }
+        let psum = wg_sum(lid, pj, WF);
         let corr = exp(m - m_new);
-        l = l * corr + red[0];
+        l = l * corr + psum;
         m = m_new;
-        let jend = min(WG, nkeys - j0);
+        let jend = min(WF, nkeys - j0);
         acc *= corr;
         let d0 = min(lid, D - 1u);
-        let d1 = min(lid + WG, D - 1u);
-        let d2 = min(lid + 2u * WG, D - 1u);
-        let d3 = min(lid + 3u * WG, D - 1u);
+        let d1 = min(lid + WF, D - 1u);
+        let d2 = min(lid + 2u * WF, D - 1u);
+        let d3 = min(lid + 3u * WF, D - 1u);
         for (var jj = 0u; jj < jend; jj++) {
             let pj = p_sh[jj];
             let vb = (b * p.s + j0 + jj) * W + kvh * D;
             acc.x += pj * vc[vb + d0];
-            if (D > WG) { acc.y += pj * vc[vb + d1]; }
-            if (D > 2u * WG) {
+            if (D > WF) { acc.y += pj * vc[vb + d1]; }
+            if (D > 2u * WF) {
                 acc.z += pj * vc[vb + d2];
                 acc.w += pj * vc[vb + d3];
             }
@@ -101,14 +112,14 @@ fn attention_forward(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(wor
         workgroupBarrier();
     }
     for (var e = 0u; e < 4u; e++) {
-        let d = lid + e * WG;
+        let d = lid + e * WF;
         if (d < D) { out[n * p.h * D + h * D + d] = acc[e] / l; }
     }
     if (lid == 0u) { lse[n * p.h + h] = m + log(l); }
 }
 
-struct StoreParams { b: u32, t: u32, s: u32, w: u32, pos0: u32 };
-@group(0) @binding(0) var<uniform> sp: StoreParams;
+struct KvStoreParams { b: u32, t: u32, s: u32, w: u32, pos0: u32 };
+@group(0) @binding(0) var<uniform> sp: KvStoreParams;
 @group(0) @binding(1) var<storage, read> st_k: array<f32>;
 @group(0) @binding(2) var<storage, read> st_v: array<f32>;
 @group(0) @binding(3) var<storage, read_write> st_kc: array<f32>;
@@ -124,4 +135,277 @@ fn kv_store(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id)
     let dst = ((n / sp.t) * sp.s + sp.pos0 + n % sp.t) * sp.w + c;
     st_kc[dst] = st_k[i];
     st_vc[dst] = st_v[i];
+}
+
+// ---------------------------------------------------------------------------- backward
+// Tiles of AO owned rows (queries for dq, keys for dkv) x AS streamed rows: thread
+// (o, s) = (lid / AS, lid % AS) computes one s and dP over 32-dim chunks of q, dout,
+// k, v staged in workgroup memory (rows padded to 9 vec4s against bank conflicts);
+// then P / dS of the tile go through workgroup memory and thread (o, s) updates owned
+// row o's dims 4s + 128e .. +3 (e < 2; vec4 sums in named variables). Few owned rows
+// keep the longest workgroup short (the causal triangle makes the work uneven).
+struct AttentionBackwardParams { b: u32, t: u32, h: u32, hkv: u32, d: u32, scale: f32 };
+const AO: u32 = 8u;           // owned rows per workgroup
+const AS: u32 = 32u;          // streamed rows per tile (AO * AS = 256 threads)
+const AC: u32 = 32u;          // head dims per staged chunk
+const AP: u32 = 9u;           // vec4s per staged row (AC / 4 + 1 pad)
+var<workgroup> at_oa: array<vec4<f32>, 72>;    // [AO, AP] owned rows: q (dq) or k (dkv)
+var<workgroup> at_ob: array<vec4<f32>, 72>;    //   dout (dq) or v (dkv)
+var<workgroup> at_sa: array<vec4<f32>, 288>;   // [AS, AP] streamed rows: k (dq) or q (dkv)
+var<workgroup> at_sb: array<vec4<f32>, 288>;   //   v (dq) or dout (dkv)
+var<workgroup> at_p: array<f32, 256>;          // [AO, AS] P, or scratch
+var<workgroup> at_ds: array<f32, 256>;         // dS, or scratch
+var<workgroup> at_x: array<f32, 256>;          // scratch
+var<workgroup> at_row: array<f32, 16>;         // lse, Dsum of the block's query rows (dq)
+
+fn at_stage(e: u32, x: f32, dst: u32) {   // element e of a staged [rows, AC] chunk
+    let i = (e / AC) * AP + (e % AC) / 4u;
+    let c = e % 4u;
+    if (dst == 0u) { at_oa[i][c] = x; } else if (dst == 1u) { at_ob[i][c] = x; }
+    else if (dst == 2u) { at_sa[i][c] = x; } else { at_sb[i][c] = x; }
+}
+
+fn at_dots(o: u32, s: u32) -> vec2<f32> {   // (oa . sa, ob . sb) over the staged chunk
+    var x = 0.0;
+    var y = 0.0;
+    for (var c = 0u; c < AC / 4u; c++) {
+        x += dot(at_oa[o * AP + c], at_sa[s * AP + c]);
+        y += dot(at_ob[o * AP + c], at_sb[s * AP + c]);
+    }
+    return vec2<f32>(x, y);
+}
+
+@group(0) @binding(0) var<uniform> aq_p: AttentionBackwardParams;
+@group(0) @binding(1) var<storage, read> aq_do: array<f32>;
+@group(0) @binding(2) var<storage, read> aq_q: array<f32>;
+@group(0) @binding(3) var<storage, read> aq_k: array<f32>;
+@group(0) @binding(4) var<storage, read> aq_v: array<f32>;
+@group(0) @binding(5) var<storage, read_write> aq_dq: array<f32>;
+@group(0) @binding(6) var<storage, read_write> aq_stats: array<f32>;
+
+// (q_i . k_j, dout_i . v_j) for thread (o, s): query i = i0 + o, key j = j0 + s.
+// qo, ko: offsets of the tiles' first rows; nq, nk: their valid rows (others read 0)
+fn aq_scores(qo: u32, qs: u32, nq: u32, ko: u32, ks: u32, nk: u32, D: u32, lid: u32) -> vec2<f32> {
+    var sd = vec2<f32>(0.0);
+    for (var d0 = 0u; d0 < D; d0 += AC) {
+        workgroupBarrier();   // the previous chunk (and tile) has been read
+        for (var e = lid; e < AS * AC; e += AO * AS) {
+            let r = e / AC;
+            let d = d0 + e % AC;
+            var a = 0.0;
+            var b = 0.0;
+            if (r < nk && d < D) { a = aq_k[ko + r * ks + d]; b = aq_v[ko + r * ks + d]; }
+            at_stage(e, a, 2u);
+            at_stage(e, b, 3u);
+            if (e < AO * AC) {
+                var c = 0.0;
+                var w = 0.0;
+                if (r < nq && d < D) { c = aq_q[qo + r * qs + d]; w = aq_do[qo + r * qs + d]; }
+                at_stage(e, c, 0u);
+                at_stage(e, w, 1u);
+            }
+        }
+        workgroupBarrier();
+        sd += at_dots(lid / AS, lid % AS);
+    }
+    return sd;
+}
+
+fn aq_k4(o: u32, D: u32) -> vec4<f32> {   // k[o .. o+3], clamped to the row's last dim (D: dims left)
+    return vec4<f32>(aq_k[o], aq_k[o + min(1u, D - 1u)], aq_k[o + min(2u, D - 1u)], aq_k[o + min(3u, D - 1u)]);
+}
+
+@compute @workgroup_size(AO * AS)
+fn attention_backward_dq(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>,
+                         @builtin(num_workgroups) nw: vec3<u32>) {
+    let p = aq_p;
+    let D = p.d;
+    let nqb = (p.t + AO - 1u) / AO;
+    let kidx = wid.x + wid.y * nw.x;      // = (b * nqb + block) * H + h
+    if (kidx >= p.b * nqb * p.h) { return; }
+    let h = kidx % p.h;
+    let bq = kidx / p.h;
+    let i0 = (nqb - 1u - bq % nqb) * AO;  // longest rows first
+    let first = (bq / nqb) * p.t;         // row of position 0 of this sequence
+    let nq = min(AO, p.t - i0);
+    let g = h / (p.h / p.hkv);
+    let HD = p.h * D;
+    let KD = p.hkv * D;
+    let qo = (first + i0) * HD + h * D;
+    let o = lid / AS;                     // query row in the tile
+    let s = lid % AS;                     // key in the tile; dims 4s + 128e when accumulating
+    let i = i0 + o;
+    let nkb = (i0 + nq + AS - 1u) / AS;   // key blocks up to the last row's diagonal
+
+    // sweep 1: per thread an online (max m, sum l, sum u of P dP) over its keys
+    var m = NEG_BIG;
+    var l = 0.0;
+    var u = 0.0;
+    for (var kb = 0u; kb < nkb; kb++) {
+        let j0 = kb * AS;
+        let sd = aq_scores(qo, HD, nq, (first + j0) * KD + g * D, KD, min(AS, p.t - j0), D, lid);
+        if (j0 + s <= i && i < p.t) {
+            let sc = p.scale * sd.x;
+            if (sc > m) { let c = exp(m - sc); l = l * c + 1.0; u = u * c + sd.y; m = sc; }
+            else { let e = exp(sc - m); l += e; u += e * sd.y; }
+        }
+    }
+    at_p[lid] = m;
+    at_ds[lid] = l;
+    at_x[lid] = u;
+    workgroupBarrier();
+    if (s == 0u) {   // combine row o's partials: lse = M + log L, Dsum = U / L
+        var mm = NEG_BIG;
+        for (var c = 0u; c < AS; c++) { mm = max(mm, at_p[lid + c]); }
+        var ll = 0.0;
+        var uu = 0.0;
+        for (var c = 0u; c < AS; c++) {
+            let f = exp(at_p[lid + c] - mm);
+            ll += at_ds[lid + c] * f;
+            uu += at_x[lid + c] * f;
+        }
+        at_row[o] = mm + log(max(ll, 1e-30));
+        at_row[AO + o] = uu / max(ll, 1e-30);
+    }
+    workgroupBarrier();
+    let lse = at_row[o];
+    let dsum = at_row[AO + o];
+
+    // sweep 2: dS tile by tile, dq_i += dS_ij k_j
+    var acc0 = vec4<f32>(0.0);
+    var acc1 = vec4<f32>(0.0);
+    let d0 = min(4u * s, D - 1u);         // clamped: sums past D are computed, never written
+    let d1 = min(4u * s + 128u, D - 1u);
+    for (var kb = 0u; kb < nkb; kb++) {
+        let j0 = kb * AS;
+        let nk = min(AS, p.t - j0);
+        let sd = aq_scores(qo, HD, nq, (first + j0) * KD + g * D, KD, nk, D, lid);
+        var ds = 0.0;
+        if (j0 + s <= i && i < p.t) { ds = exp(p.scale * sd.x - lse) * (sd.y - dsum); }
+        at_ds[lid] = ds;
+        workgroupBarrier();
+        let last = min(nk, i0 + nq - j0);   // keys past the block's last row have dS = 0
+        for (var jj = 0u; jj < last; jj++) {
+            let w = at_ds[o * AS + jj];
+            let ko = (first + j0 + jj) * KD + g * D;
+            acc0 += w * aq_k4(ko + d0, D - d0);
+            if (D > 128u) { acc1 += w * aq_k4(ko + d1, D - d1); }
+        }
+    }
+    if (i < p.t) {
+        let r = (first + i) * HD + h * D;
+        for (var c = 0u; c < 4u; c++) {
+            if (4u * s + c < D) { aq_dq[r + 4u * s + c] = p.scale * acc0[c]; }
+            if (4u * s + 128u + c < D) { aq_dq[r + 4u * s + 128u + c] = p.scale * acc1[c]; }
+        }
+        if (s == 0u) { aq_stats[2u * ((first + i) * p.h + h)] = lse; aq_stats[2u * ((first + i) * p.h + h) + 1u] = dsum; }
+    }
+}
+
+@group(0) @binding(0) var<uniform> ak_p: AttentionBackwardParams;
+@group(0) @binding(1) var<storage, read> ak_do: array<f32>;
+@group(0) @binding(2) var<storage, read> ak_q: array<f32>;
+@group(0) @binding(3) var<storage, read> ak_k: array<f32>;
+@group(0) @binding(4) var<storage, read> ak_v: array<f32>;
+@group(0) @binding(5) var<storage, read> ak_stats: array<f32>;
+@group(0) @binding(6) var<storage, read_write> ak_dk: array<f32>;
+@group(0) @binding(7) var<storage, read_write> ak_dv: array<f32>;
+
+// (k_j . q_i, v_j . dout_i) for thread (o, s): key j = j0 + o, query i = i0 + s
+fn ak_scores(qo: u32, qs: u32, nq: u32, ko: u32, ks: u32, nk: u32, D: u32, lid: u32) -> vec2<f32> {
+    var sd = vec2<f32>(0.0);
+    for (var d0 = 0u; d0 < D; d0 += AC) {
+        workgroupBarrier();
+        for (var e = lid; e < AS * AC; e += AO * AS) {
+            let r = e / AC;
+            let d = d0 + e % AC;
+            var a = 0.0;
+            var b = 0.0;
+            if (r < nq && d < D) { a = ak_q[qo + r * qs + d]; b = ak_do[qo + r * qs + d]; }
+            at_stage(e, a, 2u);
+            at_stage(e, b, 3u);
+            if (e < AO * AC) {
+                var c = 0.0;
+                var w = 0.0;
+                if (r < nk && d < D) { c = ak_k[ko + r * ks + d]; w = ak_v[ko + r * ks + d]; }
+                at_stage(e, c, 0u);
+                at_stage(e, w, 1u);
+            }
+        }
+        workgroupBarrier();
+        sd += at_dots(lid / AS, lid % AS);
+    }
+    return sd;
+}
+
+fn ak_q4(o: u32, D: u32) -> vec4<f32> {
+    return vec4<f32>(ak_q[o], ak_q[o + min(1u, D - 1u)], ak_q[o + min(2u, D - 1u)], ak_q[o + min(3u, D - 1u)]);
+}
+fn ak_do4(o: u32, D: u32) -> vec4<f32> {
+    return vec4<f32>(ak_do[o], ak_do[o + min(1u, D - 1u)], ak_do[o + min(2u, D - 1u)], ak_do[o + min(3u, D - 1u)]);
+}
+
+@compute @workgroup_size(AO * AS)
+fn attention_backward_dkv(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>,
+                          @builtin(num_workgroups) nw: vec3<u32>) {
+    let p = ak_p;
+    let D = p.d;
+    let nkb = (p.t + AO - 1u) / AO;
+    let kidx = wid.x + wid.y * nw.x;      // = (b * nkb + block) * Hkv + g
+    if (kidx >= p.b * nkb * p.hkv) { return; }
+    let g = kidx % p.hkv;
+    let bk = kidx / p.hkv;
+    let j0 = (bk % nkb) * AO;             // first blocks have the most queries: they go first
+    let first = (bk / nkb) * p.t;
+    let nk = min(AO, p.t - j0);
+    let rep = p.h / p.hkv;
+    let HD = p.h * D;
+    let KD = p.hkv * D;
+    let ko = (first + j0) * KD + g * D;
+    let o = lid / AS;                     // key in the tile
+    let s = lid % AS;                     // query in the tile; dims 4s + 128e when accumulating
+    let j = j0 + o;
+
+    var acck0 = vec4<f32>(0.0);
+    var acck1 = vec4<f32>(0.0);
+    var accv0 = vec4<f32>(0.0);
+    var accv1 = vec4<f32>(0.0);
+    let d0 = min(4u * s, D - 1u);         // clamped: sums past D are computed, never written
+    let d1 = min(4u * s + 128u, D - 1u);
+    for (var r = 0u; r < rep; r++) {
+        let h = g * rep + r;
+        for (var i0 = j0; i0 < p.t; i0 += AS) {   // query blocks from the diagonal on
+            let nq = min(AS, p.t - i0);
+            let sd = ak_scores((first + i0) * HD + h * D, HD, nq, ko, KD, nk, D, lid);
+            let i = i0 + s;
+            var pr = 0.0;
+            var ds = 0.0;
+            if (j <= i && i < p.t) {
+                let st = 2u * ((first + i) * p.h + h);
+                pr = exp(p.scale * sd.x - ak_stats[st]);
+                ds = pr * (sd.y - ak_stats[st + 1u]);
+            }
+            at_p[lid] = pr;
+            at_ds[lid] = ds;
+            workgroupBarrier();
+            for (var ii = 0u; ii < nq; ii++) {
+                let pa = at_p[o * AS + ii];
+                let pb = at_ds[o * AS + ii];
+                let qo = (first + i0 + ii) * HD + h * D;
+                accv0 += pa * ak_do4(qo + d0, D - d0);
+                acck0 += pb * ak_q4(qo + d0, D - d0);
+                if (D > 128u) { accv1 += pa * ak_do4(qo + d1, D - d1); acck1 += pb * ak_q4(qo + d1, D - d1); }
+            }
+        }
+    }
+    if (j < p.t) {
+        let r = ko + o * KD;
+        for (var c = 0u; c < 4u; c++) {
+            if (4u * s + c < D) { ak_dk[r + 4u * s + c] = p.scale * acck0[c]; ak_dv[r + 4u * s + c] = accv0[c]; }
+            if (4u * s + 128u + c < D) {
+                ak_dk[r + 4u * s + 128u + c] = p.scale * acck1[c];
+                ak_dv[r + 4u * s + 128u + c] = accv1[c];
+            }
+        }
+    }
 }

@@ -1,23 +1,25 @@
-// bitlinear.wgsl — BitNet b1.58's BitLinear forward, y = actquant(x) (t * scale)^T,
-// in two passes so one quantised input feeds several projections (q, k, v; gate, up).
+// bitlinear.wgsl — BitNet b1.58's BitLinear, y = actquant(x) (t * scale)^T, forward
+// in two passes so one quantised input feeds several projections (q, k, v; gate, up),
+// and its input gradient. The frozen ternary weight gets no weight gradient.
+// t comes from w_packed[O, ceil(I/16)] u32, decoded on the fly by the prelude's
+// ternary_at / ternary_quad (layout there); it is never expanded in memory.
 //
 // actquant_forward   per-token absmax int8 quantisation (HF ActQuant):
 //   s[n] = 127 / max(max_i |x[n, i]|, 1e-5),  xq[n, i] = clamp(round(x[n, i] * s[n]), -128, 127)
 //   WGSL round() rounds half to even, like torch.round. xq holds the integers as f32.
-//   0 params {N, I} | 1 x[N, I] read | 2 xq[N, I] write | 3 s[N] write
+//   0 params ActQuantParams {N, I} | 1 x[N, I] read | 2 xq[N, I] write | 3 s[N] write
 //   dispatch: one workgroup (256) per row: N workgroups split over x, y
 //
 // bitlinear_forward   y[n, o] (= or +=) (sum_i xq[n, i] t[o, i]) * scale / s[n]
 //   The dot products of integers are exact in f32 (|sum| < 2^24 for I < 131072), so
 //   every tiling gives the same bits.
-//   t from w_packed[O, ceil(I/16)] u32 (formats/tensors.py: weight (o, i) is code
-//   (word >> 2*(i%16)) & 3 of word o*ceil(I/16) + i/16, t = code - 1); never expanded.
 //   accumulate = 1 adds into y (o_proj and down_proj write into the residual stream).
-//   0 params {N, I, O, scale, accumulate, kw, split} | 1 xq[N, I] read | 2 s[N] read |
-//   3 w_packed[O, ceil(I/16)] u32 read | 4 y[N, O] read_write
+//   0 params BitlinearParams {N, I, O, scale, accumulate, kw, split} | 1 xq[N, I] read |
+//   2 s[N] read | 3 w_packed[O, ceil(I/16)] u32 read | 4 y[N, O] read_write |
+//   5 part[slices, N, O] read_write
 //   Split-K (splitk.wgsl): workgroup z sums words [z*kw, (z+1)*kw) only (kw a multiple
 //   of 4); with split = 1 it writes the raw integer sums to part[z, N, O] and
-//   splitk_reduce finishes (same bits). 5 part (bound, unused, when split = 0).
+//   splitk_reduce finishes (same bits). part is bound, unused, when split = 0.
 //   dispatch: groups (ceil(O/64), ceil(N/64), slices); a 16x16 workgroup owns a 64 x 64 tile of
 //   y, thread (tx, ty) rows ty + 16a and outputs tx + 16b (a, b < 4), 16 sums in
 //   registers. xq is staged through workgroup memory 64 columns (4 words) at a time and
@@ -26,21 +28,33 @@
 //   the simpler kernel below several times slower on every backend measured).
 //   The sums are named variables, not a function-local array: an array indexed in a
 //   loop lives in memory on NVIDIA's Vulkan compiler, and this kernel ran 1.7-1.9x
-//   slower on an H200 that way (scripts/bench_matmul.py; backward.wgsl's input
-//   gradient: 6.5x).
+//   slower on an H200 that way (scripts/bench_matmul.py; the input gradient: 6.5x).
 //
-// bitlinear_forward_rows   the same for a few rows (decoding: N = batch size):
+// bitlinear_forward_rows   the same for a few rows (decoding: N = batch size), no split:
+//   bindings 0-4 as bitlinear_forward.
 //   dispatch: groups (ceil(O/64), ceil(N/8)); a workgroup (64) owns 64 outputs x 8 rows,
 //   a thread one output for 8 rows; xq is staged through workgroup memory 256 columns
 //   (16 words) at a time.
+//
+// bitlinear_backward_input   dx (= or +=) dy Wq, Wq = t[O, I] * scale
+//   Straight-through estimator at both quantisers (HF's ActQuant / WeightQuant
+//   backward return the gradient unchanged), so dx = dy Wq = scale * dy t.
+//   0 params BitlinearBackwardParams {N, I, O, scale, accumulate, ko, split} |
+//   1 dy[N, O] read | 2 w_packed[O, ceil(I/16)] u32 read | 3 dx[N, I] read_write |
+//   4 part[slices, N, I] read_write
+//   Split-K: workgroup z sums o in [z*ko, (z+1)*ko) only (ko a multiple of 16); with
+//   split = 1 it writes its raw sums to part[z, N, I] and splitk_reduce scales and adds
+//   them (part is bound, unused, when split = 0).
+//   dispatch: groups (ceil(ceil(I/16) / 8), ceil(N/64), slices); a 16x16 workgroup owns
+//   64 rows x 8 words (128 columns) of dx; per 16 o the words are decoded once into
+//   workgroup memory as vec4s of ternary weights, and thread (tx, ty) keeps rows
+//   ty + 16a x column quads tx, tx + 16 (8 vec4 sums in named variables, as above).
 
-const WG: u32 = 256u;
-struct QuantParams { n: u32, i: u32 };
-@group(0) @binding(0) var<uniform> qp: QuantParams;
+struct ActQuantParams { n: u32, i: u32 };
+@group(0) @binding(0) var<uniform> qp: ActQuantParams;
 @group(0) @binding(1) var<storage, read> q_x: array<f32>;
 @group(0) @binding(2) var<storage, read_write> q_xq: array<f32>;
 @group(0) @binding(3) var<storage, read_write> q_s: array<f32>;
-var<workgroup> q_sh: array<f32, WG>;
 
 @compute @workgroup_size(WG)
 fn actquant_forward(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>,
@@ -51,13 +65,7 @@ fn actquant_forward(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(work
     let base = n * qp.i;
     var m = 0.0;
     for (var i = lid; i < qp.i; i += WG) { m = max(m, abs(q_x[base + i])); }
-    q_sh[lid] = m;
-    workgroupBarrier();
-    for (var st = WG / 2u; st > 0u; st = st >> 1u) {
-        if (lid < st) { q_sh[lid] = max(q_sh[lid], q_sh[lid + st]); }
-        workgroupBarrier();
-    }
-    let s = 127.0 / max(q_sh[0], 1e-5);
+    let s = 127.0 / max(wg_max(lid, m, WG), 1e-5);
     for (var i = lid; i < qp.i; i += WG) { q_xq[base + i] = clamp(round(q_x[base + i] * s), -128.0, 127.0); }
     if (lid == 0u) { q_s[n] = s; }
 }
@@ -65,8 +73,8 @@ fn actquant_forward(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(work
 const TO: u32 = 64u;   // outputs per workgroup (one per thread)
 const TN: u32 = 8u;    // rows per workgroup
 const KW: u32 = 16u;   // packed words per staged chunk (256 columns)
-struct LinParams { n: u32, i: u32, o: u32, scale: f32, accumulate: u32, kw: u32, split: u32 };
-@group(0) @binding(0) var<uniform> lp: LinParams;
+struct BitlinearParams { n: u32, i: u32, o: u32, scale: f32, accumulate: u32, kw: u32, split: u32 };
+@group(0) @binding(0) var<uniform> lp: BitlinearParams;
 @group(0) @binding(1) var<storage, read> l_xq: array<f32>;
 @group(0) @binding(2) var<storage, read> l_s: array<f32>;
 @group(0) @binding(3) var<storage, read> l_w: array<u32>;
@@ -98,7 +106,7 @@ fn bitlinear_forward_rows(@builtin(local_invocation_id) lid3: vec3<u32>, @builti
                 let word = l_w[o * words + w];
                 let cb = (w - w0) * 16u;
                 for (var k = 0u; k < 16u; k++) {
-                    let t = f32((word >> (2u * k)) & 3u) - 1.0;
+                    let t = ternary_at(word, k);
                     for (var r = 0u; r < TN; r++) { acc[r] += l_xsh[r][cb + k] * t; }
                 }
             }
@@ -117,11 +125,6 @@ fn bitlinear_forward_rows(@builtin(local_invocation_id) lid3: vec3<u32>, @builti
 }
 
 var<workgroup> l_xt: array<array<vec4<f32>, 16>, 64>;  // [row][column quad], 64 columns
-
-fn ternary_quad(word: u32, q: u32) -> vec4<f32> {      // weights of columns 4q .. 4q+3 of a word
-    let b = word >> (8u * q);
-    return vec4<f32>(vec4<u32>(b & 3u, (b >> 2u) & 3u, (b >> 4u) & 3u, (b >> 6u) & 3u)) - 1.0;
-}
 
 @compute @workgroup_size(16, 16)
 fn bitlinear_forward(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
@@ -197,6 +200,96 @@ fn bl_forward_store(n: u32, o: u32, acc: vec4<f32>, z: u32) {
             if (lp.split != 0u) { l_part[z * lp.n * lp.o + idx] = acc[b]; continue; }
             let v = acc[b] * lp.scale / l_s[n];
             if (lp.accumulate != 0u) { l_y[idx] = l_y[idx] + v; } else { l_y[idx] = v; }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------- backward
+struct BitlinearBackwardParams { n: u32, i: u32, o: u32, scale: f32, accumulate: u32, ko: u32, split: u32 };
+@group(0) @binding(0) var<uniform> bl_p: BitlinearBackwardParams;
+@group(0) @binding(1) var<storage, read> bl_dy: array<f32>;
+@group(0) @binding(2) var<storage, read> bl_w: array<u32>;
+@group(0) @binding(3) var<storage, read_write> bl_dx: array<f32>;
+@group(0) @binding(4) var<storage, read_write> bl_part: array<f32>;   // split: [z, N, I] raw sums
+var<workgroup> bl_dy_sh: array<array<vec4<f32>, 4>, 64>;  // [row][o quad], 16 o
+var<workgroup> bl_w_sh: array<array<vec4<f32>, 32>, 16>;   // [o][column quad], 128 columns, decoded
+
+@compute @workgroup_size(16, 16)
+fn bitlinear_backward_input(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
+    let tx = lid3.x;
+    let ty = lid3.y;
+    let lid = ty * 16u + tx;
+    let N = bl_p.n;
+    let I = bl_p.i;
+    let O = bl_p.o;
+    let W = (I + 15u) / 16u;
+    let n0 = wid.y * 64u;
+    let wq0 = wid.x * 8u;
+    let oend = min(O, (wid.z + 1u) * bl_p.ko);
+    var a00 = vec4<f32>(0.0); var a01 = vec4<f32>(0.0);
+    var a10 = vec4<f32>(0.0); var a11 = vec4<f32>(0.0);
+    var a20 = vec4<f32>(0.0); var a21 = vec4<f32>(0.0);
+    var a30 = vec4<f32>(0.0); var a31 = vec4<f32>(0.0);
+    for (var o0 = wid.z * bl_p.ko; o0 < oend; o0 += 16u) {
+        for (var m = 0u; m < 4u; m++) {
+            let e = lid + 256u * m;
+            let rr = e / 16u;
+            let oo = e % 16u;
+            var dv = 0.0;
+            if (n0 + rr < N && o0 + oo < oend) { dv = bl_dy[(n0 + rr) * O + o0 + oo]; }
+            bl_dy_sh[rr][oo / 4u][oo % 4u] = dv;
+        }
+        for (var m = 0u; m < 2u; m++) {
+            let e = lid + 256u * m;
+            let oo = e / 32u;
+            let q = e % 32u;
+            let wi = wq0 + q / 4u;
+            var word = 0x55555555u;
+            if (o0 + oo < oend && wi < W) { word = bl_w[(o0 + oo) * W + wi]; }
+            bl_w_sh[oo][q] = ternary_quad(word, q % 4u);
+        }
+        workgroupBarrier();
+        for (var oq = 0u; oq < 4u; oq++) {
+            let d0 = bl_dy_sh[ty][oq];
+            let d1 = bl_dy_sh[ty + 16u][oq];
+            let d2 = bl_dy_sh[ty + 32u][oq];
+            let d3 = bl_dy_sh[ty + 48u][oq];
+            var w0 = bl_w_sh[oq * 4u][tx];
+            var w1 = bl_w_sh[oq * 4u][tx + 16u];
+            a00 += d0.x * w0; a01 += d0.x * w1; a10 += d1.x * w0; a11 += d1.x * w1;
+            a20 += d2.x * w0; a21 += d2.x * w1; a30 += d3.x * w0; a31 += d3.x * w1;
+            w0 = bl_w_sh[oq * 4u + 1u][tx];
+            w1 = bl_w_sh[oq * 4u + 1u][tx + 16u];
+            a00 += d0.y * w0; a01 += d0.y * w1; a10 += d1.y * w0; a11 += d1.y * w1;
+            a20 += d2.y * w0; a21 += d2.y * w1; a30 += d3.y * w0; a31 += d3.y * w1;
+            w0 = bl_w_sh[oq * 4u + 2u][tx];
+            w1 = bl_w_sh[oq * 4u + 2u][tx + 16u];
+            a00 += d0.z * w0; a01 += d0.z * w1; a10 += d1.z * w0; a11 += d1.z * w1;
+            a20 += d2.z * w0; a21 += d2.z * w1; a30 += d3.z * w0; a31 += d3.z * w1;
+            w0 = bl_w_sh[oq * 4u + 3u][tx];
+            w1 = bl_w_sh[oq * 4u + 3u][tx + 16u];
+            a00 += d0.w * w0; a01 += d0.w * w1; a10 += d1.w * w0; a11 += d1.w * w1;
+            a20 += d2.w * w0; a21 += d2.w * w1; a30 += d3.w * w0; a31 += d3.w * w1;
+        }
+        workgroupBarrier();
+    }
+    let c0 = (wq0 * 4u + tx) * 4u;
+    let c1 = (wq0 * 4u + tx + 16u) * 4u;
+    bl_store(n0 + ty, c0, a00, wid.z); bl_store(n0 + ty, c1, a01, wid.z);
+    bl_store(n0 + ty + 16u, c0, a10, wid.z); bl_store(n0 + ty + 16u, c1, a11, wid.z);
+    bl_store(n0 + ty + 32u, c0, a20, wid.z); bl_store(n0 + ty + 32u, c1, a21, wid.z);
+    bl_store(n0 + ty + 48u, c0, a30, wid.z); bl_store(n0 + ty + 48u, c1, a31, wid.z);
+}
+
+fn bl_store(n: u32, i0: u32, acc: vec4<f32>, z: u32) {
+    if (n >= bl_p.n) { return; }
+    for (var c = 0u; c < 4u; c++) {
+        let i = i0 + c;
+        if (i < bl_p.i) {
+            let idx = n * bl_p.i + i;
+            if (bl_p.split != 0u) { bl_part[z * bl_p.n * bl_p.i + idx] = acc[c]; continue; }
+            let g = bl_p.scale * acc[c];
+            if (bl_p.accumulate != 0u) { bl_dx[idx] = bl_dx[idx] + g; } else { bl_dx[idx] = g; }
         }
     }
 }

@@ -13,25 +13,22 @@
 //
 // Entry points:
 // cross_entropy_forward_backward:
-//   0 params {N, V, grad_scale} | 1 logits[N, V] read_write (-> dlogits) |
+//   0 params CrossEntropyParams {N, V, grad_scale} | 1 logits[N, V] read_write (-> dlogits) |
 //   2 targets[N] i32 read | 3 losses[N] write
 //   dispatch: one workgroup (256) per row, N workgroups split over x, y (gpu.groups_1d);
 //   the row is walked with a stride of 256, so any V (128256 included) works.
 // cross_entropy_sum:
-//   0 params {N} | 1 losses[N] read | 2 loss_sum[1] read_write
+//   0 params CrossEntropySumParams {N} | 1 losses[N] read | 2 loss_sum[1] read_write
 //   dispatch: one workgroup. loss_sum[0] += sum_n losses[n] (accumulates over the
 //   micro-batches of a step; clear it at the start of the step).
-
-const WG: u32 = 256u;
-const NEG_BIG: f32 = -3.0e38;
 
 var<workgroup> sh_m: array<f32, WG>;
 var<workgroup> sh_l: array<f32, WG>;
 var<workgroup> sh_t: f32;
 
 // ----------------------------------------------------------------------------
-struct CeParams { n: u32, v: u32, grad_scale: f32 };
-@group(0) @binding(0) var<uniform> cp: CeParams;
+struct CrossEntropyParams { n: u32, v: u32, grad_scale: f32 };
+@group(0) @binding(0) var<uniform> cp: CrossEntropyParams;
 @group(0) @binding(1) var<storage, read_write> logits: array<f32>;
 @group(0) @binding(2) var<storage, read> targets: array<i32>;
 @group(0) @binding(3) var<storage, read_write> losses: array<f32>;
@@ -83,8 +80,8 @@ fn cross_entropy_forward_backward(@builtin(local_invocation_id) lid3: vec3<u32>,
 }
 
 // ----------------------------------------------------------------------------
-struct SumParams { n: u32 };
-@group(0) @binding(0) var<uniform> sp: SumParams;
+struct CrossEntropySumParams { n: u32 };
+@group(0) @binding(0) var<uniform> sp: CrossEntropySumParams;
 @group(0) @binding(1) var<storage, read> losses_in: array<f32>;
 @group(0) @binding(2) var<storage, read_write> loss_sum: array<f32>;
 
@@ -93,11 +90,6 @@ fn cross_entropy_sum(@builtin(local_invocation_id) lid3: vec3<u32>) {
     let lid = lid3.x;
     var acc = 0.0;
     for (var i = lid; i < sp.n; i += WG) { acc += losses_in[i]; }
-    sh_l[lid] = acc;
-    workgroupBarrier();
-    for (var s = WG / 2u; s > 0u; s = s >> 1u) {
-        if (lid < s) { sh_l[lid] += sh_l[lid + s]; }
-        workgroupBarrier();
-    }
-    if (lid == 0u) { loss_sum[0] = loss_sum[0] + sh_l[0]; }
+    let total = wg_sum(lid, acc, WG);
+    if (lid == 0u) { loss_sum[0] = loss_sum[0] + total; }
 }

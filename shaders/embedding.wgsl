@@ -4,13 +4,13 @@
 // dispatch whose chunk [v0, v0 + Vc) holds its id (ids are checked on the host).
 //
 // embedding_forward   x[n, :] = E[ids[n], :]
-//   0 params {N, C, v0, Vc} | 1 ids[N] u32 read | 2 e[Vc, C] read (rows v0..v0+Vc of E;
+//   0 params EmbeddingParams {N, C, v0, Vc} | 1 ids[N] u32 read | 2 e[Vc, C] read (rows v0..v0+Vc of E;
 //   f32, or bf16 two per u32, low half first, when the override EMB_BF16 is true) |
 //   3 x[N, C] write
 //   dispatch: ceil(N*C / 256) workgroups split over x, y
 
-struct EmbParams { n: u32, c: u32, v0: u32, vc: u32 };
-@group(0) @binding(0) var<uniform> p: EmbParams;
+struct EmbeddingParams { n: u32, c: u32, v0: u32, vc: u32 };
+@group(0) @binding(0) var<uniform> p: EmbeddingParams;
 @group(0) @binding(1) var<storage, read> ids: array<u32>;
 @group(0) @binding(2) var<storage, read> e: array<u32>;
 override EMB_BF16: bool = false;
@@ -27,8 +27,7 @@ fn embedding_forward(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(work
     if (id < p.v0 || id >= p.v0 + p.vc) { return; }
     let k = (id - p.v0) * p.c + c;
     if (EMB_BF16) {
-        let word = e[k >> 1u];
-        x[i] = bitcast<f32>(select(word << 16u, word & 0xffff0000u, (k & 1u) == 1u));
+        x[i] = bf16_at(e[k >> 1u], k);
     } else {
         x[i] = bitcast<f32>(e[k]);
     }

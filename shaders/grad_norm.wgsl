@@ -15,46 +15,23 @@
 // A non-finite sumsq (a NaN or Inf gradient) skips the step: skip = 1, skipped += 1,
 // gmul = 0; adamw.wgsl then leaves parameters and moments alone (AMP GradScaler's rule).
 //
-// State (storage, 16 words; adamw.wgsl declares the same struct):
-//   sumsq f32 | norm f32 | clip f32 | gmul f32 | skip u32 | skipped u32 | step u32 |
-//   step_size f32 | bc2_sqrt f32 | pad x7
+// State: the prelude's 16-word optimizer state (adamw.wgsl reads it).
 //
 // Entry points (dispatch rule after the bindings):
-// sumsq_blocks:     0 params {scale} | 1 g[n/4] vec4 read | 2 blocks[nb] read | 3 partial[nb] write
+// sumsq_blocks:     0 params SumsqBlocksParams {scale} | 1 g[n/4] vec4 read | 2 blocks[nb] read | 3 partial[nb] write
 //                   one workgroup per block (split over x, y): partial[b] = sum_b (scale*g)^2
-// sumsq_finish:     0 params {nb, scale, max_norm} | 1 partial[nb] read | 2 state read_write
+// sumsq_finish:     0 params SumsqFinishParams {nb, scale, max_norm} | 1 partial[nb] read | 2 state read_write
 //                   one workgroup: sumsq, norm, clip, gmul, skip as above
-// sumsq_per_tensor: 0 params {nt} | 1 partial[nb] read | 2 tensors[nt] read | 3 tsumsq[nt] write
+// sumsq_per_tensor: 0 params SumsqTensorParams {nt} | 1 partial[nb] read | 2 tensors[nt] read | 3 tsumsq[nt] write
 //                   one workgroup per tensor (logging only; not part of the fused step)
-// sumsq_accumulate: 0 params {nb} | 1 partial[nb] read | 2 acc[1] read_write
+// sumsq_accumulate: 0 params SumsqAccParams {nb} | 1 partial[nb] read | 2 acc[1] read_write
 //                   one workgroup: acc[0] += sum of partial (the seed's accumulator)
-// clip_from_acc:    0 params {max_norm} | 1 acc[1] read | 2 state read_write
+// clip_from_acc:    0 params ClipParams {max_norm} | 1 acc[1] read | 2 state read_write
 //                   one workgroup: norm = sqrt(acc[0]), clip as above into state
-// scale_const:      0 params {factor, n4} | 1 g[n/4] vec4 read_write      ceil(n4/256) workgroups
-// scale_by_clip:    0 params {n4} | 1 g[n/4] vec4 read_write | 2 state read ceil(n4/256) workgroups
+// scale_const:      0 params ScaleParams {factor, n4} | 1 g[n/4] vec4 read_write      ceil(n4/256) workgroups
+// scale_by_clip:    0 params ScaleClipParams {n4} | 1 g[n/4] vec4 read_write | 2 state read ceil(n4/256) workgroups
 
-struct State {
-    sumsq: f32, norm: f32, clip: f32, gmul: f32,
-    skip: u32, skipped: u32, step: u32, step_size: f32,
-    bc2_sqrt: f32, pad0: u32, pad1: u32, pad2: u32, pad3: u32, pad4: u32, pad5: u32, pad6: u32,
-};
-
-const WG: u32 = 256u;
 override BLOCK4: u32 = 4096u;  // vec4s in a full block (ParamArena.block4), a multiple of WG
-var<workgroup> sh: array<f32, WG>;
-
-// Sum of x over the workgroup; every invocation gets the total (call in uniform control flow).
-fn wg_sum(lid: u32, x: f32) -> f32 {
-    sh[lid] = x;
-    workgroupBarrier();
-    for (var s = WG / 2u; s > 0u; s = s >> 1u) {
-        if (lid < s) { sh[lid] += sh[lid + s]; }
-        workgroupBarrier();
-    }
-    let total = sh[0];
-    workgroupBarrier();
-    return total;
-}
 
 // WGSL has no isinf/isnan: an all-ones exponent means Inf or NaN.
 fn is_finite(x: f32) -> bool {
@@ -67,8 +44,8 @@ fn clip_factor(norm: f32, max_norm: f32) -> f32 {
 }
 
 // ---------------------------------------------------------------- pass 1
-struct BlocksParams { scale: f32 };
-@group(0) @binding(0) var<uniform> bp: BlocksParams;
+struct SumsqBlocksParams { scale: f32 };
+@group(0) @binding(0) var<uniform> bp: SumsqBlocksParams;
 @group(0) @binding(1) var<storage, read> g_in: array<vec4<f32>>;
 @group(0) @binding(2) var<storage, read> blocks: array<vec2<u32>>;
 @group(0) @binding(3) var<storage, read_write> partial_out: array<f32>;
@@ -94,13 +71,13 @@ fn sumsq_blocks(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup
             acc += dot(x, x);
         }
     }
-    let total = wg_sum(lid.x, acc);
+    let total = wg_sum(lid.x, acc, WG);
     if (lid.x == 0u) { partial_out[b] = total; }
 }
 
 // ---------------------------------------------------------------- pass 2
-struct FinishParams { nb: u32, scale: f32, max_norm: f32 };
-@group(0) @binding(0) var<uniform> fp: FinishParams;
+struct SumsqFinishParams { nb: u32, scale: f32, max_norm: f32 };
+@group(0) @binding(0) var<uniform> fp: SumsqFinishParams;
 @group(0) @binding(1) var<storage, read> partial_in: array<f32>;
 @group(0) @binding(2) var<storage, read_write> state: State;
 
@@ -108,7 +85,7 @@ struct FinishParams { nb: u32, scale: f32, max_norm: f32 };
 fn sumsq_finish(@builtin(local_invocation_id) lid: vec3<u32>) {
     var acc = 0.0;
     for (var i = lid.x; i < fp.nb; i += WG) { acc += partial_in[i]; }
-    let sumsq = wg_sum(lid.x, acc);
+    let sumsq = wg_sum(lid.x, acc, WG);
     if (lid.x == 0u) {
         let norm = sqrt(sumsq);
         state.sumsq = sumsq;
@@ -128,8 +105,8 @@ fn sumsq_finish(@builtin(local_invocation_id) lid: vec3<u32>) {
 }
 
 // ---------------------------------------------------------------- per-tensor sums (logging)
-struct TensorParams { nt: u32 };
-@group(0) @binding(0) var<uniform> tp: TensorParams;
+struct SumsqTensorParams { nt: u32 };
+@group(0) @binding(0) var<uniform> tp: SumsqTensorParams;
 @group(0) @binding(1) var<storage, read> partial_t: array<f32>;
 @group(0) @binding(2) var<storage, read> tensors: array<vec2<u32>>;
 @group(0) @binding(3) var<storage, read_write> tsumsq: array<f32>;
@@ -142,13 +119,13 @@ fn sumsq_per_tensor(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workg
     let r = tensors[t];
     var acc = 0.0;
     for (var i = r.x + lid.x; i < r.y; i += WG) { acc += partial_t[i]; }
-    let total = wg_sum(lid.x, acc);
+    let total = wg_sum(lid.x, acc, WG);
     if (lid.x == 0u) { tsumsq[t] = total; }
 }
 
 // ---------------------------------------------------------------- the seed's separate operations
-struct AccParams { nb: u32 };
-@group(0) @binding(0) var<uniform> ap: AccParams;
+struct SumsqAccParams { nb: u32 };
+@group(0) @binding(0) var<uniform> ap: SumsqAccParams;
 @group(0) @binding(1) var<storage, read> partial_a: array<f32>;
 @group(0) @binding(2) var<storage, read_write> acc_rw: array<f32>;
 
@@ -156,7 +133,7 @@ struct AccParams { nb: u32 };
 fn sumsq_accumulate(@builtin(local_invocation_id) lid: vec3<u32>) {
     var acc = 0.0;
     for (var i = lid.x; i < ap.nb; i += WG) { acc += partial_a[i]; }
-    let total = wg_sum(lid.x, acc);
+    let total = wg_sum(lid.x, acc, WG);
     if (lid.x == 0u) { acc_rw[0] = acc_rw[0] + total; }
 }
 

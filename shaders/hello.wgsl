@@ -1,12 +1,12 @@
 // hello.wgsl — the smallest real kernel: y = a * x + y over n floats.
 // Proves the whole loop (Python -> WGSL -> GPU -> Python) in both backends.
 //
-// axpy: 0 params uniform {a, n} | 1 x[n] read | 2 y[n] read_write
+// axpy: 0 params AxpyParams {a, n} | 1 x[n] read | 2 y[n] read_write
 // dispatch: ceil(n / 256) workgroups, split over x and y (see gpu.groups_1d).
 
-struct Params { a: f32, n: u32 };
+struct AxpyParams { a: f32, n: u32 };
 
-@group(0) @binding(0) var<uniform> params: Params;
+@group(0) @binding(0) var<uniform> params: AxpyParams;
 @group(0) @binding(1) var<storage, read> x: array<f32>;
 @group(0) @binding(2) var<storage, read_write> y: array<f32>;
 

@@ -42,9 +42,7 @@ struct LoraParams {
     step: u32,
 };
 
-const WG: u32 = 256u;
 const WR: u32 = 64u;  // workgroup of the reductions over I or O
-var<workgroup> red: array<f32, WR>;
 
 // PCG output permutation of one LCG step: a good 32-bit integer hash.
 fn pcg(v: u32) -> u32 {
@@ -61,16 +59,6 @@ fn dropout_hash(seed: u32, step: u32, idx: u32) -> u32 {
 fn keep_factor(p: LoraParams, idx: u32) -> f32 {
     if (p.keep_threshold == 0u) { return 1.0; }
     return select(0.0, p.keep_scale, dropout_hash(p.seed, p.step, idx) >= p.keep_threshold);
-}
-
-fn red_sum(lid: u32, v: f32) -> f32 {
-    red[lid] = v;
-    workgroupBarrier();
-    for (var s = WR / 2u; s > 0u; s = s >> 1u) {
-        if (lid < s) { red[lid] += red[lid + s]; }
-        workgroupBarrier();
-    }
-    return red[0];
 }
 
 // ---------------------------------------------------------------------------- forward
@@ -92,7 +80,7 @@ fn lora_down(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_i
         let idx = n * p.i + i;
         acc += down_x[idx] * keep_factor(p, idx) * down_a[r * p.i + i];
     }
-    let total = red_sum(lid3.x, acc);
+    let total = wg_sum(lid3.x, acc, WR);
     if (lid3.x == 0u) { down_u[k] = total; }
 }
 
@@ -149,7 +137,7 @@ fn lora_grad_u(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup
     let r = k % p.r;
     var acc = 0.0;
     for (var o = lid3.x; o < p.o; o += WR) { acc += gu_dy[n * p.o + o] * gu_b[o * p.r + r]; }
-    let total = red_sum(lid3.x, acc);
+    let total = wg_sum(lid3.x, acc, WR);
     if (lid3.x == 0u) { gu_du[k] = p.scale * total; }
 }
 

@@ -1,19 +1,22 @@
-// rmsnorm.wgsl — RMSNorm as HF BitNetRMSNorm computes it, in f32:
+// rmsnorm.wgsl — RMSNorm as HF BitNetRMSNorm computes it, in f32, and its input gradient:
 //   rstd[n] = 1 / sqrt(mean_c x[n, c]^2 + eps),  y[n, c] = w[c] * (x[n, c] * rstd[n])
-// rstd is saved for rmsnorm_backward (backward.wgsl).
+//   dx = rstd * (w*dy - x * rstd^2 * mean_c(w*dy*x))      (w is frozen: no weight gradient)
+// Forward saves rstd[N] for the backward.
 //
 // rmsnorm_forward
-//   0 params {N, C, eps} | 1 x[N, C] read | 2 w[C] read | 3 y[N, C] write | 4 rstd[N] write
-//   dispatch: one workgroup (256) per row: N workgroups split over x, y
+//   0 params RmsParams {N, C, eps} | 1 x[N, C] read | 2 w[C] read | 3 y[N, C] write |
+//   4 rstd[N] write
+// rmsnorm_backward   accumulate = 1 adds into dx (the residual stream), 0 overwrites
+//   0 params RmsBackwardParams {N, C, accumulate} | 1 dy[N, C] read | 2 x[N, C] read |
+//   3 w[C] read | 4 rstd[N] read | 5 dx[N, C] read_write
+// dispatch (both): one workgroup (256) per row: N workgroups split over x, y
 
-const WG: u32 = 256u;
-struct NormParams { n: u32, c: u32, eps: f32 };
-@group(0) @binding(0) var<uniform> p: NormParams;
+struct RmsParams { n: u32, c: u32, eps: f32 };
+@group(0) @binding(0) var<uniform> p: RmsParams;
 @group(0) @binding(1) var<storage, read> x: array<f32>;
 @group(0) @binding(2) var<storage, read> w: array<f32>;
 @group(0) @binding(3) var<storage, read_write> y: array<f32>;
 @group(0) @binding(4) var<storage, read_write> rstd: array<f32>;
-var<workgroup> sh: array<f32, WG>;
 
 @compute @workgroup_size(WG)
 fn rmsnorm_forward(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>,
@@ -24,13 +27,33 @@ fn rmsnorm_forward(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workg
     let base = n * p.c;
     var acc = 0.0;
     for (var c = lid; c < p.c; c += WG) { let v = x[base + c]; acc += v * v; }
-    sh[lid] = acc;
-    workgroupBarrier();
-    for (var s = WG / 2u; s > 0u; s = s >> 1u) {
-        if (lid < s) { sh[lid] += sh[lid + s]; }
-        workgroupBarrier();
-    }
-    let r = inverseSqrt(sh[0] / f32(p.c) + p.eps);
+    let r = inverseSqrt(wg_sum(lid, acc, WG) / f32(p.c) + p.eps);
     for (var c = lid; c < p.c; c += WG) { y[base + c] = w[c] * (x[base + c] * r); }
     if (lid == 0u) { rstd[n] = r; }
+}
+
+struct RmsBackwardParams { n: u32, c: u32, accumulate: u32 };
+@group(0) @binding(0) var<uniform> rn_p: RmsBackwardParams;
+@group(0) @binding(1) var<storage, read> rn_dy: array<f32>;
+@group(0) @binding(2) var<storage, read> rn_x: array<f32>;
+@group(0) @binding(3) var<storage, read> rn_w: array<f32>;
+@group(0) @binding(4) var<storage, read> rn_rstd: array<f32>;
+@group(0) @binding(5) var<storage, read_write> rn_dx: array<f32>;
+
+@compute @workgroup_size(WG)
+fn rmsnorm_backward(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>,
+                    @builtin(num_workgroups) nw: vec3<u32>) {
+    let lid = lid3.x;
+    let n = wid.x + wid.y * nw.x;
+    if (n >= rn_p.n) { return; }
+    let C = rn_p.c;
+    let base = n * C;
+    var acc = 0.0;
+    for (var c = lid; c < C; c += WG) { acc += rn_w[c] * rn_dy[base + c] * rn_x[base + c]; }
+    let r = rn_rstd[n];
+    let k = r * r * wg_sum(lid, acc, WG) / f32(C);
+    for (var c = lid; c < C; c += WG) {
+        let g = r * (rn_w[c] * rn_dy[base + c] - rn_x[base + c] * k);
+        if (rn_p.accumulate != 0u) { rn_dx[base + c] = rn_dx[base + c] + g; } else { rn_dx[base + c] = g; }
+    }
 }

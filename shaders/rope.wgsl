@@ -1,19 +1,24 @@
-// rope.wgsl — rotary position embedding with HF's rotate_half convention, in place:
-//   y = x cos + rotate_half(x) sin, i.e. for j < D/2, with c = cos[pos, j], s = sin[pos, j]:
-//     y[j] = x[j] c - x[j + D/2] s,   y[j + D/2] = x[j + D/2] c + x[j] s
-//   pos = pos0 + n % T (row n is token n % T of its sequence; pos0 > 0 when decoding
-//   with a KV cache). The tables hold cos/sin of pos * inv_freq[j],
-//   inv_freq[j] = 1 / theta^(2j/D), computed in f32 on the host as HF does.
-//   (rope_backward, the inverse rotation, is in backward.wgsl.)
+// rope.wgsl — rotary position embedding with HF's rotate_half convention, in place,
+// and its backward (the inverse rotation). For j < D/2, with c = cos[pos, j], s = sin[pos, j]:
+//   forward   y[j] = x[j] c - x[j + D/2] s,    y[j + D/2] = x[j + D/2] c + x[j] s
+//   backward  dx[j] = dy[j] c + dy[j + D/2] s,  dx[j + D/2] = dy[j + D/2] c - dy[j] s
+// pos = pos0 + n % T (row n is token n % T of its sequence; pos0 > 0 when decoding
+// with a KV cache; the backward runs over whole sequences, pos0 = 0). The tables hold
+// cos/sin of pos * inv_freq[j], inv_freq[j] = 1 / theta^(2j/D), computed in f32 on the
+// host as HF does (ops/rope.py rope_tables). H is this tensor's head count: H for q,
+// Hkv for k.
 //
 // rope_forward
-//   0 params {N, T, H, D, pos0} | 1 x[N, H*D] read_write | 2 cos[P, D/2] read |
-//   3 sin[P, D/2] read      (H is this tensor's head count: H for q, Hkv for k)
-//   dispatch: ceil(N*H*D/2 / 256) workgroups split over x, y
+//   0 params RopeParams {N, T, H, D, pos0} | 1 x[N, H*D] read_write | 2 cos[P, D/2] read |
+//   3 sin[P, D/2] read
+// rope_backward
+//   0 params RopeBackwardParams {N, T, H, D} | 1 g[N, H*D] read_write (dy in, dx out) |
+//   2 cos[T, D/2] read | 3 sin[T, D/2] read
+// dispatch (both): ceil(N*H*D/2 / 256) workgroups split over x, y
 
 struct RopeParams { n: u32, t: u32, h: u32, d: u32, pos0: u32 };
 @group(0) @binding(0) var<uniform> p: RopeParams;
-@group(0) @binding(1) var<storage, read_write> x: array<f32>;
+@group(0) @binding(1) var<storage, read_write> x: array<f32>;       // both entry points: x / g[N, H*D]
 @group(0) @binding(2) var<storage, read> cos_t: array<f32>;
 @group(0) @binding(3) var<storage, read> sin_t: array<f32>;
 
@@ -34,4 +39,25 @@ fn rope_forward(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup
     let x2 = x[a + half];
     x[a] = x1 * c - x2 * s;
     x[a + half] = x2 * c + x1 * s;
+}
+
+struct RopeBackwardParams { n: u32, t: u32, h: u32, d: u32 };
+@group(0) @binding(0) var<uniform> rp_p: RopeBackwardParams;
+
+@compute @workgroup_size(WG)
+fn rope_backward(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>,
+                 @builtin(num_workgroups) nw: vec3<u32>) {
+    let half = rp_p.d / 2u;
+    let k = (wid.x + wid.y * nw.x) * WG + lid.x;  // = (n * H + h) * D/2 + j
+    if (k >= rp_p.n * rp_p.h * half) { return; }
+    let j = k % half;
+    let nh = k / half;
+    let t = (nh / rp_p.h) % rp_p.t;
+    let c = cos_t[t * half + j];
+    let s = sin_t[t * half + j];
+    let i0 = nh * rp_p.d + j;
+    let a = x[i0];
+    let b = x[i0 + half];
+    x[i0] = a * c + b * s;
+    x[i0 + half] = b * c - a * s;
 }

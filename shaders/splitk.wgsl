@@ -7,12 +7,12 @@
 // splitk_reduce   y[e] (= or +=) (sum_z part[z * count + e]) * scale (/ s[e / m] if use_s)
 //   Integer partials (the ternary forward) add exactly, so the result has the same bits
 //   as an unsplit run.
-//   0 params {count = N*M, slices, m, scale, accumulate, use_s} | 1 part[slices, count] read |
+//   0 params SplitkParams {count = N*M, slices, m, scale, accumulate, use_s} | 1 part[slices, count] read |
 //   2 s[N] read | 3 y[count] read_write
 //   dispatch: ceil(count / 256) workgroups split over x, y
 
-struct ReduceParams { count: u32, slices: u32, m: u32, scale: f32, accumulate: u32, use_s: u32 };
-@group(0) @binding(0) var<uniform> p: ReduceParams;
+struct SplitkParams { count: u32, slices: u32, m: u32, scale: f32, accumulate: u32, use_s: u32 };
+@group(0) @binding(0) var<uniform> p: SplitkParams;
 @group(0) @binding(1) var<storage, read> part: array<f32>;
 @group(0) @binding(2) var<storage, read> s: array<f32>;
 @group(0) @binding(3) var<storage, read_write> y: array<f32>;

@@ -1,4 +1,4 @@
-"""Backward kernels (shaders/backward.wgsl, lora.wgsl, cross_entropy.wgsl) against
+"""Backward kernels (the *_backward entry points in shaders/, lora.wgsl, cross_entropy.wgsl) against
 numpy references over awkward shapes; each numpy reference against torch float64
 autograd; and one whole BitNet decoder layer with LoRA on q and v (torch float64,
 HF's quantisers with the straight-through estimator) whose input and LoRA gradients

@@ -1,4 +1,4 @@
-"""The forward matmuls (shaders/bitlinear.wgsl, lm_head.wgsl) on awkward shapes:
+"""The forward matmuls (shaders/bitlinear.wgsl, linear.wgsl) on awkward shapes:
 both entry points of each (64 x 64 register tiles, and the few-rows kernel used for
 decoding), and the ternary one with its reduction split over workgroups (splitk.wgsl),
 against numpy, natively and in Chromium. The ternary matmul sums integers,

@@ -28,3 +28,9 @@ def test_wgsl_syntax_error_raises_with_compiler_message(run_case):
 
 def test_kernel_compiled_once(run_case):
     assert run_case("hello_cases", "case_compile_once") == 0
+
+
+def test_prepare_compiles_each_module_and_pipeline_once(run_case):
+    r = run_case("hello_cases", "case_prepare_once")
+    assert r["again"] == 0 and r["modules"] == 0 and r["pipelines"] == 0, r
+    assert "rope.wgsl:no_such_entry" in r["message"] and "prepare" in r["message"], r["message"]

@@ -16,8 +16,8 @@ import time
 
 import numpy as np
 
-from bitlora import gpu
-from bitlora.ops import backward as bw
+from bitlora import gpu, ops
+from bitlora.ops import attention, bitlinear, linear, relu2, rmsnorm, rope
 from bitlora.ops import cross_entropy as ce
 from bitlora.ops import lora
 
@@ -25,6 +25,7 @@ from bitlora.ops import lora
 async def main(B, T, reps):
     dev = await gpu.get_device("native")
     print(dev.describe())
+    await dev.prepare(ops.kernel_specs("bf16", training=True))
     C, F, H, Hkv, D, V, R = 2560, 6912, 20, 5, 128, 128256, 8
     N = B * T
     rng = np.random.default_rng(0)
@@ -43,12 +44,12 @@ async def main(B, T, reps):
     logits = f32(N, V)
     VC = 16384  # vocabulary rows per lm_head chunk (bindings stay under the device limits)
 
-    async def lm_head():
+    def lm_head():
         for v0 in range(0, V, VC):
             oc = min(VC, V - v0)
-            await bw.linear_backward_input(dev, logits.view(4 * v0, 4 * ((N - 1) * V + oc)),
-                                           emb.view(2 * v0 * C, 2 * oc * C), dx_c, N, C, oc, 1.0,
-                                           accumulate=v0 > 0, ld_dy=V, w_dtype="bf16")
+            linear.linear_backward_input(dev, logits.view(4 * v0, 4 * ((N - 1) * V + oc)),
+                                         emb.view(2 * v0 * C, 2 * oc * C), dx_c, N, C, oc, 1.0,
+                                         accumulate=v0 > 0, ld_dy=V, w_dtype="bf16")
     tg = dev.buffer(4 * N, "t", data=rng.integers(0, V, N, dtype=np.int32))
     losses, lsum = dev.buffer(4 * N), dev.buffer(4)
     q, do, dq, k, v, dk, dv = (f32(N, H * D), f32(N, H * D), f32(N, H * D), f32(N, Hkv * D), f32(N, Hkv * D),
@@ -61,15 +62,15 @@ async def main(B, T, reps):
         "cross_entropy N x V": (lambda: ce.cross_entropy_forward_backward(dev, logits, tg, losses, N, V, 1e-3),
                                 4.0 * N * V * 2),
         "lm_head dx = dlogits E": (lm_head, 2.0 * N * V * C),
-        "rmsnorm_backward C": (lambda: bw.rmsnorm_backward(dev, dy_c, x_c, w_c, rstd, dx_c, N, C, True), 16.0 * N * C),
-        "bitlinear q (C->C)": (lambda: bw.bitlinear_backward_input(dev, dy_c, wq, 0.5, dx_c, N, C, C), 2.0 * N * C * C),
-        "bitlinear gate (C->F)": (lambda: bw.bitlinear_backward_input(dev, dy_f, wgate, 0.5, dx_c, N, C, F),
+        "rmsnorm_backward C": (lambda: rmsnorm.rmsnorm_backward(dev, dy_c, x_c, w_c, rstd, dx_c, N, C, True), 16.0 * N * C),
+        "bitlinear q (C->C)": (lambda: bitlinear.bitlinear_backward_input(dev, dy_c, wq, 0.5, dx_c, N, C, C), 2.0 * N * C * C),
+        "bitlinear gate (C->F)": (lambda: bitlinear.bitlinear_backward_input(dev, dy_f, wgate, 0.5, dx_c, N, C, F),
                                   2.0 * N * C * F),
-        "bitlinear down (F->C)": (lambda: bw.bitlinear_backward_input(dev, dy_c, wdown, 0.5, dx_f, N, F, C),
+        "bitlinear down (F->C)": (lambda: bitlinear.bitlinear_backward_input(dev, dy_c, wdown, 0.5, dx_f, N, F, C),
                                   2.0 * N * C * F),
-        "relu2_gating_backward": (lambda: bw.relu2_gating_backward(dev, dy_f, g_f, u_f, x_f, dx_f, N * F), 20.0 * N * F),
-        "rope_backward q": (lambda: bw.rope_backward(dev, dq, cos, sin, N, T, H, D), 8.0 * N * H * D),
-        "attention_backward": (lambda: bw.attention_backward(dev, do, q, k, v, dq, dk, dv, stats, B, T, H, Hkv, D),
+        "relu2_gating_backward": (lambda: relu2.relu2_gating_backward(dev, dy_f, g_f, u_f, x_f, dx_f, N * F), 20.0 * N * F),
+        "rope_backward q": (lambda: rope.rope_backward(dev, dq, cos, sin, N, T, H, D), 8.0 * N * H * D),
+        "attention_backward": (lambda: attention.attention_backward(dev, do, q, k, v, dq, dk, dv, stats, B, T, H, Hkv, D),
                                B * H * T * T * D * 2.0 * 4),
         "lora_forward q": (lambda: lora.lora_forward(dev, sl, x_c, a, b, u, dy_c), 4.0 * N * C * R),
         "lora_backward q": (lambda: lora.lora_backward(dev, sl, dy_c, x_c, a, b, u, da, db, du, dx_c),
@@ -77,11 +78,11 @@ async def main(B, T, reps):
     }
     print(f"B={B} T={T} N={N} C={C} F={F} H={H} Hkv={Hkv} D={D} V={V} R={R}")
     for name, (op, work) in ops.items():
-        await op()
+        op()
         await dev.read(lsum)   # submit and wait (a round trip)
         t0 = time.perf_counter()
         for _ in range(reps):
-            await op()
+            op()
         await dev.read(lsum)   # submit and wait (a round trip)
         ms = (time.perf_counter() - t0) / reps * 1e3
         print(f"{name:26s} {ms:9.3f} ms   {work / ms / 1e6:9.1f} GFLOP/s (GB/s for the elementwise ones)")

@@ -81,13 +81,13 @@ async def _bench_wgsl(params: int, tensors: int, iters: int, backend: str, block
         return await opt.record_step(tokens)
 
     async def norm_only():
-        await gn.sumsq_blocks(dev, arena.grads, arena.blocks, arena.partial, arena.nb, 1.0 / tokens, arena.block4)
-        await gn.sumsq_finish(dev, arena.partial, opt.state, arena.nb, 1.0 / tokens, 1.0)
+        gn.sumsq_blocks(dev, arena.grads, arena.blocks, arena.partial, arena.nb, 1.0 / tokens, arena.block4)
+        gn.sumsq_finish(dev, arena.partial, opt.state, arena.nb, 1.0 / tokens, 1.0)
 
     async def adamw_only():
-        await adamw_ops.adamw_begin(dev, opt.state, opt.lr, opt.betas, plain=True)
-        await adamw_ops.adamw(dev, arena.params, arena.grads, arena.m, arena.v, opt.state, arena.n, opt.lr,
-                              opt.betas, opt.eps, opt.weight_decay)
+        adamw_ops.adamw_begin(dev, opt.state, opt.lr, opt.betas, plain=True)
+        adamw_ops.adamw(dev, arena.params, arena.grads, arena.m, arena.v, opt.state, arena.n, opt.lr,
+                        opt.betas, opt.eps, opt.weight_decay)
 
     for _ in range(3):  # warm up: compile, first touch
         await copy_and_step()

@@ -46,6 +46,7 @@ class Lora:
         arena = ParamArena(model.dev, shapes, label="lora")
         for key, _ in shapes:
             arena.write(arena.params, key, tensors[key][1])
+        await model.prepare(training=True)
         return cls(model, cfg, arena, shapes)
 
     def adapts(self, mod: str) -> bool:

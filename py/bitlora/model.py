@@ -43,7 +43,8 @@ import struct
 from dataclasses import dataclass
 
 from .formats.tensors import FloatTensor, TernaryTensor
-from .ops import splitk
+from . import ops
+from .ops import bitlinear, linear
 from .ops.attention import attention_backward, attention_forward, kv_store
 from .ops.bitlinear import actquant_forward, bitlinear_backward_input, bitlinear_forward
 from .ops.cross_entropy import cross_entropy_forward_backward, cross_entropy_sum
@@ -325,7 +326,14 @@ class Model:
         m.head = m.embed if tied else m._upload_rows("lm_head.weight", load("lm_head.weight"))
         m._rope(int(m.config.get("max_position_embeddings", 2048)))
         m.weight_bytes = dev.allocated - before
+        await m.prepare(training=False)
         return m
+
+    async def prepare(self, training: bool) -> None:
+        """Compile every kernel the forward (and with `training`, the loss and backward)
+        records, so that recording is plain synchronous code."""
+        dtypes = {self.embed.dtype, self.head.dtype}
+        await self.dev.prepare([s for t in dtypes for s in ops.kernel_specs(t, training=training)])
 
     def _upload_vec(self, name, t):
         if not isinstance(t, FloatTensor):
@@ -396,20 +404,15 @@ class Model:
         parts = {"weights": self.weight_bytes,
                  "activations": sum(b for _, b in plan),
                  "lora + adamw": sum(arena.values()) + AdamW.state_bytes(len(shapes)),
-                 "split-k": buffer_bytes(4 * self.splitk_floats(N, modules))}
+                 "split-k": buffer_bytes(4 * self.splitk_floats(N))}
         largest = max([b for _, b in plan] + [arena["params"]])
         return {"total": sum(parts.values()), "largest": largest, "parts": parts}
 
-    def splitk_floats(self, N: int, modules=()) -> int:
+    def splitk_floats(self, N: int) -> int:
         """The split-K scratch a training step of N rows grows to (floats)."""
-        need = 1
-        for lay in self.layers[:1]:
-            for p in lay.proj.values():
-                need = max(need, splitk.bitlinear_forward_floats(N, p.I, p.O),
-                           splitk.bitlinear_backward_input_floats(N, p.I, p.O))
-        for _, rows, _ in self.head:
-            need = max(need, splitk.linear_backward_input_floats(N, self.C, rows))
-        return need
+        sizes = {(p.I, p.O) for lay in self.layers for p in lay.proj.values()}
+        return max([bitlinear.scratch_floats(N, I, O) for I, O in sizes]
+                   + [linear.scratch_floats(N, self.C, rows) for _, rows, _ in self.head])
 
     # -- caches and scratch ----------------------------------------------------------
     def kv_cache(self, B: int, S: int) -> KVCache:

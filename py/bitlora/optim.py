@@ -3,6 +3,7 @@ gradient norm, clipping, loss normalisation and AdamW, PyTorch-exact, no host ro
 
     arena = ParamArena(dev, [("layers.0.q.lora_A", (R, C)), ...])   # p, g, m, v: f32[n]
     opt = AdamW(dev, arena, lr=3e-4, weight_decay=0.0, max_grad_norm=1.0)
+    await opt.prepare()                        # compile its kernels (else the first step does)
     # ... the trainer adds raw per-token gradient sums into arena.grads ...
     res = await opt.step(num_target_tokens)    # one submit, returns at once
     ...                                        # record and submit the next step
@@ -166,6 +167,19 @@ class AdamW:
         self.state = dev.buffer(gn.STATE_BYTES, "optim.state")
         self.acc = dev.buffer(16, "optim.acc")
         self.tsumsq = dev.buffer(4 * max(1, arena.nt), "optim.tsumsq")
+        self._prepared = False
+
+    def kernel_specs(self) -> list:
+        """The kernels this optimizer runs (sumsq_blocks for the arena's block length)."""
+        return gn.kernel_specs(self.arena.block4) + adamw_ops.kernel_specs()
+
+    async def prepare(self) -> None:
+        """Compile the optimizer's kernels (once per device; a no-op after that). The
+        async methods below call it, so a step works without it; call it at setup to
+        compile ahead with everything else."""
+        if not self._prepared:
+            await self.dev.prepare(self.kernel_specs())
+            self._prepared = True
 
     @staticmethod
     def state_bytes(n_tensors: int) -> int:
@@ -181,16 +195,17 @@ class AdamW:
         """Record one whole optimizer step on the current encoder (no submit)."""
         if num_target_tokens <= 0:
             raise ValueError(f"num_target_tokens must be positive, got {num_target_tokens}")
+        await self.prepare()
         a, dev = self.arena, self.dev
         scale = 1.0 / num_target_tokens
-        await gn.sumsq_blocks(dev, a.grads, a.blocks, a.partial, a.nb, scale, a.block4)
-        await gn.sumsq_finish(dev, a.partial, self.state, a.nb, scale, self._max_norm(None))
+        gn.sumsq_blocks(dev, a.grads, a.blocks, a.partial, a.nb, scale, a.block4)
+        gn.sumsq_finish(dev, a.partial, self.state, a.nb, scale, self._max_norm(None))
         tensor_rb = None
         if per_tensor:
-            await gn.sumsq_per_tensor(dev, a.partial, a.tensors, self.tsumsq, a.nt)
-        await adamw_ops.adamw_begin(dev, self.state, self.lr, self.betas, plain=False)
-        await adamw_ops.adamw(dev, a.params, a.grads, a.m, a.v, self.state, a.n, self.lr, self.betas,
-                              self.eps, self.weight_decay)
+            gn.sumsq_per_tensor(dev, a.partial, a.tensors, self.tsumsq, a.nt)
+        adamw_ops.adamw_begin(dev, self.state, self.lr, self.betas, plain=False)
+        adamw_ops.adamw(dev, a.params, a.grads, a.m, a.v, self.state, a.n, self.lr, self.betas,
+                        self.eps, self.weight_decay)
         if per_tensor:
             tensor_rb = dev.read_later(self.tsumsq, 0, 4 * a.nt)
         return StepResult(dev.read_later(self.state, 0, 32), tensor_rb, [s.name for s in a.slots])
@@ -213,25 +228,29 @@ class AdamW:
 
     async def sum_squares(self, scale: float = 1.0) -> None:
         """acc += sum over the arena of (scale * g)^2."""
+        await self.prepare()
         a = self.arena
-        await gn.sumsq_blocks(self.dev, a.grads, a.blocks, a.partial, a.nb, scale, a.block4)
-        await gn.sumsq_accumulate(self.dev, a.partial, self.acc, a.nb)
+        gn.sumsq_blocks(self.dev, a.grads, a.blocks, a.partial, a.nb, scale, a.block4)
+        gn.sumsq_accumulate(self.dev, a.partial, self.acc, a.nb)
 
     async def clip(self, max_norm: float | None = None) -> None:
         """g *= min(1, max_norm / (sqrt(acc) + 1e-6)), the factor computed on the GPU."""
-        await gn.clip_from_acc(self.dev, self.acc, self.state, self._max_norm(max_norm))
-        await gn.scale_by_clip(self.dev, self.arena.grads, self.state, self.arena.n)
+        await self.prepare()
+        gn.clip_from_acc(self.dev, self.acc, self.state, self._max_norm(max_norm))
+        gn.scale_by_clip(self.dev, self.arena.grads, self.state, self.arena.n)
 
     async def scale(self, factor: float) -> None:
         """g *= factor (e.g. 1/num_target_tokens)."""
-        await gn.scale_const(self.dev, self.arena.grads, self.arena.n, factor)
+        await self.prepare()
+        gn.scale_const(self.dev, self.arena.grads, self.arena.n, factor)
 
     async def adam_update(self) -> None:
         """AdamW on the gradients as they are (multiplier 1), then zero them."""
+        await self.prepare()
         a = self.arena
-        await adamw_ops.adamw_begin(self.dev, self.state, self.lr, self.betas, plain=True)
-        await adamw_ops.adamw(self.dev, a.params, a.grads, a.m, a.v, self.state, a.n, self.lr, self.betas,
-                              self.eps, self.weight_decay)
+        adamw_ops.adamw_begin(self.dev, self.state, self.lr, self.betas, plain=True)
+        adamw_ops.adamw(self.dev, a.params, a.grads, a.m, a.v, self.state, a.n, self.lr, self.betas,
+                        self.eps, self.weight_decay)
 
     async def read_state(self) -> dict:
         """The state buffer now (submits and waits): norm, clip, step, skipped..."""

@@ -20,7 +20,7 @@ import time
 import traceback
 
 from . import gpu
-from .ops.hello import axpy
+from .ops import hello
 
 
 def post(msg: dict) -> None:
@@ -88,7 +88,8 @@ async def on_hello(msg: dict) -> None:
     n = int(msg.get("n", 8))
     x = dev.buffer(4 * n, "x", data=array.array("f", [float(i) for i in range(n)]))
     y = dev.buffer(4 * n, "y", data=array.array("f", [1.0] * n))
-    await axpy(dev, 2.0, x, y, n)
+    await dev.prepare(hello.kernel_specs())
+    hello.axpy(dev, 2.0, x, y, n)
     out = array.array("f")
     out.frombytes(await dev.read(y))
     post({"type": "hello", "adapter": dev.describe(), "info": dev.adapter_info,

@@ -1,13 +1,13 @@
-"""Portable cases for the backward kernels (shaders/backward.wgsl, lora.wgsl,
-cross_entropy.wgsl): each uploads the inputs it is given (lists of floats / ints),
+"""Portable cases for the backward kernels (the *_backward entry points of shaders/,
+lora.wgsl, cross_entropy.wgsl): each uploads the inputs it is given (lists of floats / ints),
 records the op, and returns the outputs as lists. The pytest side (tests/test_backward.py)
 builds the inputs and compares with numpy / torch. Standard library + bitlora only.
 """
 import array
 
-from bitlora.ops import backward as bw
+from bitlora import ops
+from bitlora.ops import attention, bitlinear, linear, lora, relu2, rmsnorm, rope
 from bitlora.ops import cross_entropy as ce
-from bitlora.ops import lora
 
 
 def _f32(dev, vals, label):
@@ -22,6 +22,11 @@ def _i32(dev, vals, label):
     return dev.buffer(4 * max(len(vals), 1), label, data=array.array("i", vals))
 
 
+async def _prepare(dev):
+    """Compile every kernel these cases record (once per device)."""
+    await dev.prepare(ops.kernel_specs("f32", training=True) + ops.kernel_specs("bf16", training=True))
+
+
 async def _get(dev, buf, n):
     out = array.array("f")
     out.frombytes(await dev.read(buf, 0, 4 * n))
@@ -29,67 +34,75 @@ async def _get(dev, buf, n):
 
 
 async def case_cross_entropy(dev, logits, targets, N, V, grad_scale, loss_sum0=0.0):
+    await _prepare(dev)
     lg = _f32(dev, logits, "logits")
     tg = _i32(dev, targets, "targets")
     ls = dev.buffer(4 * N, "losses")
     sm = _f32(dev, [loss_sum0], "loss_sum")
-    await ce.cross_entropy_forward_backward(dev, lg, tg, ls, N, V, grad_scale)
-    await ce.cross_entropy_sum(dev, ls, sm, N)
+    ce.cross_entropy_forward_backward(dev, lg, tg, ls, N, V, grad_scale)
+    ce.cross_entropy_sum(dev, ls, sm, N)
     return {"dlogits": await _get(dev, lg, N * V), "losses": await _get(dev, ls, N),
             "loss_sum": (await _get(dev, sm, 1))[0]}
 
 
 async def case_lora(dev, x, a, b, dy, y0, da0, db0, dx0, N, I, O, R, scale, p=0.0, seed=0, step=0):
+    await _prepare(dev)
     s = lora.LoraShape(N, I, O, R, scale, p, seed, step)
     bx, ba, bb, bdy = _f32(dev, x, "x"), _f32(dev, a, "a"), _f32(dev, b, "b"), _f32(dev, dy, "dy")
     by, bda, bdb, bdx = _f32(dev, y0, "y"), _f32(dev, da0, "da"), _f32(dev, db0, "db"), _f32(dev, dx0, "dx")
     bu, bdu = dev.buffer(4 * N * R, "u"), dev.buffer(4 * N * R, "du")
-    await lora.lora_forward(dev, s, bx, ba, bb, bu, by)
-    await lora.lora_backward(dev, s, bdy, bx, ba, bb, bu, bda, bdb, bdu, bdx)
+    lora.lora_forward(dev, s, bx, ba, bb, bu, by)
+    lora.lora_backward(dev, s, bdy, bx, ba, bb, bu, bda, bdb, bdu, bdx)
     return {"y": await _get(dev, by, N * O), "u": await _get(dev, bu, N * R), "da": await _get(dev, bda, R * I),
             "db": await _get(dev, bdb, O * R), "du": await _get(dev, bdu, N * R), "dx": await _get(dev, bdx, N * I)}
 
 
 async def case_rmsnorm_backward(dev, dy, x, w, rstd, dx0, N, C, accumulate):
+    await _prepare(dev)
     bdx = _f32(dev, dx0, "dx")
-    await bw.rmsnorm_backward(dev, _f32(dev, dy, "dy"), _f32(dev, x, "x"), _f32(dev, w, "w"),
-                              _f32(dev, rstd, "rstd"), bdx, N, C, accumulate)
+    rmsnorm.rmsnorm_backward(dev, _f32(dev, dy, "dy"), _f32(dev, x, "x"), _f32(dev, w, "w"),
+                             _f32(dev, rstd, "rstd"), bdx, N, C, accumulate)
     return await _get(dev, bdx, N * C)
 
 
 async def case_bitlinear_backward_input(dev, dy, packed, scale, dx0, N, I, O, accumulate, split=None):
+    await _prepare(dev)
     bdx = _f32(dev, dx0, "dx")
-    await bw.bitlinear_backward_input(dev, _f32(dev, dy, "dy"), _u32(dev, packed, "w_packed"), scale, bdx,
-                                      N, I, O, accumulate, split=split)
+    bitlinear.bitlinear_backward_input(dev, _f32(dev, dy, "dy"), _u32(dev, packed, "w_packed"), scale, bdx,
+                                       N, I, O, accumulate, split=split)
     return await _get(dev, bdx, N * I)
 
 
 async def case_linear_backward_input(dev, dy, w, dx0, N, I, O, scale, accumulate, split=None):
+    await _prepare(dev)
     bdx = _f32(dev, dx0, "dx")
-    await bw.linear_backward_input(dev, _f32(dev, dy, "dy"), _f32(dev, w, "w"), bdx, N, I, O, scale, accumulate,
-                                   split=split)
+    linear.linear_backward_input(dev, _f32(dev, dy, "dy"), _f32(dev, w, "w"), bdx, N, I, O, scale, accumulate,
+                                 split=split)
     return await _get(dev, bdx, N * I)
 
 
 async def case_relu2_gating_backward(dev, dh, g, u):
+    await _prepare(dev)
     n = len(dh)
     bdg, bdu = dev.buffer(4 * n, "dg"), dev.buffer(4 * n, "du")
-    await bw.relu2_gating_backward(dev, _f32(dev, dh, "dh"), _f32(dev, g, "g"), _f32(dev, u, "u"), bdg, bdu, n)
+    relu2.relu2_gating_backward(dev, _f32(dev, dh, "dh"), _f32(dev, g, "g"), _f32(dev, u, "u"), bdg, bdu, n)
     return {"dg": await _get(dev, bdg, n), "du": await _get(dev, bdu, n)}
 
 
 async def case_rope_backward(dev, dy, cos, sin, N, T, H, D):
+    await _prepare(dev)
     bg = _f32(dev, dy, "g")
-    await bw.rope_backward(dev, bg, _f32(dev, cos, "cos"), _f32(dev, sin, "sin"), N, T, H, D)
+    rope.rope_backward(dev, bg, _f32(dev, cos, "cos"), _f32(dev, sin, "sin"), N, T, H, D)
     return await _get(dev, bg, N * H * D)
 
 
 async def case_attention_backward(dev, dout, q, k, v, B, T, H, Hkv, D):
+    await _prepare(dev)
     N = B * T
     bdq, bdk, bdv = dev.buffer(4 * N * H * D, "dq"), dev.buffer(4 * N * Hkv * D, "dk"), dev.buffer(4 * N * Hkv * D, "dv")
     stats = dev.buffer(4 * N * H * 2, "stats")
-    await bw.attention_backward(dev, _f32(dev, dout, "dout"), _f32(dev, q, "q"), _f32(dev, k, "k"),
-                                _f32(dev, v, "v"), bdq, bdk, bdv, stats, B, T, H, Hkv, D)
+    attention.attention_backward(dev, _f32(dev, dout, "dout"), _f32(dev, q, "q"), _f32(dev, k, "k"),
+                                 _f32(dev, v, "v"), bdq, bdk, bdv, stats, B, T, H, Hkv, D)
     return {"dq": await _get(dev, bdq, N * H * D), "dk": await _get(dev, bdk, N * Hkv * D),
             "dv": await _get(dev, bdv, N * Hkv * D), "stats": await _get(dev, stats, N * H * 2)}
 
@@ -103,6 +116,7 @@ async def case_layer_backward(dev, dims, saved, weights, lora_cfg, dh_out):
     weights: w_in, w_asn, w_post, w_fsn (norms) and packed/scale of q, k, v, o, gate,
     up, down; a_q, b_q, a_v, b_v. lora_cfg: scale, p, seed_q, seed_v, step.
     Returns dh_in and the four LoRA gradients. One submit for the whole chain."""
+    await _prepare(dev)
     B, T, C, H, Hkv, D, F, R = (dims[k] for k in ("B", "T", "C", "H", "Hkv", "D", "F", "R"))
     N = B * T
     S = {k: _f32(dev, v, k) for k, v in saved.items()}
@@ -117,27 +131,27 @@ async def case_layer_backward(dev, dims, saved, weights, lora_cfg, dh_out):
     du_l = buf(N * R, "du_lora")
 
     # FFN: h_out = h_mid + down(ffn_sub_norm(relu(gate(n2))^2 * up(n2)))
-    await bw.bitlinear_backward_input(dev, dh, Wt["down_packed"], Wt["down_scale"], d_f, N, F, C)
-    await bw.rmsnorm_backward(dev, d_f, S["hg"], Wt["w_fsn"], S["rstd_fs"], d_g, N, F)
-    await bw.relu2_gating_backward(dev, d_g, S["g"], S["u"], d_f, d_u, N * F)   # d_f <- dgate
-    await bw.bitlinear_backward_input(dev, d_f, Wt["gate_packed"], Wt["gate_scale"], d_n, N, C, F)
-    await bw.bitlinear_backward_input(dev, d_u, Wt["up_packed"], Wt["up_scale"], d_n, N, C, F, accumulate=True)
-    await bw.rmsnorm_backward(dev, d_n, S["h_mid"], Wt["w_post"], S["rstd2"], dh, N, C, accumulate=True)
+    bitlinear.bitlinear_backward_input(dev, dh, Wt["down_packed"], Wt["down_scale"], d_f, N, F, C)
+    rmsnorm.rmsnorm_backward(dev, d_f, S["hg"], Wt["w_fsn"], S["rstd_fs"], d_g, N, F)
+    relu2.relu2_gating_backward(dev, d_g, S["g"], S["u"], d_f, d_u, N * F)   # d_f <- dgate
+    bitlinear.bitlinear_backward_input(dev, d_f, Wt["gate_packed"], Wt["gate_scale"], d_n, N, C, F)
+    bitlinear.bitlinear_backward_input(dev, d_u, Wt["up_packed"], Wt["up_scale"], d_n, N, C, F, accumulate=True)
+    rmsnorm.rmsnorm_backward(dev, d_n, S["h_mid"], Wt["w_post"], S["rstd2"], dh, N, C, accumulate=True)
 
     # attention: h_mid = h_in + o(attn_sub_norm(attention(rope(q(n1)), rope(k(n1)), v(n1))))
-    await bw.bitlinear_backward_input(dev, dh, Wt["o_packed"], Wt["o_scale"], d_c, N, C, C)
-    await bw.rmsnorm_backward(dev, d_c, S["attn"], Wt["w_asn"], S["rstd_as"], d_n, N, C)
-    await bw.attention_backward(dev, d_n, S["q"], S["k"], S["v"], dq, dk, dv, stats, B, T, H, Hkv, D)
-    await bw.rope_backward(dev, dq, S["cos"], S["sin"], N, T, H, D)
-    await bw.rope_backward(dev, dk, S["cos"], S["sin"], N, T, Hkv, D)
-    await bw.bitlinear_backward_input(dev, dq, Wt["q_packed"], Wt["q_scale"], d_c, N, C, H * D)
-    await bw.bitlinear_backward_input(dev, dk, Wt["k_packed"], Wt["k_scale"], d_c, N, C, Hkv * D, accumulate=True)
-    await bw.bitlinear_backward_input(dev, dv, Wt["v_packed"], Wt["v_scale"], d_c, N, C, Hkv * D, accumulate=True)
+    bitlinear.bitlinear_backward_input(dev, dh, Wt["o_packed"], Wt["o_scale"], d_c, N, C, C)
+    rmsnorm.rmsnorm_backward(dev, d_c, S["attn"], Wt["w_asn"], S["rstd_as"], d_n, N, C)
+    attention.attention_backward(dev, d_n, S["q"], S["k"], S["v"], dq, dk, dv, stats, B, T, H, Hkv, D)
+    rope.rope_backward(dev, dq, S["cos"], S["sin"], N, T, H, D)
+    rope.rope_backward(dev, dk, S["cos"], S["sin"], N, T, Hkv, D)
+    bitlinear.bitlinear_backward_input(dev, dq, Wt["q_packed"], Wt["q_scale"], d_c, N, C, H * D)
+    bitlinear.bitlinear_backward_input(dev, dk, Wt["k_packed"], Wt["k_scale"], d_c, N, C, Hkv * D, accumulate=True)
+    bitlinear.bitlinear_backward_input(dev, dv, Wt["v_packed"], Wt["v_scale"], d_c, N, C, Hkv * D, accumulate=True)
     sq = lora.LoraShape(N, C, H * D, R, lora_cfg["scale"], lora_cfg["p"], lora_cfg["seed_q"], lora_cfg["step"])
     sv = lora.LoraShape(N, C, Hkv * D, R, lora_cfg["scale"], lora_cfg["p"], lora_cfg["seed_v"], lora_cfg["step"])
-    await lora.lora_backward(dev, sq, dq, S["n1"], Wt["a_q"], Wt["b_q"], S["uq"], da_q, db_q, du_l, d_c)
-    await lora.lora_backward(dev, sv, dv, S["n1"], Wt["a_v"], Wt["b_v"], S["uv"], da_v, db_v, du_l, d_c)
-    await bw.rmsnorm_backward(dev, d_c, S["h_in"], Wt["w_in"], S["rstd1"], dh, N, C, accumulate=True)
+    lora.lora_backward(dev, sq, dq, S["n1"], Wt["a_q"], Wt["b_q"], S["uq"], da_q, db_q, du_l, d_c)
+    lora.lora_backward(dev, sv, dv, S["n1"], Wt["a_v"], Wt["b_v"], S["uv"], da_v, db_v, du_l, d_c)
+    rmsnorm.rmsnorm_backward(dev, d_c, S["h_in"], Wt["w_in"], S["rstd1"], dh, N, C, accumulate=True)
     return {"dh_in": await _get(dev, dh, N * C), "da_q": await _get(dev, da_q, R * C),
             "db_q": await _get(dev, db_q, H * D * R), "da_v": await _get(dev, da_v, R * C),
             "db_v": await _get(dev, db_v, Hkv * D * R)}
@@ -146,26 +160,28 @@ async def case_layer_backward(dev, dims, saved, weights, lora_cfg, dh_out):
 async def case_head_backward(dev, logits, targets, h, w_norm, rstd, emb, N, C, V, grad_scale):
     """The model's head backward: cross-entropy -> lm_head (dense, e.g. the tied
     embedding E[V, C]) -> final RMSNorm, chained. Returns dh[N, C] and the loss sum."""
+    await _prepare(dev)
     lg, tg, ls = _f32(dev, logits, "logits"), _i32(dev, targets, "targets"), dev.buffer(4 * N, "losses")
     total = dev.buffer(4, "loss_sum")
     d_hn, dh = dev.buffer(4 * N * C, "d_hn"), dev.buffer(4 * N * C, "dh")
-    await ce.cross_entropy_forward_backward(dev, lg, tg, ls, N, V, grad_scale)
-    await ce.cross_entropy_sum(dev, ls, total, N)
-    await bw.linear_backward_input(dev, lg, _f32(dev, emb, "emb"), d_hn, N, C, V)
-    await bw.rmsnorm_backward(dev, d_hn, _f32(dev, h, "h"), _f32(dev, w_norm, "w_norm"), _f32(dev, rstd, "rstd"),
-                              dh, N, C)
+    ce.cross_entropy_forward_backward(dev, lg, tg, ls, N, V, grad_scale)
+    ce.cross_entropy_sum(dev, ls, total, N)
+    linear.linear_backward_input(dev, lg, _f32(dev, emb, "emb"), d_hn, N, C, V)
+    rmsnorm.rmsnorm_backward(dev, d_hn, _f32(dev, h, "h"), _f32(dev, w_norm, "w_norm"), _f32(dev, rstd, "rstd"),
+                             dh, N, C)
     return {"dh": await _get(dev, dh, N * C), "loss_sum": (await _get(dev, total, 1))[0]}
 
 
 async def case_linear_backward_chunked(dev, dy, w_words, N, I, O, chunk, w_dtype):
     """dx = dy w over vocabulary chunks of `chunk` rows (a multiple of 64), each bound
     as a view of the full dy[N, O] and w[O, I] buffers (f32 or bf16 pairs)."""
+    await _prepare(dev)
     bdy, bw_, bdx = _f32(dev, dy, "dy"), _u32(dev, w_words, "w"), dev.buffer(4 * N * I, "dx")
     row_bytes = I * (4 if w_dtype == "f32" else 2)
     for v0 in range(0, O, chunk):
         oc = min(chunk, O - v0)
         dyv = bdy.view(4 * v0, 4 * ((N - 1) * O + oc))
         wv = bw_.view(v0 * row_bytes, -(-oc * row_bytes // 4) * 4)
-        await bw.linear_backward_input(dev, dyv, wv, bdx, N, I, oc, 1.0, accumulate=v0 > 0, ld_dy=O,
-                                       w_dtype=w_dtype)
+        linear.linear_backward_input(dev, dyv, wv, bdx, N, I, oc, 1.0, accumulate=v0 > 0, ld_dy=O,
+                                     w_dtype=w_dtype)
     return await _get(dev, bdx, N * I)

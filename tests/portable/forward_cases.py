@@ -1,16 +1,21 @@
 """Portable cases for the forward matmul kernels (shaders/bitlinear.wgsl and
-lm_head.wgsl): each entry point (the 64 x 64 tiled one and the few-rows one) run on
+linear.wgsl): each entry point (the 64 x 64 tiled one and the few-rows one) run on
 the same inputs, so the pytest side (tests/test_forward_kernels.py) can compare both
 with numpy and with each other. Standard library + bitlora only.
 """
 import array
-import struct
 
-from bitlora.ops import bitlinear, lm_head
+from bitlora import ops
+from bitlora.ops import bitlinear, linear
 
 
 def _buf(dev, code, vals, label):
     return dev.buffer(4 * max(len(vals), 1), label, data=array.array(code, vals) if vals else None)
+
+
+async def _prepare(dev):
+    """Compile every kernel the ops record (once per device)."""
+    await dev.prepare(ops.kernel_specs("f32"))
 
 
 async def _get(dev, buf, n):
@@ -25,7 +30,7 @@ async def case_bitlinear_forward(dev, xq, s, packed, scale, y0, N, I, O, accumul
     "split<S>" the op with its reduction split in S slices (splitk.wgsl)."""
     bx, bs, bw = _buf(dev, "f", xq, "xq"), _buf(dev, "f", s, "s"), _buf(dev, "I", packed, "w")
     words = -(-I // 16)
-    params = struct.pack("<IIIfIII", N, I, O, scale, int(accumulate), words, 0)
+    params = bitlinear.FORWARD.pack(N, I, O, scale, int(accumulate), words, 0)
     out = {}
     for entry, rows in (("bitlinear_forward", 64), ("bitlinear_forward_rows", 8)):
         y = _buf(dev, "f", y0, "y")
@@ -35,35 +40,37 @@ async def case_bitlinear_forward(dev, xq, s, packed, scale, y0, N, I, O, accumul
         out[entry] = await _get(dev, y, N * O)
     for key, split in [("op", None)] + [(f"split{n}", n) for n in splits]:
         y = _buf(dev, "f", y0, "y")
-        await bitlinear.bitlinear_forward(dev, bx, bs, bw, scale, y, N, I, O, accumulate, split=split)
+        bitlinear.bitlinear_forward(dev, bx, bs, bw, scale, y, N, I, O, accumulate, split=split)
         out[key] = await _get(dev, y, N * O)
     return out
 
 
 async def case_linear_forward(dev, x, w_chunks, N, I, O, x_row0, x_step):
-    """logits for every entry point of lm_head.wgsl over a weight split in row chunks
-    (w_chunks = [[v0, Oc, floats], ...]), and through ops.lm_head.linear_forward."""
+    """logits for every entry point of linear.wgsl over a weight split in row chunks
+    (w_chunks = [[v0, Oc, floats], ...]), and through ops.linear.linear_forward."""
+    await _prepare(dev)
     bx = _buf(dev, "f", x, "x")
     chunks = [(v0, oc, _buf(dev, "f", vals, f"w{v0}")) for v0, oc, vals in w_chunks]
     out = {}
     for entry, rows in (("linear_forward", 64), ("linear_forward_rows", 8)):
         y = dev.buffer(4 * N * O, "y")
-        k = await dev.kernel("lm_head.wgsl", entry)
+        k = await dev.kernel("linear.wgsl", entry)
         for v0, oc, w in chunks:
             dev.dispatch(k, [bx, w, y], groups=(-(-oc // 64), -(-N // rows), 1),
-                         params=struct.pack("<IIIIIII", N, I, oc, O, v0, x_row0, x_step))
+                         params=linear.FORWARD.pack(N, I, oc, O, v0, x_row0, x_step))
         out[entry] = await _get(dev, y, N * O)
     y = dev.buffer(4 * N * O, "y")
-    await lm_head.linear_forward(dev, bx, chunks, y, N, I, O, x_row0, x_step)
+    linear.linear_forward(dev, bx, chunks, y, N, I, O, x_row0, x_step)
     out["op"] = await _get(dev, y, N * O)
     return out
 
 
 async def case_attention_forward(dev, q, k, v, B, T, H, Hkv, D):
     """Causal GQA attention of a whole sequence batch (S = T, pos0 = 0): out and lse."""
+    await _prepare(dev)
     from bitlora.ops.attention import attention_forward
     N = B * T
     out, lse = dev.buffer(4 * N * H * D, "out"), dev.buffer(4 * N * H, "lse")
-    await attention_forward(dev, _buf(dev, "f", q, "q"), _buf(dev, "f", k, "k"), _buf(dev, "f", v, "v"), out, lse,
-                            B, T, H, Hkv, D, T)
+    attention_forward(dev, _buf(dev, "f", q, "q"), _buf(dev, "f", k, "k"), _buf(dev, "f", v, "v"), out, lse,
+                      B, T, H, Hkv, D, T)
     return {"out": await _get(dev, out, N * H * D), "lse": await _get(dev, lse, N * H)}

@@ -2,7 +2,7 @@
 import array
 
 from bitlora import gpu
-from bitlora.ops.hello import axpy
+from bitlora.ops import hello
 
 
 async def case_adapter(dev):
@@ -13,8 +13,9 @@ async def case_adapter(dev):
 async def case_axpy(dev, n=1000, a=2.0):
     x = dev.buffer(4 * n, "x", data=array.array("f", [float(i % 97) for i in range(n)]))
     y = dev.buffer(4 * n, "y", data=array.array("f", [1.0] * n))
-    await axpy(dev, a, x, y, n)
-    await axpy(dev, 0.5, x, y, n)  # a second dispatch in the same submit, other params
+    await dev.prepare(hello.kernel_specs())
+    hello.axpy(dev, a, x, y, n)
+    hello.axpy(dev, 0.5, x, y, n)  # a second dispatch in the same submit, other params
     out = array.array("f")
     out.frombytes(await dev.read(y))
     return list(out)
@@ -35,3 +36,19 @@ async def case_compile_once(dev):
     for _ in range(3):
         await dev.kernel("hello.wgsl", "axpy")
     return dev.pipelines_compiled - before
+
+
+async def case_prepare_once(dev):
+    """prepare compiles each file's module once and each pipeline once; a kernel nobody
+    prepared raises GPUError naming it."""
+    specs = [("rope.wgsl", "rope_forward"), ("rope.wgsl", "rope_backward")]
+    await dev.prepare(specs)
+    modules, pipelines = dev.modules_compiled, dev.pipelines_compiled
+    again = await dev.prepare(specs + [("rope.wgsl", "rope_forward", None)])
+    try:
+        dev.prepared("rope.wgsl", "no_such_entry")
+        message = None
+    except gpu.GPUError as e:
+        message = str(e)
+    return {"again": again, "modules": dev.modules_compiled - modules,
+            "pipelines": dev.pipelines_compiled - pipelines, "message": message}

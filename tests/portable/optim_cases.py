@@ -11,7 +11,7 @@ import array
 import base64
 import random
 
-from bitlora.ops.hello import axpy
+from bitlora.ops import hello
 from bitlora.optim import AdamW, ParamArena
 
 NAN_BITS = 0x7FC00000
@@ -122,6 +122,7 @@ async def case_accumulate(dev, sizes, seed=0, tokens=(5, 9, 3), max_grad_norm=1.
     """k micro-batches whose raw gradient sums are added on the GPU, then one step over
     sum(tokens) target tokens: the clip must act on the mean gradient."""
     arena, names = await _arena(dev, sizes)
+    await dev.prepare(hello.kernel_specs())
     opt = AdamW(dev, arena, max_grad_norm=max_grad_norm)
     for n, v in zip(names, init_params(seed, sizes)):
         arena.write(arena.params, n, v)
@@ -129,7 +130,7 @@ async def case_accumulate(dev, sizes, seed=0, tokens=(5, 9, 3), max_grad_norm=1.
     for j, _ in enumerate(tokens):
         for n, g in zip(names, raw_grads(seed + j, 0, sizes, [120] * len(sizes))):
             arena.write(micro, n, g)
-        await axpy(dev, 1.0, micro, arena.grads, arena.n)
+        hello.axpy(dev, 1.0, micro, arena.grads, arena.n)
         dev.submit()
     res = await (await opt.step(sum(tokens)))
     return {"report": res, "params": b64(flat(await arena.read(arena.params), names))}

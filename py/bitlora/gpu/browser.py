@@ -2,9 +2,10 @@
 
 A Worker has no `window`; `js` is the worker's global scope, so `js.navigator.gpu`
 is the entry point. Descriptors are plain JS objects built with `to_js`; bytes
-cross into JS as Uint8Arrays. Errors are collected three ways: error scopes around
-pipeline creation (with the shader compiler's messages), `onuncapturederror` for
-everything else, and the device's `lost` promise.
+cross into JS as Uint8Arrays. Errors are collected three ways: an error scope
+around shader module creation (with the compiler's messages) and the rejection of
+createComputePipelineAsync, `onuncapturederror` for everything else, and the
+device's `lost` promise.
 """
 from __future__ import annotations
 
@@ -31,6 +32,10 @@ def _missing(x) -> bool:
 
 class BrowserBackend:
     name = "browser"
+    # Put before every shader module (gpu/device.py read_shader). Chrome requires
+    # `enable subgroups;` in a module that uses subgroup builtins (and the 'subgroups'
+    # feature on the device); no kernel does yet, so nothing goes here.
+    wgsl_header = ""
 
     @classmethod
     async def open(cls, required_features=()):
@@ -113,22 +118,29 @@ class BrowserBackend:
         return data
 
     # pipelines
-    async def create_pipeline(self, code, entry, constants, label):
+    async def create_module(self, code, label):
         dev = self.device
         dev.pushErrorScope("validation")
         module = dev.createShaderModule(_obj({"code": code, "label": label}))
         info = await module.getCompilationInfo()
-        errors = [m for m in info.messages if m.type == "error"]
-        stage = {"module": module, "entryPoint": entry}
-        if constants:
-            stage["constants"] = constants
-        pipeline = dev.createComputePipeline(_obj({"layout": "auto", "compute": stage, "label": label}))
         err = await dev.popErrorScope()
+        errors = [m for m in info.messages if m.type == "error"]
         if errors:
             text = "\n".join(f"{label}:{int(m.lineNum)}:{int(m.linePos)}: {m.message}" for m in errors)
             raise GPUError(f"WGSL {label}: {text}")
         if not _missing(err):
             raise GPUError(f"WGSL {label}: {err.message}")
+        return module
+
+    async def create_pipeline(self, module, entry, constants, label):
+        stage = {"module": module, "entryPoint": entry}
+        if constants:
+            stage["constants"] = constants
+        try:
+            pipeline = await self.device.createComputePipelineAsync(
+                _obj({"layout": "auto", "compute": stage, "label": label}))
+        except Exception as e:  # noqa: BLE001 - a JsException wrapping GPUPipelineError
+            raise GPUError(f"WGSL {label}: {getattr(e, 'message', e)}") from None
         return pipeline, pipeline.getBindGroupLayout(0)
 
     def create_bind_group(self, layout, bound):

@@ -1,7 +1,8 @@
 """The one GPU adapter every op goes through, shared by both backends.
 
-A `Device` owns: buffers, compiled kernels (cached per WGSL file, entry point and
-override constants: a pipeline is compiled once), bind groups (cached), a small
+A `Device` owns: buffers, compiled kernels (one shader module per WGSL file, one
+pipeline per entry point and override constants, each compiled once), bind groups
+(cached), a small
 arena of uniform "params" slots, and the command encoder that records the current
 step. Ops call `dispatch()` any number of times; `submit()` sends everything
 recorded as one command buffer. Reads are asynchronous and may be resolved a step
@@ -11,6 +12,11 @@ What it is not: a general WebGPU wrapper. No textures, no render pipelines. The
 backend-specific calls (wgpu-py or the browser's `navigator.gpu`) live in
 `native.py` and `browser.py`, behind the handful of methods of `Backend`.
 
+Kernels are compiled ahead: `await dev.prepare(specs)` builds every listed pipeline
+(concurrently where the backend can), after which `dev.prepared(shader, entry)` looks
+one up synchronously, so recording a step is plain code. `await dev.kernel(...)`
+compiles on first use, for one-off kernels and tests.
+
 Per-dispatch params: `queue.writeBuffer` lands before the command buffer it is
 submitted with runs, so one uniform buffer reused by two dispatches of the same
 submit would show both the last value. Each dispatch therefore gets its own
@@ -18,6 +24,7 @@ submit would show both the last value. Each dispatch therefore gets its own
 """
 from __future__ import annotations
 
+import asyncio
 import importlib.resources
 import itertools
 from dataclasses import dataclass, field
@@ -104,9 +111,22 @@ class Readback:
         return self.get().__await__()
 
 
-def read_shader(name: str) -> str:
-    """The text of `shaders/<name>` (package data in the wheel and in Pyodide)."""
-    return importlib.resources.files("bitlora.shaders").joinpath(name).read_text()
+PRELUDE = "prelude.wgsl"
+
+
+def read_shader(name: str, header: str = "") -> str:
+    """The WGSL module compiled for `shaders/<name>` (package data in the wheel and in
+    Pyodide): the backend's `header` (directives such as `enable subgroups;`, which
+    must come first), the file, then the shared prelude (shaders/prelude.wgsl: helpers
+    no file repeats). WGSL declarations may come in any order, so the prelude goes
+    last and, with an empty header, compiler line numbers are the file's own."""
+    files = importlib.resources.files("bitlora.shaders")
+    return header + files.joinpath(name).read_text() + "\n" + files.joinpath(PRELUDE).read_text()
+
+
+def kernel_key(shader: str, entry: str, constants: dict | None = None) -> tuple:
+    """The cache key of one pipeline: (file, entry point, sorted override constants)."""
+    return (shader, entry, tuple(sorted((constants or {}).items())))
 
 
 def groups_1d(n_groups: int, max_per_dim: int = 65535) -> tuple[int, int, int]:
@@ -126,7 +146,9 @@ class Device:
         self.adapter_info: dict = backend.adapter_info
         self.limits: dict = backend.limits
         self.pipelines_compiled = 0  # tests use this: nothing recompiles after step 1
-        self._kernels: dict = {}
+        self.modules_compiled = 0    # shader modules: one per WGSL file
+        self._modules: dict = {}   # shader file -> compiled module
+        self._kernels: dict = {}   # kernel_key -> Kernel
         self._bind_groups: dict = {}
         self._encoder = None
         self._pass = None
@@ -179,20 +201,60 @@ class Device:
         self.allocated -= buf.size
 
     # -- kernels -------------------------------------------------------------
-    async def kernel(self, shader: str, entry: str, constants: dict | None = None) -> Kernel:
-        """The pipeline for `entry` in `shaders/<shader>`, compiled on first use only."""
-        key = (shader, entry, tuple(sorted((constants or {}).items())))
-        k = self._kernels.get(key)
+    async def prepare(self, specs) -> int:
+        """Compile every kernel of `specs` not compiled yet: items (shader, entry) or
+        (shader, entry, constants). Each file's module is compiled once, then the
+        pipelines, concurrently where the backend can (the browser). Returns how many
+        pipelines were compiled."""
+        todo = {}
+        for spec in specs:
+            shader, entry, constants = (tuple(spec) + (None,))[:3]
+            key = kernel_key(shader, entry, constants)
+            if key not in self._kernels:
+                todo[key] = (shader, entry, constants)
+        for shader in dict.fromkeys(s for s, _, _ in todo.values()):   # one at a time: error scopes nest
+            await self._module(shader)
+        kernels = await asyncio.gather(*(self._pipeline(*spec) for spec in todo.values()))
+        self._kernels.update(zip(todo, kernels))
+        return len(todo)
+
+    def prepared(self, shader: str, entry: str, constants: dict | None = None) -> Kernel:
+        """The pipeline for `entry` in `shaders/<shader>`, compiled by `prepare` before."""
+        k = self._kernels.get(kernel_key(shader, entry, constants))
         if k is None:
-            k = await self.compile(read_shader(shader), entry, constants, label=f"{shader}:{entry}")
-            self._kernels[key] = k
+            consts = f" with {constants}" if constants else ""
+            raise GPUError(f"kernel {shader}:{entry}{consts} was not prepared: "
+                           f"await dev.prepare(specs) first (bitlora.ops.kernel_specs lists a model's)")
         return k
 
-    async def compile(self, code: str, entry: str, constants: dict | None = None, label: str = "") -> Kernel:
-        """Compile WGSL source; errors raise GPUError with the compiler's message."""
-        pipeline, layout = await self.backend.create_pipeline(code, entry, constants or {}, label or entry)
+    async def kernel(self, shader: str, entry: str, constants: dict | None = None) -> Kernel:
+        """The pipeline for `entry` in `shaders/<shader>`, compiled on first use only."""
+        await self.prepare([(shader, entry, constants)])
+        return self.prepared(shader, entry, constants)
+
+    async def _module(self, shader: str):
+        module = self._modules.get(shader)
+        if module is None:
+            module = await self.backend.create_module(read_shader(shader, self.backend.wgsl_header), shader)
+            self._modules[shader] = module
+            self.modules_compiled += 1
+        return module
+
+    async def _pipeline(self, shader: str, entry: str, constants: dict | None) -> Kernel:
+        label = f"{shader}:{entry}"
+        pipeline, layout = await self.backend.create_pipeline(await self._module(shader), entry,
+                                                              constants or {}, label)
         self.pipelines_compiled += 1
-        return Kernel(pipeline, layout, label or entry)
+        return Kernel(pipeline, layout, label)
+
+    async def compile(self, code: str, entry: str, constants: dict | None = None, label: str = "") -> Kernel:
+        """Compile WGSL source as given (no prelude: add `read_shader`'s if needed);
+        errors raise GPUError with the compiler's message."""
+        label = label or entry
+        module = await self.backend.create_module(self.backend.wgsl_header + code, label)
+        pipeline, layout = await self.backend.create_pipeline(module, entry, constants or {}, label)
+        self.pipelines_compiled += 1
+        return Kernel(pipeline, layout, label)
 
     # -- recording -----------------------------------------------------------
     def _enc(self):

@@ -41,6 +41,9 @@ def _pick_adapter():
 
 class NativeBackend:
     name = "native"
+    # Put before every shader module (gpu/device.py read_shader). Empty: naga needs no
+    # directive for what the kernels use, and rejects `enable subgroups;`.
+    wgsl_header = ""
 
     def __init__(self, required_features=()):
         adapter = _pick_adapter()
@@ -95,9 +98,14 @@ class NativeBackend:
         return data
 
     # pipelines
-    async def create_pipeline(self, code, entry, constants, label):
+    async def create_module(self, code, label):
         try:
-            module = self.device.create_shader_module(code=code, label=label)
+            return self.device.create_shader_module(code=code, label=label)
+        except wgpu.GPUError as e:
+            raise GPUError(f"WGSL {label}: {e.message if hasattr(e, 'message') else e}") from None
+
+    async def create_pipeline(self, module, entry, constants, label):
+        try:
             stage = {"module": module, "entry_point": entry}
             if constants:
                 stage["constants"] = constants

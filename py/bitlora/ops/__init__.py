@@ -1,0 +1,30 @@
+"""bitlora.ops: one module per kernel family, each wrapping its file in shaders/.
+
+An op is a plain synchronous function `op(dev, ...)` that checks sizes, packs its
+uniform (declared once, as a `Uniform`) and records a dispatch on the device's
+encoder. It compiles nothing: the kernels are prepared beforehand, once,
+
+    await dev.prepare(ops.kernel_specs(table_dtype, training=True))
+
+and an op whose kernel was not prepared raises GPUError naming it. The optimizer's
+kernels (grad_norm, adamw) depend on the arena's layout: optim.AdamW prepares them.
+Browser-safe: standard library + bitlora only.
+"""
+from __future__ import annotations
+
+from . import attention, bitlinear, cross_entropy, embedding, linear, lora, relu2, rmsnorm, rope, splitk
+
+MODEL_FAMILIES = (embedding, rmsnorm, bitlinear, splitk, rope, attention, relu2, linear, lora, cross_entropy)
+
+
+def kernel_specs(table_dtype: str = "f32", training: bool = False) -> list:
+    """The (shader, entry[, constants]) of every kernel a model runs: its forward for
+    logits and decoding (LoRA's forward included) and, with `training`, the loss and
+    every backward pass. `table_dtype` is the embedding / lm_head table's ("f32" or
+    "bf16": model.RowTable.dtype)."""
+    specs = []
+    for family in MODEL_FAMILIES:
+        for spec in family.kernel_specs(table_dtype, training):
+            if spec not in specs:
+                specs.append(spec)
+    return specs

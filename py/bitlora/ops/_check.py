@@ -1,4 +1,4 @@
-"""Shared size check for the forward op wrappers (browser-safe)."""
+"""The size check every op wrapper uses (browser-safe)."""
 
 
 def need(b, n: int, what: str, op: str) -> None:

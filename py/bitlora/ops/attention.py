@@ -1,14 +1,27 @@
-"""Wrapper for shaders/attention.wgsl: causal GQA attention over a KV cache, forward
-(attention_backward is in ops/backward.py). Browser-safe: standard library + bitlora."""
+"""Wrappers for shaders/attention.wgsl: causal GQA attention over a KV cache (forward),
+the KV-cache store, and the backward over whole sequences. They check sizes, pack the
+uniform and record dispatches; the math is in the shader header.
+Browser-safe: standard library + bitlora only."""
 from __future__ import annotations
 
-import struct
-
 from ._check import need
+from ._uniform import Uniform
+
+SHADER = "attention.wgsl"
+FORWARD = Uniform("AttentionParams", "b:u32 t:u32 h:u32 hkv:u32 d:u32 s:u32 pos0:u32 scale:f32")
+KV_STORE = Uniform("KvStoreParams", "b:u32 t:u32 s:u32 w:u32 pos0:u32")
+BACKWARD = Uniform("AttentionBackwardParams", "b:u32 t:u32 h:u32 hkv:u32 d:u32 scale:f32")
 
 
-async def attention_forward(dev, q, k_cache, v_cache, out, lse, B: int, T: int, H: int, Hkv: int, D: int,
-                            S: int, pos0: int = 0, scale: float | None = None) -> None:
+def kernel_specs(table_dtype: str = "f32", training: bool = False) -> list:
+    entries = ["attention_forward", "kv_store"]
+    if training:
+        entries += ["attention_backward_dq", "attention_backward_dkv"]
+    return [(SHADER, e) for e in entries]
+
+
+def attention_forward(dev, q, k_cache, v_cache, out, lse, B: int, T: int, H: int, Hkv: int, D: int,
+                      S: int, pos0: int = 0, scale: float | None = None) -> None:
     """q[N, H*D] (post-RoPE, N = B*T), k_cache, v_cache[B, S, Hkv*D] holding positions
     0..pos0+T-1 -> out[N, H*D], lse[N, H]. scale defaults to D**-0.5 (HF)."""
     N = B * T
@@ -18,18 +31,36 @@ async def attention_forward(dev, q, k_cache, v_cache, out, lse, B: int, T: int, 
     for b, n, what in ((q, N * H * D, "q"), (k_cache, B * S * Hkv * D, "k_cache"),
                        (v_cache, B * S * Hkv * D, "v_cache"), (out, N * H * D, "out"), (lse, N * H, "lse")):
         need(b, n, what, "attention_forward")
-    kern = await dev.kernel("attention.wgsl", "attention_forward")
-    dev.dispatch(kern, [q, k_cache, v_cache, out, lse], groups=N * H,
-                 params=struct.pack("<IIIIIIIf", B, T, H, Hkv, D, S, pos0, D ** -0.5 if scale is None else scale))
+    dev.dispatch(dev.prepared(SHADER, "attention_forward"), [q, k_cache, v_cache, out, lse], groups=N * H,
+                 params=FORWARD.pack(B, T, H, Hkv, D, S, pos0, D ** -0.5 if scale is None else scale))
 
 
-async def kv_store(dev, k, v, k_cache, v_cache, B: int, T: int, S: int, W: int, pos0: int = 0) -> None:
+def kv_store(dev, k, v, k_cache, v_cache, B: int, T: int, S: int, W: int, pos0: int = 0) -> None:
     """k, v[N, W] (N = B*T, W = Hkv*D) -> k_cache, v_cache[B, S, W] at positions pos0..pos0+T-1."""
     if pos0 + T > S:
         raise ValueError(f"kv_store: positions {pos0}..{pos0 + T - 1} do not fit a cache of S={S}")
     for b, n, what in ((k, B * T * W, "k"), (v, B * T * W, "v"), (k_cache, B * S * W, "k_cache"),
                        (v_cache, B * S * W, "v_cache")):
         need(b, n, what, "kv_store")
-    kern = await dev.kernel("attention.wgsl", "kv_store")
-    dev.dispatch(kern, [k, v, k_cache, v_cache], groups=-(-B * T * W // 256),
-                 params=struct.pack("<IIIII", B, T, S, W, pos0))
+    dev.dispatch(dev.prepared(SHADER, "kv_store"), [k, v, k_cache, v_cache], groups=-(-B * T * W // 256),
+                 params=KV_STORE.pack(B, T, S, W, pos0))
+
+
+def attention_backward(dev, dout, q, k, v, dq, dk, dv, stats, B: int, T: int, H: int, Hkv: int,
+                       D: int, scale: float | None = None) -> None:
+    """Causal GQA attention backward over all positions. dout, q[N, H*D]; k, v[N, Hkv*D]
+    (q, k post-RoPE) -> dq[N, H*D], dk, dv[N, Hkv*D] (overwrite); stats[N, H, 2] scratch.
+    scale defaults to D**-0.5 (HF)."""
+    N = B * T
+    if D > 256 or H % Hkv:
+        raise ValueError(f"attention_backward: need D <= 256 and H % Hkv == 0 (D={D}, H={H}, Hkv={Hkv})")
+    for b, n, what in ((dout, N * H * D, "dout"), (q, N * H * D, "q"), (k, N * Hkv * D, "k"),
+                       (v, N * Hkv * D, "v"), (dq, N * H * D, "dq"), (dk, N * Hkv * D, "dk"),
+                       (dv, N * Hkv * D, "dv"), (stats, N * H * 2, "stats")):
+        need(b, n, what, "attention_backward")
+    params = BACKWARD.pack(B, T, H, Hkv, D, D ** -0.5 if scale is None else scale)
+    blocks = B * -(-T // 8)   # 8-row blocks, never straddling sequences
+    dev.dispatch(dev.prepared(SHADER, "attention_backward_dq"), [dout, q, k, v, dq, stats],
+                 groups=blocks * H, params=params)
+    dev.dispatch(dev.prepared(SHADER, "attention_backward_dkv"), [dout, q, k, v, stats, dk, dv],
+                 groups=blocks * Hkv, params=params)

@@ -1,43 +1,83 @@
-"""Wrappers for shaders/bitlinear.wgsl: per-token int8 activation quantisation and
-the packed ternary matmul (bitlinear_backward_input is in ops/backward.py).
+"""Wrappers for shaders/bitlinear.wgsl: per-token int8 activation quantisation, the
+packed ternary matmul, and its input gradient (straight-through estimator). They check
+sizes, pack the uniform and record dispatches; the math is in the shader header.
 Browser-safe: standard library + bitlora only."""
 from __future__ import annotations
 
-import struct
-
 from . import splitk
 from ._check import need
+from ._uniform import Uniform
+
+SHADER = "bitlinear.wgsl"
+ACTQUANT = Uniform("ActQuantParams", "n:u32 i:u32")
+FORWARD = Uniform("BitlinearParams", "n:u32 i:u32 o:u32 scale:f32 accumulate:u32 kw:u32 split:u32")
+BACKWARD = Uniform("BitlinearBackwardParams", "n:u32 i:u32 o:u32 scale:f32 accumulate:u32 ko:u32 split:u32")
 
 # Up to this many rows (decoding one token per sequence) the 8-row kernel wastes less
 # than the 64 x 64 tiles; both give the same bits (integer sums are exact in f32).
 ROWS_KERNEL_MAX_N = 8
 
 
-async def actquant_forward(dev, x, xq, s, N: int, I: int) -> None:
+def kernel_specs(table_dtype: str = "f32", training: bool = False) -> list:
+    fwd = [(SHADER, e) for e in ("actquant_forward", "bitlinear_forward", "bitlinear_forward_rows")]
+    return fwd + ([(SHADER, "bitlinear_backward_input")] if training else []) + splitk.kernel_specs()
+
+
+def forward_plan(N: int, I: int, O: int, split: int | None = None) -> tuple:
+    """(slices, packed words per slice) of bitlinear_forward's 64 x 64 tiles (N > 8)."""
+    return splitk.plan(-(-O // 64) * -(-N // 64), -(-I // 16), 4, split, cols_per_k=16)
+
+
+def backward_input_plan(N: int, I: int, O: int, split: int | None = None) -> tuple:
+    """(slices, outputs per slice) of bitlinear_backward_input's tiles."""
+    words = -(-I // 16)
+    return splitk.plan(-(-words // 8) * -(-N // 64), O, 16, split)
+
+
+def scratch_floats(N: int, I: int, O: int) -> int:
+    """The split-K scratch (floats) the forward and input gradient at these sizes need."""
+    fwd = splitk.floats(forward_plan(N, I, O)[0], N, O) if N > ROWS_KERNEL_MAX_N else 1
+    return max(fwd, splitk.floats(backward_input_plan(N, I, O)[0], N, I))
+
+
+def actquant_forward(dev, x, xq, s, N: int, I: int) -> None:
     """x[N, I] -> xq[N, I] (integers -128..127 as f32), s[N] = 127 / max|x[n]|."""
     for b, n, what in ((x, N * I, "x"), (xq, N * I, "xq"), (s, N, "s")):
         need(b, n, what, "actquant_forward")
-    k = await dev.kernel("bitlinear.wgsl", "actquant_forward")
-    dev.dispatch(k, [x, xq, s], groups=N, params=struct.pack("<II", N, I))
+    dev.dispatch(dev.prepared(SHADER, "actquant_forward"), [x, xq, s], groups=N, params=ACTQUANT.pack(N, I))
 
 
-async def bitlinear_forward(dev, xq, s, w_packed, scale: float, y, N: int, I: int, O: int,
-                            accumulate: bool = False, split: int | None = None) -> None:
+def bitlinear_forward(dev, xq, s, w_packed, scale: float, y, N: int, I: int, O: int,
+                      accumulate: bool = False, split: int | None = None) -> None:
     """xq[N, I], s[N], w_packed[O, ceil(I/16)] u32 -> y[N, O] = xq t^T * scale / s (= or +=).
     `split` forces the number of reduction slices (default: ops.splitk.plan's)."""
     words = -(-I // 16)
     for b, n, what in ((xq, N * I, "xq"), (s, N, "s"), (w_packed, O * words, "w_packed"), (y, N * O, "y")):
         need(b, n, what, "bitlinear_forward")
     if N <= ROWS_KERNEL_MAX_N:
-        k = await dev.kernel("bitlinear.wgsl", "bitlinear_forward_rows")
-        dev.dispatch(k, [xq, s, w_packed, y], groups=(-(-O // 64), -(-N // 8), 1),
-                     params=struct.pack("<IIIfIII", N, I, O, scale, int(accumulate), words, 0))
+        dev.dispatch(dev.prepared(SHADER, "bitlinear_forward_rows"), [xq, s, w_packed, y],
+                     groups=(-(-O // 64), -(-N // 8), 1),
+                     params=FORWARD.pack(N, I, O, scale, int(accumulate), words, 0))
         return
-    tiles = -(-O // 64) * -(-N // 64)
-    slices, kw = splitk.plan(tiles, words, 4, split, cols_per_k=16)
-    part = splitk.scratch(dev, slices * N * O if slices > 1 else 1)
-    k = await dev.kernel("bitlinear.wgsl", "bitlinear_forward")
-    dev.dispatch(k, [xq, s, w_packed, y, part], groups=(-(-O // 64), -(-N // 64), slices),
-                 params=struct.pack("<IIIfIII", N, I, O, scale, int(accumulate), kw, int(slices > 1)))
+    slices, kw = forward_plan(N, I, O, split)
+    part = splitk.scratch(dev, splitk.floats(slices, N, O))
+    dev.dispatch(dev.prepared(SHADER, "bitlinear_forward"), [xq, s, w_packed, y, part],
+                 groups=(-(-O // 64), -(-N // 64), slices),
+                 params=FORWARD.pack(N, I, O, scale, int(accumulate), kw, int(slices > 1)))
     if slices > 1:
-        await splitk.reduce(dev, part, s, y, N * O, slices, O, scale, accumulate)
+        splitk.reduce(dev, part, s, y, N * O, slices, O, scale, accumulate)
+
+
+def bitlinear_backward_input(dev, dy, w_packed, scale: float, dx, N: int, I: int, O: int,
+                             accumulate: bool = False, split: int | None = None) -> None:
+    """dy[N, O], w_packed[O, ceil(I/16)] u32 (ternary, times scale) -> dx[N, I] = dy Wq (= or +=)."""
+    words = -(-I // 16)
+    for b, n, what in ((dy, N * O, "dy"), (w_packed, O * words, "w_packed"), (dx, N * I, "dx")):
+        need(b, n, what, "bitlinear_backward_input")
+    slices, ko = backward_input_plan(N, I, O, split)
+    part = splitk.scratch(dev, splitk.floats(slices, N, I))
+    dev.dispatch(dev.prepared(SHADER, "bitlinear_backward_input"), [dy, w_packed, dx, part],
+                 groups=(-(-words // 8), -(-N // 64), slices),
+                 params=BACKWARD.pack(N, I, O, scale, int(accumulate), ko, int(slices > 1)))
+    if slices > 1:
+        splitk.reduce(dev, part, None, dx, N * I, slices, I, scale, accumulate)

@@ -1,14 +1,19 @@
 """The hello kernel's wrapper: y = a * x + y (shaders/hello.wgsl). No math here."""
 from __future__ import annotations
 
-import struct
+from ._check import need
+from ._uniform import Uniform
 
-from ..gpu import Buffer, Device
+SHADER = "hello.wgsl"
+PARAMS = Uniform("AxpyParams", "a:f32 n:u32")
 
 
-async def axpy(dev: Device, a: float, x: Buffer, y: Buffer, n: int) -> None:
+def kernel_specs(table_dtype: str = "f32", training: bool = False) -> list:
+    return [(SHADER, "axpy")]
+
+
+def axpy(dev, a: float, x, y, n: int) -> None:
     """Record y[n] += a * x[n]."""
-    if x.size < 4 * n or y.size < 4 * n:
-        raise ValueError(f"axpy: buffers hold {x.size // 4} and {y.size // 4} floats, need {n}")
-    k = await dev.kernel("hello.wgsl", "axpy")
-    dev.dispatch(k, [x, y], groups=-(-n // 256), params=struct.pack("<fI", a, n))
+    need(x, n, "x", "axpy")
+    need(y, n, "y", "axpy")
+    dev.dispatch(dev.prepared(SHADER, "axpy"), [x, y], groups=-(-n // 256), params=PARAMS.pack(a, n))

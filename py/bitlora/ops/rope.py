@@ -1,6 +1,6 @@
-"""Wrapper for shaders/rope.wgsl (forward; rope_backward is in ops/backward.py), and
-the host-side cos/sin tables computed the way HF does (f32 inv_freq, f32 angles).
-Browser-safe: standard library + bitlora only."""
+"""Wrappers for shaders/rope.wgsl: rotary position embedding in place, forward and
+backward, and the host-side cos/sin tables computed the way HF does (f32 inv_freq,
+f32 angles). Browser-safe: standard library + bitlora only."""
 from __future__ import annotations
 
 import array
@@ -8,6 +8,15 @@ import math
 import struct
 
 from ._check import need
+from ._uniform import Uniform
+
+SHADER = "rope.wgsl"
+FORWARD = Uniform("RopeParams", "n:u32 t:u32 h:u32 d:u32 pos0:u32")
+BACKWARD = Uniform("RopeBackwardParams", "n:u32 t:u32 h:u32 d:u32")
+
+
+def kernel_specs(table_dtype: str = "f32", training: bool = False) -> list:
+    return [(SHADER, "rope_forward")] + ([(SHADER, "rope_backward")] if training else [])
 
 
 def _f32(v: float) -> float:
@@ -28,12 +37,23 @@ def rope_tables(P: int, D: int, theta: float) -> tuple[array.array, array.array]
     return cos, sin
 
 
-async def rope_forward(dev, x, cos, sin, N: int, T: int, H: int, D: int, pos0: int = 0) -> None:
+def rope_forward(dev, x, cos, sin, N: int, T: int, H: int, D: int, pos0: int = 0) -> None:
     """In place on x[N, H*D]; row n is at position pos0 + n % T; cos, sin[P, D/2], P > pos0 + T - 1."""
     if D % 2:
         raise ValueError(f"rope_forward: head dim D={D} must be even")
     need(x, N * H * D, "x", "rope_forward")
     need(cos, (pos0 + T) * D // 2, "cos", "rope_forward")
     need(sin, (pos0 + T) * D // 2, "sin", "rope_forward")
-    k = await dev.kernel("rope.wgsl", "rope_forward")
-    dev.dispatch(k, [x, cos, sin], groups=-(-N * H * D // 2 // 256), params=struct.pack("<IIIII", N, T, H, D, pos0))
+    dev.dispatch(dev.prepared(SHADER, "rope_forward"), [x, cos, sin], groups=-(-N * H * D // 2 // 256),
+                 params=FORWARD.pack(N, T, H, D, pos0))
+
+
+def rope_backward(dev, g, cos, sin, N: int, T: int, H: int, D: int) -> None:
+    """In place: g[N, H*D] holds dy (post-RoPE gradient) and becomes dx; cos, sin[T, D/2]."""
+    if D % 2:
+        raise ValueError(f"rope_backward: head dim D={D} must be even")
+    need(g, N * H * D, "g", "rope_backward")
+    need(cos, T * D // 2, "cos", "rope_backward")
+    need(sin, T * D // 2, "sin", "rope_backward")
+    dev.dispatch(dev.prepared(SHADER, "rope_backward"), [g, cos, sin], groups=-(-N * H * D // 2 // 256),
+                 params=BACKWARD.pack(N, T, H, D))

@@ -7,10 +7,16 @@ few for a big GPU, each looping over the whole reduction. With S slices the grid
 S times more workgroups; the cost is S partial outputs written and read once more."""
 from __future__ import annotations
 
-import struct
+from ._uniform import Uniform
 
+SHADER = "splitk.wgsl"
+PARAMS = Uniform("SplitkParams", "count:u32 slices:u32 m:u32 scale:f32 accumulate:u32 use_s:u32")
 TARGET_GROUPS = 512     # split until the grid has about this many workgroups
 MIN_SLICE = 512         # ... but give every slice at least this many reduction columns
+
+
+def kernel_specs(table_dtype: str = "f32", training: bool = False) -> list:
+    return [(SHADER, "splitk_reduce")]
 
 
 def plan(tiles: int, K: int, unit: int, split: int | None = None, cols_per_k: int = 1) -> tuple[int, int]:
@@ -25,6 +31,11 @@ def plan(tiles: int, K: int, unit: int, split: int | None = None, cols_per_k: in
     return -(-K // per), per
 
 
+def floats(slices: int, rows: int, cols: int) -> int:
+    """Scratch floats a dispatch split in `slices` over an output [rows, cols] needs."""
+    return slices * rows * cols if slices > 1 else 1
+
+
 def scratch(dev, floats: int):
     """A device-wide scratch buffer of at least `floats` f32 (grown, never shrunk).
     Dispatches run in order, so one buffer serves every split matmul of a submit."""
@@ -34,30 +45,9 @@ def scratch(dev, floats: int):
     return buf
 
 
-async def reduce(dev, part, s, y, count: int, slices: int, m: int, scale: float, accumulate: bool) -> None:
+def reduce(dev, part, s, y, count: int, slices: int, m: int, scale: float, accumulate: bool) -> None:
     """y[count] (= or +=) sum of part[slices, count] * scale (divided by s[e // m] if s)."""
-    k = await dev.kernel("splitk.wgsl", "splitk_reduce")
-    dev.dispatch(k, [part, s if s is not None else part, y], groups=-(-count // 256),
-                 params=struct.pack("<IIIfII", count, slices, m, scale, int(accumulate), int(s is not None)))
+    dev.dispatch(dev.prepared(SHADER, "splitk_reduce"), [part, s if s is not None else part, y],
+                 groups=-(-count // 256),
+                 params=PARAMS.pack(count, slices, m, scale, int(accumulate), int(s is not None)))
 
-
-# Scratch (floats) each split matmul asks of `scratch`: the ops call these, and the
-# model's memory estimate adds up the largest.
-def bitlinear_forward_floats(N: int, I: int, O: int, split: int | None = None) -> int:
-    """bitlinear_forward at N x I -> O (the 8-row kernel below 9 rows needs none)."""
-    if N <= 8:
-        return 0
-    slices, _ = plan(-(-O // 64) * -(-N // 64), -(-I // 16), 4, split, cols_per_k=16)
-    return slices * N * O if slices > 1 else 1
-
-
-def bitlinear_backward_input_floats(N: int, I: int, O: int, split: int | None = None) -> int:
-    """bitlinear_backward_input: dy[N, O] -> dx[N, I]."""
-    slices, _ = plan(-(-(-(-I // 16)) // 8) * -(-N // 64), O, 16, split)
-    return slices * N * I if slices > 1 else 1
-
-
-def linear_backward_input_floats(N: int, I: int, O: int, split: int | None = None) -> int:
-    """linear_backward_input: dy[N, O] -> dx[N, I] (dense weight)."""
-    slices, _ = plan(-(-I // 64) * -(-N // 64), O, 16, split)
-    return slices * N * I if slices > 1 else 1

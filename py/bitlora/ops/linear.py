@@ -1,0 +1,72 @@
+"""Wrappers for shaders/linear.wgsl: the dense output head y = x W^T over a weight kept
+in row chunks, and its input gradient. W is f32 or bf16 (the table as stored). They
+check sizes, pack the uniform and record dispatches; the math is in the shader header.
+Browser-safe: standard library + bitlora only."""
+from __future__ import annotations
+
+from . import splitk
+from ._check import need
+from ._uniform import Uniform
+
+SHADER = "linear.wgsl"
+FORWARD = Uniform("LinearParams", "n:u32 i:u32 oc:u32 ld_y:u32 v0:u32 x_row0:u32 x_step:u32")
+BACKWARD = Uniform("LinearBackwardParams", "n:u32 i:u32 o:u32 scale:f32 accumulate:u32 ld_dy:u32 ko:u32 split:u32")
+ROWS_KERNEL_MAX_N = 8  # up to this many rows (decoding) the 8-row kernel wastes less than 64 x 64 tiles
+
+
+def _constants(w_dtype: str) -> dict | None:
+    if w_dtype not in ("f32", "bf16"):
+        raise ValueError(f"linear: weight dtype {w_dtype!r} is not f32 or bf16")
+    return {"LN_BF16": 1.0} if w_dtype == "bf16" else None
+
+
+def kernel_specs(table_dtype: str = "f32", training: bool = False) -> list:
+    c = _constants(table_dtype)
+    entries = ["linear_forward", "linear_forward_rows"] + (["linear_backward_input"] if training else [])
+    return [(SHADER, e, c) for e in entries] + (splitk.kernel_specs() if training else [])
+
+
+def backward_input_plan(N: int, I: int, O: int, split: int | None = None) -> tuple:
+    """(slices, outputs per slice) of linear_backward_input's 64 x 64 tiles."""
+    return splitk.plan(-(-I // 64) * -(-N // 64), O, 16, split)
+
+
+def scratch_floats(N: int, I: int, O: int) -> int:
+    """The split-K scratch (floats) linear_backward_input at these sizes needs."""
+    return splitk.floats(backward_input_plan(N, I, O)[0], N, I)
+
+
+def linear_forward(dev, x, chunks, y, N: int, I: int, O: int, x_row0: int = 0, x_step: int = 1) -> None:
+    """x[.., I] (rows x_row0 + n*x_step, n < N), chunks = [(v0, Oc, w[Oc, I] buffer), ...]
+    covering O rows -> y[N, O] = x W^T. W is f32, or bf16 where `chunks.dtype` says so
+    (model.RowTable)."""
+    need(x, (x_row0 + (N - 1) * x_step + 1) * I, "x", "linear_forward")
+    need(y, N * O, "y", "linear_forward")
+    rows = N <= ROWS_KERNEL_MAX_N
+    bf16 = getattr(chunks, "dtype", "f32") == "bf16"
+    k = dev.prepared(SHADER, "linear_forward_rows" if rows else "linear_forward",
+                     _constants("bf16" if bf16 else "f32"))
+    for v0, oc, w in chunks:
+        need(w, -(-oc * I // 2) if bf16 else oc * I, "w", "linear_forward")
+        dev.dispatch(k, [x, w, y], groups=(-(-oc // 64), -(-N // (8 if rows else 64)), 1),
+                     params=FORWARD.pack(N, I, oc, O, v0, x_row0, x_step))
+
+
+def linear_backward_input(dev, dy, w, dx, N: int, I: int, O: int, scale: float = 1.0,
+                          accumulate: bool = False, ld_dy: int | None = None, w_dtype: str = "f32",
+                          split: int | None = None) -> None:
+    """dy[N, ld_dy] (first O columns used), dense w[O, I] (f32 or "bf16": u32 pairs, low
+    half first; e.g. lm_head = embedding[V, C] or a vocabulary chunk of it) ->
+    dx[N, I] = scale * dy w (= or +=)."""
+    ld = O if ld_dy is None else ld_dy
+    constants = _constants(w_dtype)
+    w_words = O * I if w_dtype == "f32" else -(-O * I // 2)
+    for b, n, what in ((dy, (N - 1) * ld + O, "dy"), (w, w_words, "w"), (dx, N * I, "dx")):
+        need(b, n, what, "linear_backward_input")
+    k = dev.prepared(SHADER, "linear_backward_input", constants)
+    slices, ko = backward_input_plan(N, I, O, split)
+    part = splitk.scratch(dev, splitk.floats(slices, N, I))
+    dev.dispatch(k, [dy, w, dx, part], groups=(-(-I // 64), -(-N // 64), slices),
+                 params=BACKWARD.pack(N, I, O, scale, int(accumulate), ld, ko, int(slices > 1)))
+    if slices > 1:
+        splitk.reduce(dev, part, None, dx, N * I, slices, I, scale, accumulate)

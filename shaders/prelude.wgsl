@@ -1,0 +1,72 @@
+// prelude.wgsl — what several kernel files share, written once. The shader reader
+// (gpu/device.py read_shader) appends this file to every module it compiles, after
+// the backend's directives and the kernel file itself: WGSL declarations may come in
+// any order, so a kernel file uses these names as if it had declared them, and
+// compiler line numbers stay the file's own. Unused declarations cost nothing (an
+// entry point gets workgroup memory only for the variables it reaches).
+//
+// Bindings: none (a binding here would collide with the files' own).
+
+const WG: u32 = 256u;           // the usual workgroup size: a row per workgroup, or 256 elements
+const NEG_BIG: f32 = -3.0e38;   // start of a running max: finite, so exp(NEG_BIG - m) is 0, never NaN
+
+// ---------------------------------------------------------------- workgroup reductions
+// Tree reductions over invocations 0..n-1 (n a power of two <= WG, at most the
+// workgroup size): every invocation passes its x and gets the total. Call in uniform
+// control flow. The pairs are added in the same order on every backend, so results
+// are reproducible bit for bit.
+var<workgroup> wg_red: array<f32, WG>;
+
+fn wg_sum(lid: u32, x: f32, n: u32) -> f32 {
+    wg_red[lid] = x;
+    workgroupBarrier();
+    for (var s = n / 2u; s > 0u; s = s >> 1u) {
+        if (lid < s) { wg_red[lid] += wg_red[lid + s]; }
+        workgroupBarrier();
+    }
+    let total = wg_red[0];
+    workgroupBarrier();
+    return total;
+}
+
+fn wg_max(lid: u32, x: f32, n: u32) -> f32 {
+    wg_red[lid] = x;
+    workgroupBarrier();
+    for (var s = n / 2u; s > 0u; s = s >> 1u) {
+        if (lid < s) { wg_red[lid] = max(wg_red[lid], wg_red[lid + s]); }
+        workgroupBarrier();
+    }
+    let total = wg_red[0];
+    workgroupBarrier();
+    return total;
+}
+
+// ---------------------------------------------------------------- bf16
+// Element e of a bf16 array stored two per u32, low half first (word = array[e >> 1]):
+// a bf16 is the top half of an f32, so widening is a shift. No shader-f16 needed.
+fn bf16_at(word: u32, e: u32) -> f32 {
+    return bitcast<f32>(select(word << 16u, word & 0xffff0000u, (e & 1u) == 1u));
+}
+
+// ---------------------------------------------------------------- packed ternary weights
+// w_packed[O, ceil(I/16)] u32 (formats/tensors.py): weight (o, i) is code
+// (word >> 2*(i%16)) & 3 of word o*ceil(I/16) + i/16, and t = code - 1 in {-1, 0, 1}.
+// 0x55555555 is a word of zero weights.
+fn ternary_at(word: u32, k: u32) -> f32 {          // weight of column k (< 16) of a word
+    return f32((word >> (2u * k)) & 3u) - 1.0;
+}
+
+fn ternary_quad(word: u32, q: u32) -> vec4<f32> {   // weights of columns 4q .. 4q+3 of a word
+    let b = word >> (8u * q);
+    return vec4<f32>(vec4<u32>(b & 3u, (b >> 2u) & 3u, (b >> 4u) & 3u, (b >> 6u) & 3u)) - 1.0;
+}
+
+// ---------------------------------------------------------------- optimizer state
+// The 16-word state buffer that grad_norm.wgsl fills and adamw.wgsl reads:
+//   sumsq f32 | norm f32 | clip f32 | gmul f32 | skip u32 | skipped u32 | step u32 |
+//   step_size f32 | bc2_sqrt f32 | pad x7
+struct State {
+    sumsq: f32, norm: f32, clip: f32, gmul: f32,
+    skip: u32, skipped: u32, step: u32, step_size: f32,
+    bc2_sqrt: f32, pad0: u32, pad1: u32, pad2: u32, pad3: u32, pad4: u32, pad5: u32, pad6: u32,
+};

@@ -1,0 +1,42 @@
+// relu2.wgsl — BitNet's MLP gating (before ffn_sub_norm) and its backward:
+//   h = relu(g)^2 * u,   dg = 2 relu(g) u dh,   du = relu(g)^2 dh   (overwrite)
+// The backward needs g and u, so forward keeps them.
+//
+// relu2_gating_forward
+//   0 params Relu2Params {count = N*F} | 1 g[N, F] read | 2 u[N, F] read | 3 h[N, F] write
+// relu2_gating_backward
+//   0 params Relu2Params {count} | 1 dh[N, F] read | 2 g[N, F] read | 3 u[N, F] read |
+//   4 dg[N, F] write | 5 du[N, F] write
+// dispatch (both): ceil(count / 256) workgroups split over x, y
+
+struct Relu2Params { count: u32 };
+@group(0) @binding(0) var<uniform> p: Relu2Params;   // both entry points
+@group(0) @binding(1) var<storage, read> g: array<f32>;
+@group(0) @binding(2) var<storage, read> u: array<f32>;
+@group(0) @binding(3) var<storage, read_write> h: array<f32>;
+
+@compute @workgroup_size(WG)
+fn relu2_gating_forward(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>,
+                        @builtin(num_workgroups) nw: vec3<u32>) {
+    let i = (wid.x + wid.y * nw.x) * WG + lid.x;
+    if (i >= p.count) { return; }
+    let r = max(g[i], 0.0);
+    h[i] = r * r * u[i];
+}
+
+@group(0) @binding(1) var<storage, read> gt_dh: array<f32>;
+@group(0) @binding(2) var<storage, read> gt_g: array<f32>;
+@group(0) @binding(3) var<storage, read> gt_u: array<f32>;
+@group(0) @binding(4) var<storage, read_write> gt_dg: array<f32>;
+@group(0) @binding(5) var<storage, read_write> gt_du: array<f32>;
+
+@compute @workgroup_size(WG)
+fn relu2_gating_backward(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>,
+                         @builtin(num_workgroups) nw: vec3<u32>) {
+    let k = (wid.x + wid.y * nw.x) * WG + lid.x;
+    if (k >= p.count) { return; }
+    let a = max(gt_g[k], 0.0);
+    let dh = gt_dh[k];
+    gt_dg[k] = 2.0 * a * gt_u[k] * dh;
+    gt_du[k] = a * a * dh;
+}
