@@ -93,7 +93,7 @@ def test_hf_folder_loads_and_generates(monkeypatch):
 
 def test_gguf_matches_hf_folder():
     pytest.importorskip("numpy")
-    from bitlora.formats.checkpoint import open_checkpoint
+    from bitlora.formats import open_checkpoint
     from bitlora.formats.tensors import TernaryTensor
     with open_checkpoint(MODEL_DIR) as hf, open_checkpoint(MODEL_GGUF) as gg:
         assert hf.config == gg.config
@@ -108,7 +108,7 @@ def test_gguf_matches_hf_folder():
 
 def test_bitlora_tokenizer_matches_hf_on_the_demo(records):
     hf_tokenizers = pytest.importorskip("tokenizers")
-    from bitlora.formats.checkpoint import open_checkpoint
+    from bitlora.formats import open_checkpoint
     from bitlora.tokenizer import Tokenizer
     hf = hf_tokenizers.Tokenizer.from_file(str(MODEL_DIR / "tokenizer.json"))
     ours = Tokenizer.from_json((MODEL_DIR / "tokenizer.json").read_text(),

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from bitlora.api import load_model
+from bitlora.model import load_model
 from bitlora.train import Trainer
 
 from fixtures.make_tiny import SMALL, make_hf

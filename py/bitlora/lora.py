@@ -33,7 +33,8 @@ from __future__ import annotations
 
 import array
 
-from . import adapter as adapter_io
+from .bitnet import FULL, MODULES
+from .formats import peft as adapter_io
 from .gpu import BufferView
 from .ops import backward as bw
 from .ops import cross_entropy as ce
@@ -46,9 +47,6 @@ from .ops.lora import LoraShape, lora_backward, lora_forward
 from .ops.rmsnorm import rmsnorm_forward
 from .ops.rope import rope_forward
 from .optim import ParamArena
-
-MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-FULL = {m: ("self_attn." if m in MODULES[:4] else "mlp.") + m for m in MODULES}
 
 
 class _Acts:

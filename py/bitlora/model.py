@@ -29,6 +29,9 @@ import random
 import struct
 from dataclasses import dataclass, field
 
+from . import demo, gpu
+from .bitnet import NORMS, PROJ
+from .formats import open_checkpoint, source_name
 from .formats.tensors import FloatTensor, TernaryTensor
 from .ops.attention import attention_forward, kv_store
 from .ops.bitlinear import actquant_forward, bitlinear_forward
@@ -37,10 +40,6 @@ from .ops.ffn import relu2_gating_forward
 from .ops.lm_head import linear_forward
 from .ops.rmsnorm import rmsnorm_forward
 from .ops.rope import rope_forward, rope_tables
-
-PROJ = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
-        "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")
-NORMS = ("input_layernorm", "self_attn.attn_sub_norm", "post_attention_layernorm", "mlp.ffn_sub_norm")
 
 
 def f32_bytes(t: FloatTensor, start: int = 0, count: int | None = None) -> bytes:
@@ -153,6 +152,20 @@ class Model:
         m.head = m.embed if tied else m._upload_rows("lm_head.weight", load("lm_head.weight"))
         m._rope(int(m.config.get("max_position_embeddings", 2048)))
         return m
+
+    @classmethod
+    async def load(cls, src="demo", progress=None, device=None, max_binding: int | None = None) -> "Model":
+        """Open a checkpoint (HF folder, GGUF file, URL, bytes, {file name: bytes/Blob},
+        or "demo" for the built-in demo model), upload its weights to `device` (default:
+        the process-wide one) and return the Model with the checkpoint's tokenizer (None
+        if it has none). `max_binding` caps the bytes of one embedding / lm_head chunk
+        (default: the device's binding limit). progress(done_bytes, total_bytes)."""
+        name = source_name(src)
+        if isinstance(src, str) and src == "demo":
+            src, name = await demo.model_source(), "demo"   # the same adapter metadata in both backends
+        dev = device or await gpu.get_device()
+        with open_checkpoint(src, progress=progress) as ck:
+            return await cls.create(dev, ck.config, ck.load, ck.tokenizer(), max_binding, name)
 
     def _upload_vec(self, name, t):
         if not isinstance(t, FloatTensor):
@@ -349,20 +362,18 @@ class Model:
     # -- plain calls natively, awaitables in the browser ------------------------------
     def logits(self, ids):
         """`alogits` as a plain call natively; in Pyodide an awaitable."""
-        from .api import maybe_run
-        return maybe_run(self.alogits(ids))
+        return gpu.maybe_run(self.alogits(ids))
 
     def generate(self, prompt, max_new_tokens: int = 64, temperature: float = 0.0, top_p: float = 1.0,
                  seed: int = 0):
         """`agenerate` as a plain call natively; in Pyodide an awaitable."""
-        from .api import maybe_run
-        return maybe_run(self.agenerate(prompt, max_new_tokens, temperature, top_p, seed))
+        return gpu.maybe_run(self.agenerate(prompt, max_new_tokens, temperature, top_p, seed))
 
 
-def load_model(src, progress=None, device=None, max_binding: int | None = None):
-    """`bitlora.load_model` (api.py): a Model natively, an awaitable in Pyodide."""
-    from .api import load_model as load
-    return load(src, progress, device, max_binding)
+def load_model(src="demo", progress=None, device=None, max_binding: int | None = None):
+    """`bitlora.load_model`: `Model.load` as a plain call natively (a Model); in Pyodide
+    an awaitable."""
+    return gpu.maybe_run(Model.load(src, progress, device, max_binding))
 
 
 def sample(row, temperature: float, top_p: float, rng: random.Random) -> int:

@@ -16,6 +16,7 @@ import time
 import traceback
 
 from . import gpu
+from .demo import MODEL_FILES as DEMO_FILES
 from .ops.hello import axpy
 
 
@@ -27,8 +28,6 @@ def post(msg: dict) -> None:
 
 
 CKPT = "/bitlora-ckpt"          # IndexedDB-backed folder: checkpoints survive a reload
-DEMO_FILES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
-              "generation_config.json")
 
 
 class Session:
@@ -209,12 +208,12 @@ async def on_load_model(msg: dict) -> None:
 
 async def open_model(source: str, name: str, src, progress=None) -> bool:
     """Read a model onto the GPU (a fresh device after a loss) and describe it to the page."""
-    from .api import aload_model
     from .formats import FormatError
+    from .model import Model
     try:
         dev = await gpu.get_device(fresh=S.device_lost)
         S.device_lost = False
-        model = await aload_model(src, progress=progress, device=dev)
+        model = await Model.load(src, progress=progress, device=dev)
     except (FormatError, OSError, ValueError, NotImplementedError, gpu.GPUError) as e:
         post({"type": "error", "where": "model", "text": str(e)})
         return False
@@ -451,7 +450,7 @@ async def on_stop(msg: dict) -> None:
 async def on_checkpoint_query(reason: str = "") -> bool:
     """Offer to resume the stored run (after a reload, or after the GPU was lost). The
     offer names the step of the state file itself, which must load."""
-    from .checkpoint_state import load_state
+    from .formats.state import load_state
     if not await storage():
         return False
     try:
@@ -472,7 +471,7 @@ async def on_resume_checkpoint(msg: dict) -> None:
     """Continue the stored run: reload its model (the demo, or the user's file still held
     from this visit, onto a fresh device after a loss) and its dataset, then train
     from the checkpoint."""
-    from .checkpoint_state import load_state
+    from .formats.state import load_state
     from .train import Trainer
     if not await storage():
         post({"type": "error", "where": "checkpoint", "text": "browser storage is unavailable"})
