@@ -1,12 +1,12 @@
 """Times the BitNet forward (prefill and KV-cache decoding) at b1.58 2B-4T shapes on
-the native wgpu device, with random weights. Native-only (numpy). This measures
+the native wgpu device, with random weights (bench.train's). Native-only (numpy). This measures
 speed; tests/test_model.py proves the numerics against transformers. It also checks
 that decoding through the KV cache reproduces the prefill's last logits row.
 
-    python tools/bench_forward.py [--layers 30] [--T 128] [--decode 32]
+    python -m bitlora.bench.forward [--layers 30] [--T 128] [--decode 32]
 
-(Run it on a real GPU as docs/PERFORMANCE.md describes. Not yet timed on the H200;
-on lavapipe, one layer + the 128256-row lm_head takes tens of seconds per token.)
+(Run it on a real GPU as docs/PERFORMANCE.md describes; on lavapipe, one layer + the
+128256-row lm_head takes tens of seconds per token.)
 """
 import argparse
 import time
@@ -14,42 +14,16 @@ import time
 import numpy as np
 
 from bitlora import gpu
-from bitlora.formats.tensors import FloatTensor, TernaryTensor
+from bitlora.bench.train import random_loader
+from bitlora.bitnet import CONFIG_2B4T
 from bitlora.model import Model
-
-CFG = dict(vocab_size=128256, hidden_size=2560, intermediate_size=6912, num_hidden_layers=30,
-           num_attention_heads=20, num_key_value_heads=5, head_dim=128, rms_norm_eps=1e-5,
-           rope_theta=500000.0, max_position_embeddings=4096, tie_word_embeddings=True,
-           bos_token_id=128000, eos_token_id=128001)
-
-
-def random_loader(cfg, seed=0):
-    rng = np.random.default_rng(seed)
-    C, F, V = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"]
-    KV = cfg["num_key_value_heads"] * cfg["head_dim"]
-    shapes = {"q_proj": (C, C), "k_proj": (KV, C), "v_proj": (KV, C), "o_proj": (C, C),
-              "gate_proj": (F, C), "up_proj": (F, C), "down_proj": (C, F)}
-
-    def load(name):
-        if name == "model.embed_tokens.weight":
-            return FloatTensor((V, C), "f32", (rng.standard_normal((V, C), dtype=np.float32)).tobytes())
-        if name.endswith("norm.weight"):
-            n = F if "ffn_sub_norm" in name else C
-            return FloatTensor((n,), "f32", (1 + 0.1 * rng.standard_normal(n, dtype=np.float32)).tobytes())
-        O, I = shapes[name.split(".")[-2]]
-        words = O * -(-I // 16)
-        lo = rng.integers(0, 2**32, words, dtype=np.uint32) & 0x55555555
-        hi = rng.integers(0, 2**32, words, dtype=np.uint32) & 0x55555555 & ~lo
-        return TernaryTensor((O, I), (lo | (hi << 1)).tobytes(), 0.02)   # codes 0..2 only
-    return load
-
 
 async def main(layers, T, decode):
     dev = await gpu.get_device("native")
     print(dev.describe())
-    cfg = dict(CFG, num_hidden_layers=layers)
+    cfg = dict(CONFIG_2B4T, num_hidden_layers=layers)
     t0 = time.perf_counter()
-    m = await Model.create(dev, cfg, random_loader(cfg))
+    m = await Model.create(dev, cfg, random_loader(cfg, 0))
     await dev.sync()
     print(f"upload {time.perf_counter() - t0:.1f} s; embedding chunks {[(v0, n) for v0, n, _ in m.embed]}")
     rng = np.random.default_rng(1)
