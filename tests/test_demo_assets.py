@@ -73,6 +73,14 @@ def test_config_is_a_tiny_online_bitnet():
     assert cfg["hidden_size"] % 128 == 0 and cfg["intermediate_size"] % 128 == 0  # whole I2_S blocks
 
 
+def test_bitnet_demo_config_is_the_demo_models():
+    """bitnet.DEMO_CONFIG (the benchmarks' `--shape demo`) is the shipped model's config."""
+    from bitlora.bitnet import DEMO_CONFIG
+    from bitlora.formats import open_checkpoint
+    with open_checkpoint(str(MODEL_DIR)) as ck:
+        assert {k: ck.config[k] for k in DEMO_CONFIG} == DEMO_CONFIG
+
+
 def test_hf_folder_loads_and_generates(monkeypatch):
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
