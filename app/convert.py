@@ -55,7 +55,7 @@ def float_array(ft) -> np.ndarray:
 
 
 def pre_tokenizer_name(tok: dict) -> str | None:
-    """llama.cpp's `tokenizer.ggml.pre` for a tokenizer.json: LLaMA-3 split or GPT-2 byte level."""
+    """The GGUF `tokenizer.ggml.pre` name for a tokenizer.json's pre-tokenizer: LLaMA-3 split or GPT-2 byte level."""
     pre = json.dumps(tok.get("pre_tokenizer") or {})
     if "(?i:'s|'t|'re|'ve|'m|'ll|'d)" in pre:
         return "llama-bpe"

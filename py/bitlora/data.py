@@ -157,7 +157,7 @@ def check_record(record) -> str | None:
 
 
 def format_prompt(record: dict, with_output: bool = False) -> str:
-    """The Alpaca prompt of a record (REFERENCE.md §1), plus its output if asked."""
+    """The Alpaca prompt of a record, plus its output if asked."""
     inp = record.get("input") or ""
     if inp:
         text = PROMPT_INPUT.format(instruction=record["instruction"], input=inp)

@@ -106,8 +106,8 @@ class _Scratch:
 
 
 class Model:
-    """A BitNet b1.58 model on a bitlora Device. Build with `await Model.create(...)`
-    (or `bitlora.load_model`). `config` uses HF BitNetConfig keys plus head_dim."""
+    """A BitNet b1.58 model on a bitlora Device. Build with `await Model.load(src)` (a
+    checkpoint; `bitlora.load_model` as a plain call) or `await Model.create(...)`. `config` uses HF BitNetConfig keys plus head_dim."""
 
     UPLOAD_PIECE = 16 << 20   # bytes of f32 made on the host at a time when uploading tables
 

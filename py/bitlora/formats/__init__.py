@@ -3,7 +3,7 @@ adapters and training states, all pure Python (no numpy: this runs inside Pyodid
 
     ck = open_checkpoint(src)        # a GGUF file or HF BitNet folder -> checkpoint.Checkpoint
 
-Modules, each importing only those listed before it:
+Modules, each importing (within formats/) only those listed before it:
   errors       FormatError
   source       byte sources: bytes, files, URLs (Range requests), browser Blobs
   tensors      TernaryTensor / FloatTensor, the host layout every reader yields
