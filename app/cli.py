@@ -59,15 +59,14 @@ def cmd_info(args) -> int:
 
 def cmd_bench(args) -> int:
     try:
-        from bitlora import bench
+        if args.what == "train":
+            from bitlora.bench.train import main_train as main
+        else:
+            from bitlora.bench.optim import main_optim as main
     except ImportError as e:
         print(f"bitlora bench: benchmarks unavailable ({e})", file=sys.stderr)
         return 2
-    if args.what == "train":
-        from bitlora import bench_train
-        bench_train.main_train(args)
-    else:
-        bench.main_optim(args)
+    main(args)
     return 0
 
 
@@ -96,12 +95,12 @@ def build_parser() -> argparse.ArgumentParser:
     bsub = s.add_subparsers(dest="what", required=True)
     b = bsub.add_parser("optim", help="one fused optimizer step (norm, clip, scale, AdamW, zeroing) "
                                       "beside torch clip_grad_norm_ + fused AdamW where CUDA is present")
-    from bitlora.bench import add_optim_args
+    from bitlora.bench.optim import add_optim_args
     add_optim_args(b)
     b.set_defaults(func=cmd_bench)
     b = bsub.add_parser("train", help="LoRA training steps on random weights of a model's shapes: trained "
                                       "tokens/s and GPU memory, beside torch + PEFT where CUDA is present")
-    from bitlora.bench_train import add_train_args
+    from bitlora.bench.train import add_train_args
     add_train_args(b)
     b.set_defaults(func=cmd_bench)
     return p

@@ -40,8 +40,8 @@ def _files(path: str) -> dict:
 def _write_files(folder: str, files: dict) -> None:
     """Write base64 files into folder, each atomically; the training state last, so a
     reader never pairs a new adapter with an old state it is not."""
-    from bitlora.checkpoint_state import STATE_FILE
-    from bitlora.safetensors_io import write_atomic
+    from bitlora.formats.safetensors import write_atomic
+    from bitlora.formats.state import STATE_FILE
     os.makedirs(folder, exist_ok=True)
     for name in sorted(files, key=lambda n: n == STATE_FILE):
         write_atomic(os.path.join(folder, name), base64.b64decode(files[name]))
@@ -49,18 +49,18 @@ def _write_files(folder: str, files: dict) -> None:
 
 def _model_name(model: str) -> str:
     """What the native backend records as base_model_name_or_path."""
-    from bitlora.api import model_name
+    from bitlora.formats import source_name
     if model == "demo":
         from bitlora.demo import MODEL_DIR
-        return model_name(str(MODEL_DIR))
-    return model_name(model)
+        return source_name(str(MODEL_DIR))
+    return source_name(model)
 
 
 def train_in_browser(cfg, session=None, on_checkpoint=None) -> int:
     """Run `cfg` (a TrainConfig with backend "browser") in Chromium; returns the exit
     code. session: a started BrowserSession to use (else one is started and closed);
     on_checkpoint(step) is called after each checkpoint is written to OUT/checkpoint."""
-    from bitlora import checkpoint_state
+    from bitlora.formats import state as checkpoint_state
     from bitlora.data import DataError
     from bitlora.metrics import MetricsWriter
 

@@ -18,7 +18,7 @@ import zipfile
 import bitlora
 
 NAME = "bitlora"
-SKIP_DIRS = {"__pycache__", "app"}
+SKIP_DIRS = {"__pycache__", "app", "bench"}   # native-only subpackages
 SKIP_SUFFIXES = {".pyc", ".gguf", ".safetensors"}
 
 

@@ -11,7 +11,9 @@ import random
 
 import pytest
 
-from bitlora import adapter, checkpoint_state, safetensors_io
+from bitlora.formats import peft as adapter
+from bitlora.formats import safetensors as safetensors_io
+from bitlora.formats import state as checkpoint_state
 from bitlora.config import TrainConfig
 from bitlora.metrics import MetricsWriter, read_metrics
 

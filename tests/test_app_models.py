@@ -125,11 +125,11 @@ json.dumps({"ids": ids, "adapted": [list(r) for r in adapted], "base": [list(r) 
 
 def native_adapted(adapter_dir, ids, prompt, n_new):
     """bitlora natively (wgpu-py): the demo model with the exported adapter."""
-    from bitlora.api import aload_model
+    from bitlora.model import Model
     from bitlora.train import Trainer
 
     async def go():
-        model = await aload_model(str(demo.MODEL_DIR))
+        model = await Model.load(str(demo.MODEL_DIR))
         tr = Trainer(model, "demo", {"init_adapter": str(adapter_dir), "max_steps": 1})
         await tr.setup()
         rows = await model.alogits(ids, tr.lora)

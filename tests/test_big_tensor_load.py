@@ -9,7 +9,7 @@ import tracemalloc
 
 import pytest
 
-from bitlora.api import load_model
+from bitlora.model import load_model
 from bitlora.formats import checkpoint
 from bitlora.model import Model
 from fixtures.make_tiny import TINY, make_gguf, make_hf

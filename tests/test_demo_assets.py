@@ -73,6 +73,14 @@ def test_config_is_a_tiny_online_bitnet():
     assert cfg["hidden_size"] % 128 == 0 and cfg["intermediate_size"] % 128 == 0  # whole I2_S blocks
 
 
+def test_bitnet_demo_config_is_the_demo_models():
+    """bitnet.DEMO_CONFIG (the benchmarks' `--shape demo`) is the shipped model's config."""
+    from bitlora.bitnet import DEMO_CONFIG
+    from bitlora.formats import open_checkpoint
+    with open_checkpoint(str(MODEL_DIR)) as ck:
+        assert {k: ck.config[k] for k in DEMO_CONFIG} == DEMO_CONFIG
+
+
 def test_hf_folder_loads_and_generates(monkeypatch):
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
@@ -93,7 +101,7 @@ def test_hf_folder_loads_and_generates(monkeypatch):
 
 def test_gguf_matches_hf_folder():
     pytest.importorskip("numpy")
-    from bitlora.formats.checkpoint import open_checkpoint
+    from bitlora.formats import open_checkpoint
     from bitlora.formats.tensors import TernaryTensor
     with open_checkpoint(MODEL_DIR) as hf, open_checkpoint(MODEL_GGUF) as gg:
         assert hf.config == gg.config
@@ -108,7 +116,7 @@ def test_gguf_matches_hf_folder():
 
 def test_bitlora_tokenizer_matches_hf_on_the_demo(records):
     hf_tokenizers = pytest.importorskip("tokenizers")
-    from bitlora.formats.checkpoint import open_checkpoint
+    from bitlora.formats import open_checkpoint
     from bitlora.tokenizer import Tokenizer
     hf = hf_tokenizers.Tokenizer.from_file(str(MODEL_DIR / "tokenizer.json"))
     ours = Tokenizer.from_json((MODEL_DIR / "tokenizer.json").read_text(),

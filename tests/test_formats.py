@@ -240,7 +240,7 @@ def test_hf_packed_roundtrip_matches_transformers():
 @pytest.mark.parametrize("fmt", ["TQ1_0", "TQ2_0", "I2_S"])
 def test_block_format_roundtrip_and_reference(fmt):
     import gguf
-    from bitlora.formats.convert import i2s_bytes
+    from bitlora.app.convert import i2s_bytes
     F = getattr(T, fmt)
     rng = np.random.default_rng(2)
     n = F.W * 9

@@ -34,10 +34,10 @@ from hypothesis import HealthCheck, event, given, note, settings
 from hypothesis import strategies as st
 from hypothesis.control import currently_in_test_context
 
-from bitlora import safetensors_io
+from bitlora.formats import safetensors as safetensors_io
 from bitlora.data import DataError, Dataset, load_records
 from bitlora.formats import FormatError
-from bitlora.formats.checkpoint import open_checkpoint
+from bitlora.formats import open_checkpoint
 from bitlora.formats.safetensors import parse_safetensors
 from bitlora.formats.source import BytesSource
 from bitlora.tokenizer import Tokenizer, TokenizerError

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 import torch
 
-from bitlora import adapter as adapter_io
+from bitlora.formats import peft as adapter_io
 from bitlora.config import TrainConfig
 from bitlora.data import Dataset
 from bitlora.schedule import lr_at

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from bitlora.api import load_model
+from bitlora.model import load_model
 from bitlora.train import Trainer
 
 from fixtures.make_tiny import SMALL, make_hf
@@ -54,7 +54,7 @@ def test_atrain_until_step_goes_on_where_it_stopped_and_awaits_the_checkpoint_ho
     uninterrupted run's losses. An async on_checkpoint is awaited after each
     checkpoint is on disk."""
     from bitlora import gpu
-    from bitlora.checkpoint_state import STATE_FILE
+    from bitlora.formats.state import STATE_FILE
     full = Trainer(tiny_model, RECORDS, CFG, out=str(tmp_path / "a"))
     full.train()
     tr = Trainer(tiny_model, RECORDS, dict(CFG, save_every=2), out=str(tmp_path / "b"))

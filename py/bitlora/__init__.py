@@ -18,18 +18,22 @@ from __future__ import annotations
 __all__ = ["load_model", "aload_model", "Trainer", "TrainConfig", "attach_display",
            "train_with_display", "NotebookProgress", "show_app"]
 
-# name -> module that defines it (imported on first use)
+# name -> (module, attribute path) that defines it (imported on first use)
 _LAZY = {
-    "load_model": "notebook", "aload_model": "notebook", "Trainer": "train",
-    "attach_display": "notebook", "train_with_display": "notebook",
-    "NotebookProgress": "notebook", "show_app": "notebook", "TrainConfig": "config",
+    "load_model": ("model", "load_model"), "aload_model": ("model", "Model.load"),
+    "Trainer": ("train", "Trainer"), "TrainConfig": ("config", "TrainConfig"),
+    "attach_display": ("notebook", "attach_display"), "train_with_display": ("notebook", "train_with_display"),
+    "NotebookProgress": ("notebook", "NotebookProgress"), "show_app": ("notebook", "show_app"),
 }
 
 
 def __getattr__(name):
     if name in _LAZY:
         import importlib
-        value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+        module, path = _LAZY[name]
+        value = importlib.import_module(f".{module}", __name__)
+        for part in path.split("."):
+            value = getattr(value, part)
         globals()[name] = value          # next lookups skip __getattr__
         return value
     raise AttributeError(f"module 'bitlora' has no attribute {name!r}")

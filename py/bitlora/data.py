@@ -48,6 +48,8 @@ import os
 import random
 from dataclasses import dataclass, field
 
+from . import demo
+
 PROMPT_INPUT = (
     "Below is an instruction that describes a task, paired with an input that provides "
     "further context. Write a response that appropriately completes the request.\n\n"
@@ -75,8 +77,7 @@ def load_records(source, name: str | None = None) -> list:
     if isinstance(source, list):
         return source
     if isinstance(source, str) and source == "demo":
-        from .demo import DATASET
-        source = DATASET
+        source = demo.DATASET
     if isinstance(source, (bytes, bytearray, memoryview)):
         text = _decode(bytes(source), name or "data")
     elif isinstance(source, str) and source.lstrip()[:1] in ("[", "{"):
@@ -156,7 +157,7 @@ def check_record(record) -> str | None:
 
 
 def format_prompt(record: dict, with_output: bool = False) -> str:
-    """The Alpaca prompt of a record (REFERENCE.md §1), plus its output if asked."""
+    """The Alpaca prompt of a record, plus its output if asked."""
     inp = record.get("input") or ""
     if inp:
         text = PROMPT_INPUT.format(instruction=record["instruction"], input=inp)

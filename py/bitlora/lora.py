@@ -18,8 +18,8 @@ Standard library only: this module runs in the browser.
 """
 from __future__ import annotations
 
-from . import adapter as adapter_io
-from .model import MODULES
+from .bitnet import MODULES
+from .formats import peft as adapter_io
 from .ops.lora import LoraShape, lora_backward, lora_forward
 from .optim import ParamArena
 

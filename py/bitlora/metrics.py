@@ -17,7 +17,7 @@ import json
 import math
 import os
 
-from .safetensors_io import write_atomic
+from .formats.safetensors import write_atomic
 
 REQUIRED = ("step", "loss", "grad_norm", "lr", "tokens", "tokens_per_s")
 

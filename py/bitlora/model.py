@@ -43,7 +43,9 @@ import struct
 from dataclasses import dataclass
 
 from .formats.tensors import FloatTensor, TernaryTensor
-from . import ops
+from . import demo, gpu, ops
+from .bitnet import FULL, MODULES, NORMS
+from .formats import open_checkpoint, peft, source_name
 from .ops import bitlinear, linear
 from .ops.attention import attention_backward, attention_forward, kv_store
 from .ops.bitlinear import actquant_forward, bitlinear_backward_input, bitlinear_forward
@@ -53,10 +55,7 @@ from .ops.linear import linear_backward_input, linear_forward
 from .ops.relu2 import relu2_gating_backward, relu2_gating_forward
 from .ops.rmsnorm import rmsnorm_backward, rmsnorm_forward
 from .ops.rope import rope_backward, rope_forward, rope_tables
-
-MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-FULL = {m: ("self_attn." if m in MODULES[:4] else "mlp.") + m for m in MODULES}
-NORMS = ("input_layernorm", "self_attn.attn_sub_norm", "post_attention_layernorm", "mlp.ffn_sub_norm")
+from .optim import AdamW, ParamArena
 
 # The activation table. scope: "layer" (one set per layer in training, one shared set
 # when decoding), "top" (once: around the layers), "lora" (per adapted projection, per
@@ -273,8 +272,9 @@ def _numel(shape: str, dims: dict) -> int:
 
 
 class Model:
-    """A BitNet b1.58 model on a bitlora Device. Build with `await Model.create(...)`
-    (or `bitlora.load_model`). `config` uses HF BitNetConfig keys plus head_dim."""
+    """A BitNet b1.58 model on a bitlora Device. Build with `await Model.load(src)` (a
+    checkpoint; `bitlora.load_model` as a plain call) or `await Model.create(...)`.
+    `config` uses HF BitNetConfig keys plus head_dim."""
 
     UPLOAD_PIECE = 16 << 20   # bytes of f32 made on the host at a time when uploading tables
 
@@ -328,6 +328,20 @@ class Model:
         m.weight_bytes = dev.allocated - before
         await m.prepare(training=False)
         return m
+
+    @classmethod
+    async def load(cls, src="demo", progress=None, device=None, max_binding: int | None = None) -> "Model":
+        """Open a checkpoint (HF folder, GGUF file, URL, bytes, {file name: bytes/Blob},
+        or "demo" for the built-in demo model), upload its weights to `device` (default:
+        the process-wide one) and return the Model with the checkpoint's tokenizer (None
+        if it has none). `max_binding` caps the bytes of one embedding / lm_head chunk
+        (default: the device's binding limit). progress(done_bytes, total_bytes)."""
+        name = source_name(src)
+        if isinstance(src, str) and src == "demo":
+            src, name = await demo.model_source(), "demo"   # the same adapter metadata in both backends
+        dev = device or await gpu.get_device()
+        with open_checkpoint(src, progress=progress) as ck:
+            return await cls.create(dev, ck.config, ck.load, ck.tokenizer(), max_binding, name)
 
     async def prepare(self, training: bool) -> None:
         """Compile every kernel the forward (and with `training`, the loss and backward)
@@ -393,13 +407,11 @@ class Model:
         what Activations, the LoRA arena, AdamW and split-K allocate for micro-batches
         of cfg.micro_batch_size sequences of `seq_len` tokens (default: cfg.cutoff_len,
         capped at the model's context)."""
-        from .adapter import lora_shapes   # noqa: PLC0415 - moved with the formats
-        from .optim import AdamW, ParamArena
         T = seq_len or min(cfg.cutoff_len, int(self.config.get("max_position_embeddings", cfg.cutoff_len)))
         N = cfg.micro_batch_size * T
         modules = [m for m in MODULES if m in cfg.target_modules]
         plan = Activations.plan(self, N, modules, cfg.lora_r, True, cfg.grad_accum)
-        shapes = lora_shapes(self.config, modules, cfg.lora_r)
+        shapes = peft.lora_shapes(self.config, modules, cfg.lora_r)
         arena = ParamArena.plan(shapes)
         parts = {"weights": self.weight_bytes,
                  "activations": sum(b for _, b in plan),
@@ -661,20 +673,18 @@ class Model:
     # -- plain calls natively, awaitables in the browser ------------------------------
     def logits(self, ids, lora=None):
         """`alogits` as a plain call natively; in Pyodide an awaitable."""
-        from .api import maybe_run
-        return maybe_run(self.alogits(ids, lora))
+        return gpu.maybe_run(self.alogits(ids, lora))
 
     def generate(self, prompt, max_new_tokens: int = 64, temperature: float = 0.0, top_p: float = 1.0,
                  seed: int = 0, lora=None):
         """`agenerate` as a plain call natively; in Pyodide an awaitable."""
-        from .api import maybe_run
-        return maybe_run(self.agenerate(prompt, max_new_tokens, temperature, top_p, seed, lora))
+        return gpu.maybe_run(self.agenerate(prompt, max_new_tokens, temperature, top_p, seed, lora))
 
 
-def load_model(src, progress=None, device=None, max_binding: int | None = None):
-    """`bitlora.load_model` (api.py): a Model natively, an awaitable in Pyodide."""
-    from .api import load_model as load
-    return load(src, progress, device, max_binding)
+def load_model(src="demo", progress=None, device=None, max_binding: int | None = None):
+    """`bitlora.load_model`: `Model.load` as a plain call natively (a Model); in Pyodide
+    an awaitable."""
+    return gpu.maybe_run(Model.load(src, progress, device, max_binding))
 
 
 def sample(row, temperature: float, top_p: float, rng: random.Random) -> int:

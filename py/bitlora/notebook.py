@@ -6,11 +6,10 @@ display, and the web app in an output cell.
     bitlora.train_with_display(trainer)         # Pyodide: await ...
     bitlora.show_app()                          # native kernels only
 
-What this adds to api.py and train.py (whose Trainer, with URL data and generate,
-is bitlora.Trainer), and nothing more:
-- load_model("demo"): the built-in demo model (natively its folder in the package;
-  under Pyodide the wheel leaves the weights out, so they are fetched from the
-  server's /demo/model/).
+The model comes from model.py (`bitlora.load_model` is model.load_model,
+`bitlora.aload_model` is Model.load, "demo" the built-in demo model) and the trainer
+from train.py (its Trainer, with URL data and generate, is bitlora.Trainer). What this
+module adds, and nothing more:
 - The display: the trainer's `on_step` updates one IPython display in place (a
   progress bar, the latest numbers and an inline SVG loss plot, drawn here from the
   metrics with no plotting library). Without IPython (a script, the bare Pyodide
@@ -26,45 +25,10 @@ import math
 import sys
 import time
 
-from .api import aload_model as _aload_model, in_browser, maybe_run
+from . import gpu
 from .config import TrainConfig  # noqa: F401 - re-exported by bitlora
 from .data import format_prompt  # noqa: F401 - for prompts in notebooks
 from .train import Trainer  # noqa: F401 - bitlora.Trainer is bitlora.train.Trainer
-
-DEMO = "demo"
-DEMO_URL = "/demo/model/"           # where the app's server has the demo model
-DEMO_FILES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
-              "generation_config.json")
-
-
-# -- loading -------------------------------------------------------------------------
-
-async def _fetch(url: str) -> bytes:
-    from pyodide.http import pyfetch
-    resp = await pyfetch(url)
-    if not resp.ok:
-        raise OSError(f"{url}: HTTP {resp.status}")
-    return await resp.bytes()
-
-
-async def aload_model(src=DEMO, progress=None, device=None, max_binding: int | None = None):
-    """`bitlora.api.aload_model`, plus src == "demo" for the built-in demo model."""
-    if isinstance(src, str) and src == DEMO:
-        if in_browser():
-            src = {name: await _fetch(DEMO_URL + name) for name in DEMO_FILES}
-        else:
-            from .demo import MODEL_DIR
-            src = str(MODEL_DIR)
-        model = await _aload_model(src, progress, device, max_binding)
-        model.name = DEMO               # the same adapter metadata in both backends
-        return model
-    return await _aload_model(src, progress, device, max_binding)
-
-
-def load_model(src=DEMO, progress=None, device=None, max_binding: int | None = None):
-    """A `bitlora.model.Model` natively; an awaitable under Pyodide. src: an HF folder,
-    a .gguf file, a URL, bytes, {file name: bytes}, or "demo"."""
-    return maybe_run(aload_model(src, progress, device, max_binding))
 
 
 # -- the live display ---------------------------------------------------------------
@@ -263,7 +227,7 @@ def train_with_display(trainer, mode: str | None = None, every: int | None = Non
     training at the next step boundary — the trainer stays usable (save_adapter, train
     again) — and then the KeyboardInterrupt goes on."""
     progress = attach_display(trainer, mode=mode, every=every, out=out)
-    if in_browser():
+    if gpu.IN_BROWSER:
         return _atrain_with_display(trainer, progress)
     import asyncio
     import concurrent.futures
@@ -305,7 +269,7 @@ def show_app(port: int = 0, height: int = 900, host: str = "127.0.0.1"):
     port 0 picks a free port. The browser showing the notebook must be on this machine.
     """
     global _server
-    if in_browser():
+    if gpu.IN_BROWSER:
         raise RuntimeError("show_app starts a local server, which a Pyodide kernel cannot; "
                            "open the bitlora page itself (`bitlora serve`)")
     if _server is None:

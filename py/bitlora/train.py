@@ -18,7 +18,8 @@ mean gradient by global norm and updates — one submit. The loss and the pre-cl
 norm are read back a step late, so the GPU never waits for Python.
 
 Checkpoints (every `save_every` steps): the LoRA tensors, AdamW moments, step and
-data cursor (checkpoint_state.py); `on_checkpoint(step)` runs after each is written. Dropout masks are a pure function of
+data cursor (formats/state.py); `on_checkpoint(step)` runs after each is written.
+Dropout masks are a pure function of
 (seed, step, micro-batch), so a resumed run needs no other RNG state and repeats
 the uninterrupted run's losses exactly.
 
@@ -32,8 +33,9 @@ import os
 import struct
 import time
 
-from . import adapter as adapter_io
-from . import checkpoint_state, gpu
+from . import gpu
+from .formats import peft as adapter_io
+from .formats import state as checkpoint_state
 from .config import TrainConfig
 from .data import Dataset, format_prompt, load_records
 from .lora import Lora
@@ -210,9 +212,7 @@ class Trainer:
 
     def train(self):
         """Natively: run to the end and return the metrics. Under Pyodide: a coroutine."""
-        if gpu.IN_BROWSER:
-            return self.atrain()
-        return gpu.run(self.atrain())
+        return gpu.maybe_run(self.atrain())
 
     # -- control ---------------------------------------------------------------
     def pause(self):
@@ -238,8 +238,7 @@ class Trainer:
                  seed: int = 0):
         """`agenerate` as a plain call natively; an awaitable under Pyodide. str() of the
         result is the text (model.generate is the same without the adapter)."""
-        coro = self.agenerate(prompt, max_new_tokens, temperature, top_p, seed)
-        return coro if gpu.IN_BROWSER else gpu.run(coro)
+        return gpu.maybe_run(self.agenerate(prompt, max_new_tokens, temperature, top_p, seed))
 
     # -- adapters and checkpoints ---------------------------------------------
     async def aadapter_tensors(self) -> dict:
@@ -251,9 +250,7 @@ class Trainer:
         adapter_io.save_adapter(out_dir, tensors, self.config, base_model_name_or_path=self.model.name)
 
     def save_adapter(self, out_dir):
-        if gpu.IN_BROWSER:
-            return self.asave_adapter(out_dir)
-        return gpu.run(self.asave_adapter(out_dir))
+        return gpu.maybe_run(self.asave_adapter(out_dir))
 
     async def save_checkpoint(self, ckpt_dir=None) -> str:
         """Write the training state to ckpt_dir (default: checkpoint_dir, else OUT/checkpoint),

@@ -20,6 +20,7 @@ import time
 import traceback
 
 from . import gpu
+from .demo import MODEL_FILES as DEMO_FILES
 from .ops import hello
 
 
@@ -31,8 +32,6 @@ def post(msg: dict) -> None:
 
 
 CKPT = "/bitlora-ckpt"          # IndexedDB-backed folder: checkpoints survive a reload
-DEMO_FILES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
-              "generation_config.json")
 
 
 class Session:
@@ -217,12 +216,12 @@ async def on_load_model(msg: dict) -> None:
 
 async def open_model(source: str, name: str, src, progress=None) -> bool:
     """Read a model onto the GPU (a fresh device after a loss) and describe it to the page."""
-    from .api import aload_model
     from .formats import FormatError
+    from .model import Model
     try:
         dev = await gpu.get_device(fresh=S.device_lost)
         S.device_lost = False
-        model = await aload_model(src, progress=progress, device=dev)
+        model = await Model.load(src, progress=progress, device=dev)
     except (FormatError, OSError, ValueError, NotImplementedError, gpu.GPUError) as e:
         post({"type": "error", "where": "model", "text": str(e)})
         return False
@@ -438,7 +437,7 @@ async def on_stop(msg: dict) -> None:
 async def on_checkpoint_query(reason: str = "") -> bool:
     """Offer to resume the stored run (after a reload, or after the GPU was lost). The
     offer names the step of the state file itself, which must load."""
-    from .checkpoint_state import load_state
+    from .formats.state import load_state
     if not await storage():
         return False
     try:
@@ -459,7 +458,7 @@ async def on_resume_checkpoint(msg: dict) -> None:
     """Continue the stored run: reload its model (the demo, or the user's file still held
     from this visit, onto a fresh device after a loss) and its dataset, then train
     from the checkpoint."""
-    from .checkpoint_state import load_state
+    from .formats.state import load_state
     from .train import Trainer
     if not await storage():
         post({"type": "error", "where": "checkpoint", "text": "browser storage is unavailable"})
@@ -558,8 +557,8 @@ async def on_cli_setup(msg: dict) -> None:
     """{model_files, model_name, data, config, init_adapter, resume} -> `cli-ready`: load
     the model and data, build the Trainer, load --resume state, and answer what the CLI
     prints; a ValueError there (a bad checkpoint, other data) comes back as `error`."""
-    from .api import aload_model
     from .data import load_records
+    from .model import Model
     from .train import Trainer
     shutil.rmtree(CLI, ignore_errors=True)       # nothing left from an earlier run
     files = msg.get("model_files")
@@ -569,7 +568,7 @@ async def on_cli_setup(msg: dict) -> None:
         src = {name: base64.b64decode(data) for name, data in files.items()}
         if len(src) == 1 and next(iter(src)).endswith(".gguf"):
             src = next(iter(src.values()))
-    model = await aload_model(src, device=await gpu.get_device())
+    model = await Model.load(src, device=await gpu.get_device())
     model.name = msg["model_name"]
     data = msg.get("data")
     if data is None:

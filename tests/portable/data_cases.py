@@ -8,7 +8,8 @@ import hashlib
 import os
 import tempfile
 
-from bitlora import adapter, checkpoint_state
+from bitlora.formats import peft as adapter
+from bitlora.formats import state as checkpoint_state
 from bitlora.config import TrainConfig
 from bitlora.data import Dataset, load_records
 from bitlora.schedule import lr_at

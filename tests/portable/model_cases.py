@@ -7,13 +7,13 @@ from __future__ import annotations
 import base64
 import time
 
-from bitlora.api import aload_model
+from bitlora.model import Model
 
 
 async def _load(dev, files, max_binding=None):
     srcs = {name: base64.b64decode(b) for name, b in files.items()}
     gg = [s for n, s in srcs.items() if n.endswith(".gguf")]
-    return await aload_model(gg[0] if gg else srcs, device=dev, max_binding=max_binding)
+    return await Model.load(gg[0] if gg else srcs, device=dev, max_binding=max_binding)
 
 
 async def case_logits(dev, files, ids, max_binding=None, upload_piece=None):

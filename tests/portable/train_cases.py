@@ -4,7 +4,7 @@ import array
 import base64
 import os
 
-from bitlora.api import aload_model
+from bitlora.model import Model
 from bitlora.config import TrainConfig
 from bitlora.data import Dataset
 from bitlora.lora import Lora
@@ -20,7 +20,7 @@ def _write_adapter(files: dict, where: str) -> str:
 
 
 async def _model(dev, model_files):
-    return await aload_model({k: base64.b64decode(v) for k, v in model_files.items()}, device=dev)
+    return await Model.load({k: base64.b64decode(v) for k, v in model_files.items()}, device=dev)
 
 
 async def case_train(dev, model_files, adapter_files, records, config):
@@ -37,7 +37,7 @@ async def case_train(dev, model_files, adapter_files, records, config):
 async def case_step1_grads(dev, model_files, adapter_files, records, config):
     """The mean-loss gradient of optimizer step 1 (raw GPU sums / target tokens)."""
     m = await _model(dev, model_files)
-    from bitlora import adapter as adapter_io
+    from bitlora.formats import peft as adapter_io
     cfg = TrainConfig.from_dict(config)
     _, init = adapter_io.load_adapter(_write_adapter(adapter_files, "/tmp/bitlora-init-adapter"))
     lora = await Lora.create(m, cfg, init=init)
@@ -59,7 +59,7 @@ async def case_adapted_decoding(dev, model_files, adapter_files, config, ids, n_
     of ids; Model.forward with the adapter over the KV cache, a 3-token prefix then one
     token at a time; and greedy generation over the cache beside greedy decoding by
     re-running the uncached forward on the growing sequence."""
-    from bitlora import adapter as adapter_io
+    from bitlora.formats import peft as adapter_io
     m = await _model(dev, model_files)
     _, init = adapter_io.load_adapter(_write_adapter(adapter_files, "/tmp/bitlora-init-adapter"))
     lora = await Lora.create(m, TrainConfig.from_dict(config), init=init)

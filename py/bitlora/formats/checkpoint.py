@@ -1,10 +1,12 @@
-"""`open_checkpoint(src, progress=None) -> Checkpoint`: one API over GGUF files and
-Hugging Face BitNet folders.
+"""The checkpoint base class and what every reader shares: `Checkpoint` (one API over
+GGUF files and Hugging Face BitNet folders; `formats.open_checkpoint` picks the
+reader), the config check, a HF folder's file access, and big tensors read on demand.
 
-    ck = open_checkpoint("model.gguf")         # or a HF folder, bytes, URL, Source,
-    ck.config                                  #   or {file name: Blob/bytes/Source}
+    ck = bitlora.formats.open_checkpoint("model.gguf")
+    ck.config                                  # HF BitNetConfig keys + head_dim
     ck.tensor_names()                          # HF names, lm_head only if untied
     w = ck.load("model.layers.0.self_attn.q_proj.weight")   # TernaryTensor
+    tok = ck.tokenizer()                       # a bitlora Tokenizer, or None
     ck.close()
 
 Projections always come out as `TernaryTensor` (packed 2-bit codes + one scale),
@@ -17,30 +19,21 @@ from __future__ import annotations
 
 import os
 
-from . import FormatError
-from .source import Source, as_source, is_blob
+from ..bitnet import HF_DEFAULTS, NORMS, PROJ
+from .errors import FormatError
+from .source import Source, as_source
 
-PROJECTIONS = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
-               "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")
-DEFAULTS = dict(vocab_size=128256, hidden_size=2560, intermediate_size=6912, num_hidden_layers=30,
-                num_attention_heads=20, num_key_value_heads=None, rms_norm_eps=1e-5,
-                rope_theta=500000.0, max_position_embeddings=2048, tie_word_embeddings=False,
-                bos_token_id=128000, eos_token_id=128001, hidden_act="relu2")
 CHUNK = 16 << 20
 LAZY_OVER = 4 * CHUNK   # float tensors bigger than this are read slice by slice while uploading
 MAX_DIM = 1 << 24          # no BitNet dimension comes near this; larger means corrupt
 
 
-def is_projection(name: str) -> bool:
-    return name.endswith(".weight") and name[:-7].endswith(PROJECTIONS)
-
-
 def normalize_config(raw: dict, where: str) -> dict:
     """HF BitNetConfig keys with defaults filled in and head_dim derived; sanity-checked."""
-    cfg = {k: raw.get(k, v) for k, v in DEFAULTS.items()}
+    cfg = {k: raw.get(k, v) for k, v in HF_DEFAULTS.items()}
     if raw.get("rope_theta") is None:
         rp = raw.get("rope_parameters") or raw.get("rope_scaling") or {}
-        cfg["rope_theta"] = rp.get("rope_theta", DEFAULTS["rope_theta"]) if isinstance(rp, dict) else DEFAULTS["rope_theta"]
+        cfg["rope_theta"] = rp.get("rope_theta", HF_DEFAULTS["rope_theta"]) if isinstance(rp, dict) else HF_DEFAULTS["rope_theta"]
     if cfg["num_key_value_heads"] is None:
         cfg["num_key_value_heads"] = cfg["num_attention_heads"]
     for k in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
@@ -65,41 +58,17 @@ def normalize_config(raw: dict, where: str) -> dict:
 
 
 def check_layer_count(cfg: dict, n_tensors: int, where: str) -> None:
-    """Each layer has 11 tensors: refuse a layer count the file cannot hold before
-    expected_shapes builds a table that large (a corrupt count is a huge allocation)."""
-    if cfg["num_hidden_layers"] * 11 > n_tensors:
+    """Refuse a layer count the file cannot hold before bitnet.tensor_shapes builds a
+    table that large (a corrupt count is a huge allocation)."""
+    per_layer = len(PROJ) + len(NORMS)
+    if cfg["num_hidden_layers"] * per_layer > n_tensors:
         raise FormatError(f"{where}: config num_hidden_layers = {cfg['num_hidden_layers']} needs "
-                          f"{cfg['num_hidden_layers'] * 11} tensors, the file holds {n_tensors}")
-
-
-def expected_shapes(cfg: dict) -> dict[str, tuple]:
-    """HF name -> shape, in load order. lm_head only if untied."""
-    C, F, V = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"]
-    H, Hkv, D = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]
-    out = {"model.embed_tokens.weight": (V, C)}
-    for i in range(cfg["num_hidden_layers"]):
-        p = f"model.layers.{i}."
-        out.update({
-            p + "input_layernorm.weight": (C,),
-            p + "self_attn.q_proj.weight": (H * D, C),
-            p + "self_attn.k_proj.weight": (Hkv * D, C),
-            p + "self_attn.v_proj.weight": (Hkv * D, C),
-            p + "self_attn.o_proj.weight": (C, H * D),
-            p + "self_attn.attn_sub_norm.weight": (C,),
-            p + "post_attention_layernorm.weight": (C,),
-            p + "mlp.gate_proj.weight": (F, C),
-            p + "mlp.up_proj.weight": (F, C),
-            p + "mlp.down_proj.weight": (C, F),
-            p + "mlp.ffn_sub_norm.weight": (F,),
-        })
-    out["model.norm.weight"] = (C,)
-    if not cfg["tie_word_embeddings"]:
-        out["lm_head.weight"] = (V, C)
-    return out
+                          f"{cfg['num_hidden_layers'] * per_layer} tensors, the file holds {n_tensors}")
 
 
 class Checkpoint:
-    """Base: subclasses fill config, _shapes (name -> shape) and implement _load."""
+    """Base: subclasses fill config, _shapes (name -> shape) and implement _load
+    (and tokenizer, where the file carries one)."""
     config: dict
     tokenizer_json: str | None = None
     gguf_metadata: dict | None = None
@@ -124,6 +93,10 @@ class Checkpoint:
 
     def _load(self, name):
         raise NotImplementedError
+
+    def tokenizer(self):
+        """The checkpoint's tokenizer as a bitlora.tokenizer.Tokenizer, or None."""
+        return None
 
     def _read(self, src: Source, offset: int, n: int, what: str):
         """Read n bytes, in 16 MB chunks into one bytearray (no second copy of a big
@@ -188,27 +161,6 @@ class Folder:
         path = os.path.join(self.where, name)
         return as_source(path) if os.path.isfile(path) else None
 
-
-def open_checkpoint(src, progress=None) -> Checkpoint:
-    """Open a GGUF file or a HF BitNet folder (see module docstring)."""
-    from .gguf import GGUFCheckpoint
-    from .hf import HFCheckpoint
-    if isinstance(src, dict):
-        return HFCheckpoint(Folder("<files>", src), progress)
-    if isinstance(src, (str, os.PathLike)) and not isinstance(src, bytes):
-        s = os.fspath(src)
-        if s.startswith(("http://", "https://")):
-            if s.endswith("/"):
-                return HFCheckpoint(Folder(s), progress)
-            return GGUFCheckpoint(as_source(s), progress)
-        if os.path.isdir(s):
-            return HFCheckpoint(Folder(s), progress)
-        if not os.path.exists(s):
-            raise FormatError(f"{s}: no such file or folder")
-    if not isinstance(src, Source) and not isinstance(src, (bytes, bytearray, memoryview, str, os.PathLike)) \
-            and not is_blob(src):
-        raise TypeError(f"open_checkpoint: cannot open {type(src).__name__}")
-    return GGUFCheckpoint(as_source(src), progress)
 
 
 class TensorBytes:

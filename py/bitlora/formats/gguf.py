@@ -1,15 +1,13 @@
-"""GGUF v3 (v2 accepted) reader for BitNet: arch `bitnet` (llama.cpp) and
-`bitnet-b1.58` (bitnet.cpp), tensor types F32, F16, BF16, TQ1_0, TQ2_0, I2_S.
+"""GGUF v3 (v2 accepted) reader for BitNet: archs `bitnet`, `bitnet-b1.58` and
+`bitnet-25`, tensor types F32, F16, BF16, TQ1_0, TQ2_0, I2_S.
 
 File: magic "GGUF", u32 version, u64 tensor count, u64 metadata count, metadata
 (key string, u32 type, value), tensor infos (name, u32 n_dims, u64 ne[n_dims],
 u32 type, u64 offset), padding to `general.alignment` (32), tensor data. ne[0] is
 the row length, so a HF weight [O, I] has ne = [I, O].
 
-Q/K row order: both converters write HF order. llama.cpp's BitnetModel derives
-from the plain TextModel (no LLaMA permute) and its `bitnet` arch uses NEOX RoPE;
-bitnet.cpp's convert-ms-to-gguf-bitnet.py has the permute commented out. So no
-rows are reordered here.
+Q/K row order: BitNet GGUF files keep HF's row order (no LLaMA-style Q/K
+permutation; the `bitnet` arch uses NEOX RoPE), so no rows are reordered here.
 
 Ternary types decode to our packed layout with one scale per tensor: I2_S holds
 one f32 scale; TQ1_0/TQ2_0 hold an f16 `d` per 256-weight block, which must be
@@ -21,9 +19,11 @@ from __future__ import annotations
 
 import struct
 
-from . import FormatError
+from ..bitnet import EMBED, FINAL_NORM, LM_HEAD, NORMS, PROJ, is_projection, layer_prefix, tensor_shapes
+from ..tokenizer import Tokenizer
 from . import ternary as T
-from .checkpoint import Checkpoint, check_layer_count, expected_shapes, is_projection, normalize_config
+from .checkpoint import Checkpoint, check_layer_count, normalize_config
+from .errors import FormatError
 from .source import Source
 from .tensors import FloatTensor, TernaryTensor
 
@@ -45,18 +45,10 @@ SUPPORTED = (F32, F16, BF16, TQ1_0, TQ2_0, I2_S)
 # metadata value types: 0 u8 1 i8 2 u16 3 i16 4 u32 5 i32 6 f32 7 bool 8 str 9 array 10 u64 11 i64 12 f64
 _SCALAR = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
 
-GGUF_TO_HF = {
-    "token_embd.weight": "model.embed_tokens.weight",
-    "output_norm.weight": "model.norm.weight",
-    "output.weight": "lm_head.weight",
-}
-BLK_TO_HF = {
-    "attn_norm": "input_layernorm", "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj",
-    "attn_v": "self_attn.v_proj", "attn_output": "self_attn.o_proj",
-    "attn_sub_norm": "self_attn.attn_sub_norm", "ffn_norm": "post_attention_layernorm",
-    "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj", "ffn_down": "mlp.down_proj",
-    "ffn_sub_norm": "mlp.ffn_sub_norm",
-}
+GGUF_TO_HF = {"token_embd.weight": EMBED, "output_norm.weight": FINAL_NORM, "output.weight": LM_HEAD}
+# blk.{i}.<GGUF name>.weight -> model.layers.{i}.<HF path>.weight
+BLK_TO_HF = dict(zip(("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"), PROJ))
+BLK_TO_HF.update(zip(("attn_norm", "attn_sub_norm", "ffn_norm", "ffn_sub_norm"), NORMS))
 
 
 def hf_name(gname: str) -> str | None:
@@ -65,7 +57,7 @@ def hf_name(gname: str) -> str | None:
     parts = gname.split(".")
     if len(parts) == 4 and parts[0] == "blk" and parts[1].isdigit() and parts[3] == "weight" \
             and parts[2] in BLK_TO_HF:
-        return f"model.layers.{int(parts[1])}.{BLK_TO_HF[parts[2]]}.weight"
+        return f"{layer_prefix(int(parts[1]))}{BLK_TO_HF[parts[2]]}.weight"
     return None
 
 
@@ -280,7 +272,7 @@ class GGUFCheckpoint(Checkpoint):
         self.gguf_metadata = md
         self.config = gguf_config(md, tensors, fn)
         check_layer_count(self.config, len(tensors), fn)
-        want = expected_shapes(self.config)
+        want = tensor_shapes(self.config)
         self._where = {}
         for gname, info in tensors.items():
             name = hf_name(gname)
@@ -302,6 +294,10 @@ class GGUFCheckpoint(Checkpoint):
             raise FormatError(f"{fn}: {len(missing)} tensors missing, e.g. {missing[0]!r}")
         self._shapes = want
         self._total = sum(v[3] for v in self._where.values())
+
+    def tokenizer(self):
+        md = self.gguf_metadata
+        return Tokenizer.from_gguf_metadata(md) if "tokenizer.ggml.tokens" in md else None
 
     def _load(self, name):
         gname, ttype, off, nbytes = self._where[name]

@@ -1,7 +1,7 @@
 """Hugging Face BitNet folder: `config.json` + `model.safetensors` (or shards with
 `model.safetensors.index.json`) + `tokenizer.json`.
 
-Projection weights come in two forms, as in transformers' `integrations/bitnet.py`:
+Projection weights come in two forms (the two `quantization_mode`s of HF's BitNet):
 - `quantization_mode: offline`: uint8 `[O/4, I]`, the 2-bit code at bits 2i of
   packed row p is output row i*(O/4) + p, t = code - 1; plus `weight_scale` (one
   value). `linear_class: autobitlinear` multiplies the output by weight_scale
@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import json
 
-from . import FormatError
+from ..bitnet import is_projection, tensor_shapes
+from ..tokenizer import Tokenizer
 from . import ternary as T
-from .checkpoint import Checkpoint, Folder, check_layer_count, expected_shapes, is_projection, normalize_config
+from .checkpoint import Checkpoint, Folder, check_layer_count, normalize_config
+from .errors import FormatError
 from .safetensors import FLOAT_DTYPES, parse_safetensors, scalar_value
 from .tensors import FloatTensor, TernaryTensor
 
@@ -86,7 +88,7 @@ class HFCheckpoint(Checkpoint):
         self._entries = entries
 
         check_layer_count(self.config, len(entries), w)
-        want = expected_shapes(self.config)
+        want = tensor_shapes(self.config)
         total = 0
         for name, shape in want.items():
             t = entries.get(name)
@@ -127,6 +129,9 @@ class HFCheckpoint(Checkpoint):
             total += t.nbytes
         self._shapes = want
         self._total = total
+
+    def tokenizer(self):
+        return Tokenizer.from_json(self.tokenizer_json) if self.tokenizer_json else None
 
     def _load(self, name):
         t = self._entries[name]

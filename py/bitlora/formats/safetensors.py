@@ -1,18 +1,30 @@
-"""safetensors reader: bounded header parse, then tensors read on demand.
+"""safetensors, read and written: the one header parser (checkpoints read their
+tensors on demand through it) and whole-file `loads` / `dumps` for the small files
+bitlora writes itself (LoRA adapters, training states).
 
 Layout: u64 little-endian header length N, N bytes of JSON
-`{name: {"dtype", "shape", "data_offsets": [begin, end]}, "__metadata__": {...}}`,
+`{name: {"dtype", "shape", "data_offsets": [begin, end]}, "__metadata__": {str: str}}`,
 then the data; offsets are relative to byte 8 + N. Every count, size and offset is
 checked against the file size before anything is allocated.
+
+    entries, meta = parse_header(source)         # {name: STensor}, checkpoints stream from these
+    tensors, meta = loads(data)                  # {name: (shape, array('f'))}: F32, F16, BF16
+    data = dumps({name: (shape, values)}, meta)  # F32 only (adapters and moments are)
+    write_atomic(path, data)
+
+Standard library only: this module runs in the browser.
 """
 from __future__ import annotations
 
+import array
 import json
+import os
 import struct
+import sys
 from dataclasses import dataclass
 
-from . import FormatError
-from .source import Source
+from .errors import FormatError
+from .source import BytesSource, Source
 
 ITEMSIZE = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1,
             "U64": 8, "U32": 4, "U16": 2, "U8": 1, "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1}
@@ -34,8 +46,7 @@ def parse_safetensors(src: Source) -> dict[str, STensor]:
 
 
 def parse_header(src: Source) -> tuple[dict[str, STensor], object]:
-    """({name: STensor}, the header's "__metadata__" as found, None if absent). The one
-    safetensors header parser: checkpoints use it, and so does bitlora.safetensors_io."""
+    """({name: STensor}, the header's "__metadata__" as found, None if absent)."""
     fn = src.name
     if src.size < 8:
         raise FormatError(f"{fn}: not a safetensors file: {src.size} bytes, shorter than the 8-byte header length")
@@ -85,3 +96,83 @@ def scalar_value(data: bytes, dtype: str) -> float:
     if dtype == "BF16":
         return struct.unpack("<f", b"\0\0" + data[:2])[0]
     raise FormatError(f"scale dtype {dtype} is not a float type")
+
+
+# -- whole files: adapters and training states ------------------------------------
+
+def _f32_bytes(data, n: int, name: str) -> bytes:
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        raw = bytes(data)
+    else:
+        arr = data if isinstance(data, array.array) and data.typecode == "f" else array.array("f", data)
+        if sys.byteorder == "big":
+            arr = array.array("f", arr)
+            arr.byteswap()
+        raw = arr.tobytes()
+    if len(raw) != 4 * n:
+        raise ValueError(f"{name}: {len(raw)} bytes for {n} f32 values")
+    return raw
+
+
+def dumps(tensors: dict, metadata: dict | None = None) -> bytes:
+    """safetensors bytes of {name: (shape, f32 values as array('f') / sequence / bytes)};
+    names sorted, header padded with spaces to 8 bytes (the layout other writers produce too)."""
+    header, chunks, off = {}, [], 0
+    if metadata:
+        header["__metadata__"] = {str(k): str(v) for k, v in metadata.items()}
+    for name in sorted(tensors):
+        shape, data = tensors[name]
+        n = 1
+        for d in shape:
+            n *= int(d)
+        raw = _f32_bytes(data, n, name)
+        header[name] = {"dtype": "F32", "shape": [int(d) for d in shape], "data_offsets": [off, off + len(raw)]}
+        chunks.append(raw)
+        off += len(raw)
+    h = json.dumps(header, separators=(",", ":")).encode()
+    h += b" " * (-len(h) % 8)
+    return struct.pack("<Q", len(h)) + h + b"".join(chunks)
+
+
+def loads(buf: bytes, name: str = "safetensors") -> tuple:
+    """(tensors {name: (shape tuple, array('f'))}, metadata dict) from safetensors bytes.
+    The header is checked by parse_header; any malformed input raises ValueError
+    (FormatError) naming the problem, nothing else."""
+    src = BytesSource(buf, name)
+    entries, meta = parse_header(src)
+    meta = meta or {}
+    if not isinstance(meta, dict):
+        raise FormatError(f"{name}: __metadata__ is not a JSON object")
+    out = {}
+    for key, t in entries.items():
+        if t.dtype not in ("F32", "F16", "BF16"):
+            raise FormatError(f"{name}: tensor {key} has dtype {t.dtype}; expected F32, F16 or BF16")
+        raw = src.read_exact(t.offset, t.nbytes, f"tensor {key}")
+        if t.dtype == "F32":
+            arr = array.array("f", raw)
+            if sys.byteorder == "big":
+                arr.byteswap()
+        elif t.dtype == "F16":
+            arr = array.array("f", struct.unpack(f"<{len(raw) // 2}e", raw))
+        else:
+            h = array.array("H", raw)
+            if sys.byteorder == "big":
+                h.byteswap()
+            arr = array.array("f", array.array("I", (x << 16 for x in h)).tobytes())
+        out[key] = (tuple(int(d) for d in t.shape), arr)
+    return out, meta
+
+
+def write_atomic(path, data: bytes) -> None:
+    """Write a file so that a reader sees the old content or the new, never a mix:
+    a temporary file in the same folder, flushed to disk, then os.replace."""
+    path = os.fspath(path)
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        try:
+            os.fsync(f.fileno())
+        except OSError:      # some in-browser file systems have no fsync
+            pass
+    os.replace(tmp, path)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import sys
 
-from . import FormatError
+from .errors import FormatError
 
 
 class Source:
@@ -151,3 +151,12 @@ def as_source(x, name: str | None = None) -> Source:
     if is_blob(x):
         return BlobSource(x, name)
     raise TypeError(f"cannot read a checkpoint from {type(x).__name__}")
+
+
+def source_name(src) -> str:
+    """A short name for where a checkpoint came from: a path or URL as given, else "bitnet"."""
+    if isinstance(src, str):
+        return src.rstrip("/")
+    if hasattr(src, "__fspath__"):
+        return str(src.__fspath__()).rstrip("/")
+    return "bitnet"

@@ -22,7 +22,7 @@ import struct
 import sys
 from array import array
 
-from . import FormatError
+from .errors import FormatError
 from .tensors import WEIGHTS_PER_WORD, words_per_row
 
 assert sys.byteorder == "little"

@@ -5,7 +5,9 @@
     dev.dispatch(k, [x, y], groups=n // 256, params=struct.pack("<fI", a, n))
     out = await dev.read(y)
 
-Natively, `bitlora.gpu.run(coro)` drives a coroutine to completion.
+Natively, `bitlora.gpu.run(coro)` drives a coroutine to completion;
+`bitlora.gpu.maybe_run(coro)` does that natively and hands the coroutine back to be
+awaited in Pyodide, which cannot block on the GPU (the plain-call API uses it).
 """
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ from .device import (Buffer, BufferView, Device, DeviceLost, GPUError, GPUUnavai
                      Readback, groups_1d, read_shader)
 
 __all__ = ["Buffer", "BufferView", "Device", "DeviceLost", "GPUError", "GPUUnavailable", "Kernel",
-           "Readback", "get_device", "groups_1d", "read_shader", "run", "IN_BROWSER"]
+           "Readback", "get_device", "groups_1d", "maybe_run", "read_shader", "run", "IN_BROWSER"]
 
 IN_BROWSER = sys.platform == "emscripten"
 _devices: dict[str, Device] = {}
@@ -53,3 +55,9 @@ def run(coro):
         return asyncio.run(coro)
     with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="bitlora-run") as pool:
         return pool.submit(asyncio.run, coro).result()
+
+
+def maybe_run(coro):
+    """Natively: run `coro` to the end and return its result. In Pyodide: return `coro`
+    itself, to be awaited."""
+    return coro if IN_BROWSER else run(coro)

@@ -2,14 +2,9 @@
 the native wgpu device. Native-only (numpy). Random data: this measures speed, not
 numerics (tests/test_backward.py does those).
 
-    python tools/bench_backward.py [--B 2] [--T 256] [--reps 10]
+    python -m bitlora.bench.backward [--B 2] [--T 256] [--reps 10]
 
-Seen on one NVIDIA H200 (wgpu-native, Vulkan), B=2 T=256 (N=512), ms per call:
-cross_entropy 1.98, lm_head (bf16 E, 8 vocabulary chunks) 355 (~0.95 TFLOP/s),
-rmsnorm 0.15, bitlinear q 4.6 / gate 12.0 / down 9.7, relu2 0.19, rope q 0.15,
-attention 5.9, lora forward 0.25, lora backward 0.77. So one layer's backward is
-about 50 ms and the lm_head dominates the head. (bitlinear timed before its 64-row
-tiles, commit "64-row tiles"; not re-timed since.)
+Prints ms per call and GFLOP/s of each kernel; docs/PERFORMANCE.md has measured figures.
 """
 import argparse
 import time
@@ -17,6 +12,7 @@ import time
 import numpy as np
 
 from bitlora import gpu, ops
+from bitlora.bitnet import CONFIG_2B4T, head_dim
 from bitlora.ops import attention, bitlinear, linear, relu2, rmsnorm, rope
 from bitlora.ops import cross_entropy as ce
 from bitlora.ops import lora
@@ -26,7 +22,10 @@ async def main(B, T, reps):
     dev = await gpu.get_device("native")
     print(dev.describe())
     await dev.prepare(ops.kernel_specs("bf16", training=True))
-    C, F, H, Hkv, D, V, R = 2560, 6912, 20, 5, 128, 128256, 8
+    c = CONFIG_2B4T
+    C, F, H, Hkv, V = (c[k] for k in ("hidden_size", "intermediate_size", "num_attention_heads",
+                                      "num_key_value_heads", "vocab_size"))
+    D, R = head_dim(c), 8
     N = B * T
     rng = np.random.default_rng(0)
 

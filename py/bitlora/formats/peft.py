@@ -28,41 +28,28 @@ import math
 import os
 import random
 
-from . import safetensors_io
+from ..bitnet import FULL, MODULES, projection_shapes
+from . import safetensors
 
 CONFIG_FILE = "adapter_config.json"
 WEIGHTS_FILE = "adapter_model.safetensors"
 PREFIX = "base_model.model.model.layers"
-ATTN = ("q_proj", "k_proj", "v_proj", "o_proj")
-MLP = ("gate_proj", "up_proj", "down_proj")
 
 
 def peft_key(layer: int, module: str, which: str) -> str:
     """PEFT's saved name of lora_A / lora_B (which = "A" | "B") of one projection."""
-    block = "self_attn" if module in ATTN else "mlp" if module in MLP else None
-    if block is None:
+    if module not in FULL:
         raise ValueError(f"target_modules: unknown module {module!r}")
-    return f"{PREFIX}.{layer}.{block}.{module}.lora_{which}.weight"
-
-
-def projection_shapes(hf_config: dict) -> dict:
-    """{module: (out, in)} of every projection, from a HF BitNet/LLaMA config.json dict."""
-    C = hf_config["hidden_size"]
-    F = hf_config["intermediate_size"]
-    H = hf_config["num_attention_heads"]
-    Hkv = hf_config.get("num_key_value_heads") or H
-    D = hf_config.get("head_dim") or C // H
-    return {"q_proj": (H * D, C), "k_proj": (Hkv * D, C), "v_proj": (Hkv * D, C),
-            "o_proj": (C, H * D), "gate_proj": (F, C), "up_proj": (F, C), "down_proj": (C, F)}
+    return f"{PREFIX}.{layer}.{FULL[module]}.lora_{which}.weight"
 
 
 def lora_shapes(hf_config: dict, target_modules, r: int) -> list:
     """[(key, shape)] of every LoRA tensor: A[R, in] then B[out, R], per layer, per
-    module in ATTN + MLP order (whatever order target_modules lists them in)."""
+    module in layer order (whatever order target_modules lists them in)."""
     proj = projection_shapes(hf_config)
     out = []
     for i in range(hf_config["num_hidden_layers"]):
-        for m in ATTN + MLP:
+        for m in MODULES:
             if m in target_modules:
                 o, n_in = proj[m]
                 out.append((peft_key(i, m, "A"), (r, n_in)))
@@ -115,9 +102,9 @@ def save_adapter(out_dir, tensors: dict, cfg, base_model_name_or_path: str | Non
     os.makedirs(out_dir, exist_ok=True)
     conf = adapter_config(cfg.lora_r, cfg.lora_alpha, cfg.lora_dropout, cfg.target_modules,
                           base_model_name_or_path)
-    safetensors_io.write_atomic(os.path.join(out_dir, WEIGHTS_FILE),
-                                safetensors_io.dumps(tensors, {"format": "pt"}))
-    safetensors_io.write_atomic(os.path.join(out_dir, CONFIG_FILE),
+    safetensors.write_atomic(os.path.join(out_dir, WEIGHTS_FILE),
+                                safetensors.dumps(tensors, {"format": "pt"}))
+    safetensors.write_atomic(os.path.join(out_dir, CONFIG_FILE),
                                 (json.dumps(conf, indent=2) + "\n").encode())
 
 
@@ -140,18 +127,18 @@ def load_adapter(adapter_dir) -> tuple:
     if conf.get("bias", "none") != "none":
         raise ValueError(f"{cpath}: bias {conf['bias']!r} is not supported (only 'none')")
     with open(wpath, "rb") as f:
-        tensors, _ = safetensors_io.loads(f.read(), wpath)
+        tensors, _ = safetensors.loads(f.read(), wpath)
     return conf, tensors
 
 
 def adapter_settings(conf: dict) -> dict:
     """The TrainConfig fields an adapter_config.json fixes: lora_r, lora_alpha,
-    lora_dropout, target_modules (a list, in ATTN + MLP order)."""
+    lora_dropout, target_modules (a list, in layer order)."""
     tm = conf["target_modules"]
     tm = [tm] if isinstance(tm, str) else list(tm)
     return {"lora_r": conf["r"], "lora_alpha": conf["lora_alpha"],
             "lora_dropout": conf.get("lora_dropout", 0.0),
-            "target_modules": [m for m in ATTN + MLP if m in tm] + [m for m in tm if m not in ATTN + MLP]}
+            "target_modules": [m for m in MODULES if m in tm] + [m for m in tm if m not in MODULES]}
 
 
 def check_tensors(tensors: dict, shapes: list, what: str = "adapter") -> None:

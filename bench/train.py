@@ -1,5 +1,5 @@
-"""Training benchmark (native only: numpy, and torch + transformers + peft where a CUDA
-GPU is there to compare). Never imported on the browser path.
+"""The training benchmark (native only: numpy, and torch + transformers + peft where a
+CUDA GPU is there to compare). Not part of the wheel the browser gets.
 
 `bitlora bench train --shape 2b4t`: LoRA training steps on a BitNet with random
 ternary weights and the shapes of BitNet b1.58 2B-4T (or `--shape demo`, the demo
@@ -8,53 +8,45 @@ trained (target) tokens per second over whole optimizer steps (forward, loss,
 backward, global-norm clip, AdamW), the GPU memory our buffers take at their peak,
 and, in the same process when CUDA torch with transformers and peft is there, the same
 steps with PEFT LoRA on transformers' BitNetForCausalLM (random weights, bf16 or f32)
-and torch.optim.AdamW; and the ratio to the Lean original's published 287 ms per
-trained token.
+and torch.optim.AdamW; and the ratio to the baseline of docs/PERFORMANCE.md (287 ms
+per trained token).
 """
 from __future__ import annotations
 
 import asyncio
+import collections
 import json
+import random
 import struct
 import time
 
-SHAPES = {
-    # microsoft/bitnet-b1.58-2B-4T's config.json
-    "2b4t": dict(hidden_size=2560, intermediate_size=6912, num_hidden_layers=30, num_attention_heads=20,
-                 num_key_value_heads=5, vocab_size=128256, max_position_embeddings=4096, rope_theta=500000.0,
-                 rms_norm_eps=1e-5, tie_word_embeddings=True, hidden_act="relu2"),
-    # bitlora's demo model
-    "demo": dict(hidden_size=128, intermediate_size=384, num_hidden_layers=4, num_attention_heads=4,
-                 num_key_value_heads=2, vocab_size=1024, max_position_embeddings=512, rope_theta=10000.0,
-                 rms_norm_eps=1e-5, tie_word_embeddings=True, hidden_act="relu2", bos_token_id=0, eos_token_id=1),
-}
-LEAN_MS_PER_TOKEN = 287.0   # the Lean original's published training time per trained token
+from bitlora import gpu
+from bitlora.bitnet import EMBED, FINAL_NORM, FULL, LM_HEAD, SHAPES, norm_sizes, projection_shapes
+from bitlora.config import TrainConfig
+from bitlora.data import MicroBatch
+from bitlora.formats.tensors import FloatTensor, TernaryTensor
+from bitlora.lora import Lora
+from bitlora.model import Model
+from bitlora.optim import AdamW
+
+LEAN_MS_PER_TOKEN = 287.0   # the baseline's training time per trained token (docs/PERFORMANCE.md)
 
 
-def _random_loader(config: dict, seed: int):
+def random_loader(config: dict, seed: int):
     """load(name) for Model.create: random ternary projections (packed words with codes
     0..2), norm weights near 1, a N(0, 0.02) embedding in bf16 (as 2B-4T stores it)."""
     import numpy as np
 
-    from .formats.tensors import FloatTensor, TernaryTensor
-    from .model import NORMS, PROJ
-
     rng = np.random.default_rng(seed)
-    C, F, H, Hkv = (config[k] for k in ("hidden_size", "intermediate_size", "num_attention_heads",
-                                        "num_key_value_heads"))
-    D = C // H
-    out_dims = {"self_attn.q_proj": (C, C), "self_attn.k_proj": (Hkv * D, C), "self_attn.v_proj": (Hkv * D, C),
-                "self_attn.o_proj": (C, C), "mlp.gate_proj": (F, C), "mlp.up_proj": (F, C),
-                "mlp.down_proj": (C, F)}
-    norm_dims = {"input_layernorm": C, "post_attention_layernorm": C, "self_attn.attn_sub_norm": C,
-                 "mlp.ffn_sub_norm": F}
-    assert set(out_dims) == set(PROJ) and set(norm_dims) == set(NORMS)
+    C = config["hidden_size"]
+    out_dims = {FULL[m]: s for m, s in projection_shapes(config).items()}
+    norm_dims = norm_sizes(config)
 
     def load(name: str):
-        if name == "model.embed_tokens.weight" or name == "lm_head.weight":
+        if name in (EMBED, LM_HEAD):
             e = rng.standard_normal((config["vocab_size"], C), dtype=np.float32) * np.float32(0.02)
             return FloatTensor(e.shape, "bf16", (e.view(np.uint32) >> 16).astype(np.uint16).tobytes())
-        if name == "model.norm.weight":
+        if name == FINAL_NORM:
             return FloatTensor((C,), "f32", (1 + 0.1 * rng.standard_normal(C, dtype=np.float32)).tobytes())
         module = name.split(".", 3)[3].rsplit(".", 1)[0]      # model.layers.{i}.<module>.weight
         if module in norm_dims:
@@ -69,9 +61,6 @@ def _random_loader(config: dict, seed: int):
 
 
 def _batch(B: int, T: int, V: int, seed: int):
-    import random
-
-    from .data import MicroBatch
     rnd = random.Random(seed)
     ids = [rnd.randrange(2, V) for _ in range(B * T)]
     mask = ([0] + [1] * (T - 1)) * B
@@ -81,9 +70,7 @@ def _batch(B: int, T: int, V: int, seed: int):
 async def _profile(dev, record_step) -> list:
     """GPU time per kernel over one step: every dispatch submitted and waited for on its
     own (so the figures add up to more than a step, but rank the kernels). Native only."""
-    import collections
-
-    from .gpu.native import COPY_SRC
+    from bitlora.gpu.native import COPY_SRC     # imports wgpu
     fence = dev.backend.device.create_buffer(size=4, usage=COPY_SRC)
     times, counts = collections.Counter(), collections.Counter()
     plain = dev.dispatch
@@ -108,32 +95,28 @@ async def _profile(dev, record_step) -> list:
 
 async def _bench_bitlora(config: dict, B: int, T: int, steps: int, r: int, targets: list, backend: str,
                          profile: bool = False) -> dict:
-    from . import gpu
-    from .config import TrainConfig
-    from .lora import LoraModel
-    from .model import Model
-    from .optim import AdamW
-
     dev = await gpu.get_device(backend)
     t = time.perf_counter()
-    model = await Model.create(dev, config, _random_loader(config, 0), name="random-" + str(config["num_hidden_layers"]))
+    model = await Model.create(dev, config, random_loader(config, 0), name="random-" + str(config["num_hidden_layers"]))
     await dev.sync()
     out = {"adapter": dev.describe(), "model_upload_s": time.perf_counter() - t,
            "model_bytes": dev.allocated}
     cfg = TrainConfig(lora_r=r, lora_alpha=2 * r, lora_dropout=0.05, target_modules=targets, micro_batch_size=B,
                       grad_accum=1, cutoff_len=T)
-    lm = await LoraModel.create(model, cfg)
-    opt = AdamW(dev, lm.arena, lr=1e-4, weight_decay=0.0, max_grad_norm=1.0)
+    lora = await Lora.create(model, cfg)
+    acts = model.activations(B, T, lora)
+    opt = AdamW(dev, lora.arena, lr=1e-4, weight_decay=0.0, max_grad_norm=1.0)
     mbs = [_batch(B, T, config["vocab_size"], s) for s in range(steps + 2)]
 
     async def step(i):
-        lm.begin_step()
-        await lm.accumulate(mbs[i], seed=0, step=i, micro=0)
-        loss = dev.read_later(lm.loss_sum, 0, 4)
+        dev.clear(acts.top.loss_sum)
+        model.forward(mbs[i].rows(), acts, lora, targets=mbs[i].targets, step=i)
+        model.backward(acts, lora)
+        loss = dev.read_later(acts.top.loss_sum, 0, 4)
         return loss, await opt.step(mbs[i].n_targets)
 
     t = time.perf_counter()
-    first = await step(0)           # compiles every kernel, allocates the workspace
+    first = await step(0)           # the first submit of every pipeline
     await first[1].get()
     out["first_step_s"] = time.perf_counter() - t
     await (await step(1))[1].get()
@@ -262,7 +245,7 @@ def bench_train(shape: str = "2b4t", micro_batch: int = 1, seq: int = 256, steps
     print(f"LoRA training, {shape} shapes (random ternary weights), r {lora_r} on {','.join(targets)}, "
           f"micro-batch {micro_batch} x {seq} tokens, on {res['adapter']}")
     print(f"  bitlora: {res['step_s'] * 1e3:.1f} ms/step, {res['tokens_per_s']:.0f} trained tokens/s "
-          f"({res['ratio_vs_lean']:.0f}x the Lean original's {res['lean_tokens_per_s']:.2f}/s); "
+          f"({res['ratio_vs_lean']:.0f}x the baseline's {res['lean_tokens_per_s']:.2f}/s); "
           f"GPU buffers {res['gpu_bytes_peak'] / 2**30:.2f} GiB at peak "
           f"(model {res['model_bytes'] / 2**30:.2f} GiB)")
     for dtype in torch_dtypes.split(","):

@@ -1,15 +1,15 @@
-"""NATIVE-ONLY (numpy + the `gguf` PyPI package): write a HF BitNet folder as GGUF.
+"""Write a HF BitNet folder as GGUF. Native only (numpy + the `gguf` package), so it
+lives with the command line, not in the library the browser gets.
 
-    python -m bitlora.formats.convert HF_DIR OUT.gguf --type tq2_0 --arch bitnet-b1.58
+    python -m bitlora.app.convert HF_DIR OUT.gguf --type tq2_0 --arch bitnet-b1.58
 
 Ternary projections are written as TQ1_0, TQ2_0 (via gguf.quants), I2_S (written
 here: codes 0/1/2 = -1/0/+1, 128-weight blocks of 32 bytes, byte j holding weights
 j, 32+j, 64+j, 96+j in bits 7-6, 5-4, 3-2, 1-0, then one f32 scale padded to 32
 bytes), or F16/F32 dequantised values t*scale. Norms are F32; the embedding (and an
-untied lm_head) F16, F32 or BF16. Q/K rows stay in HF order, as both llama.cpp's
-and bitnet.cpp's converters leave them. The weights are read through our own
-loader, so offline (packed) and online (master) folders both work.
-Nothing on the browser path may import this module.
+untied lm_head) F16, F32 or BF16. Q/K rows stay in HF order (see formats/gguf.py).
+The weights are read through bitlora.formats, so offline (packed) and online
+(master) folders both work.
 """
 from __future__ import annotations
 
@@ -21,10 +21,10 @@ import numpy as np
 import gguf
 from gguf import GGMLQuantizationType as Q
 
-from .checkpoint import open_checkpoint
-from .gguf import BLK_TO_HF, GGUF_TO_HF, I2_S
-from .ternary import unpack_codes
-from .tensors import TernaryTensor
+from bitlora.formats import open_checkpoint
+from bitlora.formats.gguf import BLK_TO_HF, GGUF_TO_HF, I2_S
+from bitlora.formats.tensors import TernaryTensor
+from bitlora.formats.ternary import unpack_codes
 
 HF_TO_GGUF = {v: k for k, v in GGUF_TO_HF.items()}
 BLK_FROM_HF = {v: k for k, v in BLK_TO_HF.items()}
@@ -55,7 +55,7 @@ def float_array(ft) -> np.ndarray:
 
 
 def pre_tokenizer_name(tok: dict) -> str | None:
-    """llama.cpp's `tokenizer.ggml.pre` for a tokenizer.json: LLaMA-3 split or GPT-2 byte level."""
+    """The GGUF `tokenizer.ggml.pre` name for a tokenizer.json's pre-tokenizer: LLaMA-3 split or GPT-2 byte level."""
     pre = json.dumps(tok.get("pre_tokenizer") or {})
     if "(?i:'s|'t|'re|'ve|'m|'ll|'d)" in pre:
         return "llama-bpe"

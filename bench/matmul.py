@@ -1,7 +1,7 @@
 """Time the ternary matmul kernels (forward and input gradient) at given shapes, with
 forced split-K slice counts, against numpy for correctness. Native only (numpy).
 
-    python scripts/bench_matmul.py [--shapes 256x2560x2560,256x2560x6912,256x6912x2560]
+    python -m bitlora.bench.matmul [--shapes 256x2560x2560,256x2560x6912,256x6912x2560]
         [--variants FILE.wgsl --fwd-variants E1,E2 --bwd-variants E3] [--reps 20]
 
 A shape is NxIxO (rows x inputs x outputs). Prints ms per call (min over repeated
@@ -13,16 +13,12 @@ import argparse
 import asyncio
 import pathlib
 import struct
-import sys
 import time
 
 import numpy as np
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
-sys.path.append(str(ROOT / "py"))   # after an installed bitlora (which has bitlora.shaders)
-
-from bitlora import gpu  # noqa: E402
-from bitlora.ops import splitk  # noqa: E402
+from bitlora import gpu
+from bitlora.ops import splitk
 
 
 def pack(codes):

@@ -28,7 +28,8 @@ import os
 import random
 from dataclasses import dataclass, field
 
-from . import adapter, safetensors_io
+from ..config import TrainConfig
+from . import peft, safetensors
 
 STATE_FILE = "training_state.safetensors"
 FORMAT = "bitlora-training-state"
@@ -62,10 +63,9 @@ def save_state(ckpt_dir, *, step: int, params: dict, exp_avg: dict, exp_avg_sq: 
             "rng": rng, "config": config or {}, "extra": extra or {}}
     os.makedirs(ckpt_dir, exist_ok=True)
     path = os.path.join(ckpt_dir, STATE_FILE)
-    safetensors_io.write_atomic(path, safetensors_io.dumps(tensors, {"bitlora": json.dumps(meta)}))
+    safetensors.write_atomic(path, safetensors.dumps(tensors, {"bitlora": json.dumps(meta)}))
     if config:
-        from .config import TrainConfig
-        adapter.save_adapter(ckpt_dir, params, TrainConfig.from_dict(config), base_model_name_or_path)
+        peft.save_adapter(ckpt_dir, params, TrainConfig.from_dict(config), base_model_name_or_path)
     return path
 
 
@@ -77,7 +77,7 @@ def load_state(path) -> TrainState:
     if not os.path.exists(path):
         raise ValueError(f"{path}: no training state to resume from")
     with open(path, "rb") as f:
-        tensors, meta = safetensors_io.loads(f.read(), str(path))
+        tensors, meta = safetensors.loads(f.read(), str(path))
     try:
         info = json.loads(meta["bitlora"])
     except (KeyError, ValueError):

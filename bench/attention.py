@@ -3,7 +3,7 @@ against the float64 numpy reference; optionally also the same entry points from 
 copy of attention.wgsl (e.g. an older commit's, with shaders/prelude.wgsl appended).
 Native only (numpy).
 
-    python scripts/bench_attention.py [--shapes 1x256x20x5x128,4x68x4x2x32] [--reps 10]
+    python -m bitlora.bench.attention [--shapes 1x256x20x5x128,4x68x4x2x32] [--reps 10]
         [--old FILE.wgsl]      # git show REV:shaders/attention.wgsl REV:shaders/prelude.wgsl > FILE.wgsl
 
 A shape is BxTxHxHkvxD. Prints ms per call of each kernel (min over repeated batches
@@ -21,8 +21,7 @@ import time
 import numpy as np
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-sys.path.append(str(ROOT / "py"))
-sys.path.append(str(ROOT / "tests"))
+sys.path.append(str(ROOT / "tests"))     # the numpy reference lives with the tests
 
 from bitlora import gpu  # noqa: E402
 from bitlora.gpu.device import read_shader  # noqa: E402

@@ -1,5 +1,5 @@
-"""Benchmarks (native only: uses numpy, and torch where a CUDA GPU is there to compare).
-Never imported on the browser path.
+"""The optimizer benchmark (native only: numpy, and torch where a CUDA GPU is there to
+compare). Not part of the wheel the browser gets.
 
 `bitlora bench optim --params N`: the fused optimizer step (global norm + clip +
 1/N scale + AdamW + gradient zeroing) over N parameters in ~200 tensors, time per
@@ -16,6 +16,11 @@ import asyncio
 import json
 import time
 
+from bitlora import gpu
+from bitlora.ops import adamw as adamw_ops
+from bitlora.ops import grad_norm as gn
+from bitlora.optim import AdamW, ParamArena
+
 
 def _sizes(params: int, tensors: int) -> list[int]:
     """`tensors` sizes summing to `params`, unequal (like real layers) and mostly odd."""
@@ -27,11 +32,6 @@ def _sizes(params: int, tensors: int) -> list[int]:
 
 async def _bench_wgsl(params: int, tensors: int, iters: int, backend: str, block4: int | None) -> dict:
     import numpy as np
-
-    from . import gpu
-    from .ops import adamw as adamw_ops
-    from .ops import grad_norm as gn
-    from .optim import AdamW, ParamArena
 
     dev = await gpu.get_device(backend)
     sizes = _sizes(params, tensors)
