@@ -28,7 +28,7 @@
 //   the simpler kernel below several times slower on every backend measured).
 //   The sums are named variables, not a function-local array: an array indexed in a
 //   loop lives in memory on NVIDIA's Vulkan compiler, and this kernel ran 1.7-1.9x
-//   slower on an H200 that way (scripts/bench_matmul.py; the input gradient: 6.5x).
+//   slower on an H200 that way (bench/matmul.py; the input gradient: 6.5x).
 //
 // bitlinear_forward_rows   the same for a few rows (decoding: N = batch size), no split:
 //   bindings 0-4 as bitlinear_forward.

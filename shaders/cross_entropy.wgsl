@@ -9,7 +9,7 @@
 //   dlogits[n, j] = grad_scale * (exp(logits[n, j] - lse[n]) - [j == t])
 //                                                         (0 everywhere for a masked row)
 // grad_scale is the loss normalisation, 1 / (number of target tokens of the whole
-// optimizer step), so dlogits is d(mean loss)/d(logits) (REFERENCE.md §1).
+// optimizer step), so dlogits is d(mean loss)/d(logits).
 //
 // Entry points:
 // cross_entropy_forward_backward:

@@ -1,7 +1,7 @@
 // lora.wgsl — the LoRA branch of one adapted projection, as PEFT computes it:
 //   y[N, O] += scale * B( A( dropout(x) ) ),  scale = alpha / R,
 //   A[R, I], B[O, R] trainable f32; x[N, I] is the layer input BEFORE the BitLinear
-//   activation quantiser (REFERENCE.md §1).
+//   activation quantiser.
 // Forward keeps u[N, R] = dropout(x) A^T for the backward.
 //
 // Dropout (PEFT's nn.Dropout on the branch input only): element (n, i) is kept when

@@ -7,7 +7,7 @@ Shape legend (used everywhere in bitlora):
   Hkv KV heads, D head dim, KV = Hkv*D, F FFN width (intermediate_size), V vocab,
   L layers, R LoRA rank, S KV-cache capacity (positions per sequence), P RoPE table positions.
 
-One decoder layer, as HF's BitNetForCausalLM computes it (REFERENCE.md section 2):
+One decoder layer, as HF's BitNetForCausalLM computes it:
   n1 = input_layernorm(x);  q, k, v = BitLinear(n1);  q, k = rope(q), rope(k)
   x_mid = x + o_proj(attn_sub_norm(attention(q, k, v)))
   n2 = post_attention_layernorm(x_mid)

@@ -9,7 +9,7 @@ gradient norm, clipping, loss normalisation and AdamW, PyTorch-exact, no host ro
     ...                                        # record and submit the next step
     info = await res                           # {"norm", "clip", "step", "skipped", ...}
 
-The fused step is sumsq_blocks -> sumsq_finish -> adamw_begin -> adamw, llm.c style:
+The fused step is sumsq_blocks -> sumsq_finish -> adamw_begin -> adamw:
 1/num_target_tokens (the loss normalisation) and the clip factor are one multiplier
 that AdamW reads from a GPU buffer; a NaN/Inf gradient skips the step on the GPU
 (parameters and moments unchanged, `skipped` counts it), as AMP's GradScaler does.

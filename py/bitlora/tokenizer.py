@@ -55,7 +55,7 @@ LLAMA3_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,
                 r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 GPT2_SPLIT = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
 
-# GGUF `tokenizer.ggml.token_type` values (llama.cpp).
+# GGUF `tokenizer.ggml.token_type` values.
 NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
 
 
@@ -508,7 +508,7 @@ class Tokenizer:
         def maybe_int(key):
             return None if meta.get(key) is None else int(meta[key])
         bos, eos = maybe_int("tokenizer.ggml.bos_token_id"), maybe_int("tokenizer.ggml.eos_token_id")
-        add_bos = meta.get("tokenizer.ggml.add_bos_token", pre_name == "llama-bpe")  # llama.cpp's default
+        add_bos = meta.get("tokenizer.ggml.add_bos_token", pre_name == "llama-bpe")  # GGUF readers' default
         add_eos = meta.get("tokenizer.ggml.add_eos_token", False)
         return cls(vocab, merges, added, steps, pre_name, ignore_merges=ignore,
                    prefix_ids=[bos] if add_bos and bos is not None else [],
@@ -517,7 +517,7 @@ class Tokenizer:
 
     def to_gguf_metadata(self) -> dict:
         """The `tokenizer.ggml.*` keys for a GGUF writer (ids with no token become
-        `[PAD<i>]`, type UNUSED, as llama.cpp's converter does). GGUF cannot say
+        `[PAD<i>]`, type UNUSED, as GGUF converters write them). GGUF cannot say
         lstrip / rstrip / single_word of added tokens, nor add_prefix_space, and its
         `llama-bpe` always means ignore_merges: texts relying on those may differ."""
         if self.pre_name is None:

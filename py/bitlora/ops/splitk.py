@@ -23,7 +23,7 @@ def plan(tiles: int, K: int, unit: int, split: int | None = None, cols_per_k: in
     """(slices, per) for a grid of `tiles` workgroups reducing over K (in units of
     `cols_per_k` columns: 16 for packed ternary words): slices of `per` (a multiple of
     `unit`, the kernel's step). `split` forces a slice count. On an H200 at 2B-4T
-    widths 4-8 slices were fastest for 256 rows (scripts/bench_matmul.py)."""
+    widths 4-8 slices were fastest for 256 rows (bench/matmul.py)."""
     s = split if split is not None else min(-(-TARGET_GROUPS // max(tiles, 1)), K * cols_per_k // MIN_SLICE)
     s = max(1, min(s, -(-K // unit)))
     per = -(-K // s)
