@@ -34,3 +34,18 @@ def test_prepare_compiles_each_module_and_pipeline_once(run_case):
     r = run_case("hello_cases", "case_prepare_once")
     assert r["again"] == 0 and r["modules"] == 0 and r["pipelines"] == 0, r
     assert "rope.wgsl:no_such_entry" in r["message"] and "prepare" in r["message"], r["message"]
+
+
+def test_adapter_kind_table():
+    """CPU implementations of WebGPU get the CPU-shaped kernels; GPUs the others."""
+    from bitlora.gpu.device import adapter_kind
+    assert adapter_kind({"vendor": "llvmpipe", "device": "llvmpipe (LLVM 15.0.6, 256 bits)",
+                         "description": "Mesa 22.3.6 (LLVM 15.0.6)", "adapter_type": "CPU"}) == "cpu"
+    assert adapter_kind({"vendor": "google", "architecture": "swiftshader", "device": "", "description": ""}) == "cpu"
+    assert adapter_kind({"vendor": "microsoft", "description": "Microsoft Basic Render Driver"}) == "cpu"
+    assert adapter_kind({"vendor": "", "description": "", "is_fallback": True}) == "cpu"
+    assert adapter_kind({"vendor": "nvidia", "architecture": "hopper", "device": "NVIDIA H200",
+                         "description": "", "adapter_type": "DiscreteGPU"}) == "gpu"
+    assert adapter_kind({"vendor": "apple", "architecture": "metal-3"}) == "gpu"
+    dev = gpu.run(gpu.get_device("native"))
+    assert dev.kind == adapter_kind(dev.adapter_info)

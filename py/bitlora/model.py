@@ -347,7 +347,7 @@ class Model:
         """Compile every kernel the forward (and with `training`, the loss and backward)
         records, so that recording is plain synchronous code."""
         dtypes = {self.embed.dtype, self.head.dtype}
-        await self.dev.prepare([s for t in dtypes for s in ops.kernel_specs(t, training=training)])
+        await self.dev.prepare([s for t in dtypes for s in ops.kernel_specs(t, training, self.dev.kind)])
 
     def _upload_vec(self, name, t):
         if not isinstance(t, FloatTensor):

@@ -47,6 +47,24 @@ RAISED_LIMITS = (
 )
 
 
+# Which kernels suit an adapter. WebGPU implementations that run on the CPU (Mesa's
+# lavapipe / llvmpipe, SwiftShader, Microsoft's WARP) execute a workgroup as a loop on
+# one thread, so barriers and workgroup memory cost far more than on a GPU; the ops
+# record variants shaped for them (one row per invocation, no barriers, vec4 loads).
+# Matched, lower-cased, against the adapter's vendor / architecture / device /
+# description; adapter_type "CPU" (wgpu-py) or a fallback adapter (the browser) also count.
+CPU_ADAPTERS = ("llvmpipe", "lavapipe", "swiftshader", "microsoft basic render driver", "warp")
+KINDS = ("gpu", "cpu")
+
+
+def adapter_kind(info: dict) -> str:
+    """"cpu" for a WebGPU adapter that runs on the CPU, else "gpu"."""
+    if str(info.get("adapter_type", "")).upper() == "CPU" or info.get("is_fallback") is True:
+        return "cpu"
+    text = " ".join(str(info.get(k, "")) for k in ("vendor", "architecture", "device", "description")).lower()
+    return "cpu" if any(name in text for name in CPU_ADAPTERS) else "gpu"
+
+
 class GPUError(RuntimeError):
     """A WebGPU error: shader compilation, validation, out of memory, lost device."""
 
@@ -145,6 +163,9 @@ class Device:
         self.name = backend.name  # "native" or "browser"
         self.adapter_info: dict = backend.adapter_info
         self.limits: dict = backend.limits
+        # "gpu" or "cpu": which kernel variants the ops record (adapter_kind); tests set
+        # it to run either variant on any adapter (both must be prepared then).
+        self.kind: str = adapter_kind(self.adapter_info)
         self.pipelines_compiled = 0  # tests use this: nothing recompiles after step 1
         self.modules_compiled = 0    # shader modules: one per WGSL file
         self._modules: dict = {}   # shader file -> compiled module

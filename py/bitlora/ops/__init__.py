@@ -17,14 +17,15 @@ from . import attention, bitlinear, cross_entropy, embedding, linear, lora, relu
 MODEL_FAMILIES = (embedding, rmsnorm, bitlinear, splitk, rope, attention, relu2, linear, lora, cross_entropy)
 
 
-def kernel_specs(table_dtype: str = "f32", training: bool = False) -> list:
+def kernel_specs(table_dtype: str = "f32", training: bool = False, kind: str | None = None) -> list:
     """The (shader, entry[, constants]) of every kernel a model runs: its forward for
     logits and decoding (LoRA's forward included) and, with `training`, the loss and
     every backward pass. `table_dtype` is the embedding / lm_head table's ("f32" or
-    "bf16": model.RowTable.dtype)."""
+    "bf16": model.RowTable.dtype); `kind` the device's ("gpu" or "cpu": Device.kind)
+    where a family has variants per kind, None for both."""
     specs = []
     for family in MODEL_FAMILIES:
-        for spec in family.kernel_specs(table_dtype, training):
+        for spec in family.kernel_specs(table_dtype, training, kind):
             if spec not in specs:
                 specs.append(spec)
     return specs

@@ -13,7 +13,7 @@ KV_STORE = Uniform("KvStoreParams", "b:u32 t:u32 s:u32 w:u32 pos0:u32")
 BACKWARD = Uniform("AttentionBackwardParams", "b:u32 t:u32 h:u32 hkv:u32 d:u32 scale:f32")
 
 
-def kernel_specs(table_dtype: str = "f32", training: bool = False) -> list:
+def kernel_specs(table_dtype: str = "f32", training: bool = False, kind: str | None = None) -> list:
     entries = ["attention_forward", "kv_store"]
     if training:
         entries += ["attention_backward_dq", "attention_backward_dkv"]

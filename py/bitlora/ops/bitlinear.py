@@ -18,7 +18,7 @@ BACKWARD = Uniform("BitlinearBackwardParams", "n:u32 i:u32 o:u32 scale:f32 accum
 ROWS_KERNEL_MAX_N = 8
 
 
-def kernel_specs(table_dtype: str = "f32", training: bool = False) -> list:
+def kernel_specs(table_dtype: str = "f32", training: bool = False, kind: str | None = None) -> list:
     fwd = [(SHADER, e) for e in ("actquant_forward", "bitlinear_forward", "bitlinear_forward_rows")]
     return fwd + ([(SHADER, "bitlinear_backward_input")] if training else []) + splitk.kernel_specs()
 

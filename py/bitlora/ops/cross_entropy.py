@@ -16,7 +16,7 @@ FORWARD_BACKWARD = Uniform("CrossEntropyParams", "n:u32 v:u32 grad_scale:f32")
 SUM = Uniform("CrossEntropySumParams", "n:u32")
 
 
-def kernel_specs(table_dtype: str = "f32", training: bool = False) -> list:
+def kernel_specs(table_dtype: str = "f32", training: bool = False, kind: str | None = None) -> list:
     return [(SHADER, "cross_entropy_forward_backward"), (SHADER, "cross_entropy_sum")] if training else []
 
 

@@ -8,7 +8,7 @@ SHADER = "hello.wgsl"
 PARAMS = Uniform("AxpyParams", "a:f32 n:u32")
 
 
-def kernel_specs(table_dtype: str = "f32", training: bool = False) -> list:
+def kernel_specs(table_dtype: str = "f32", training: bool = False, kind: str | None = None) -> list:
     return [(SHADER, "axpy")]
 
 

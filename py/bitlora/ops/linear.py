@@ -20,7 +20,7 @@ def _constants(w_dtype: str) -> dict | None:
     return {"LN_BF16": 1.0} if w_dtype == "bf16" else None
 
 
-def kernel_specs(table_dtype: str = "f32", training: bool = False) -> list:
+def kernel_specs(table_dtype: str = "f32", training: bool = False, kind: str | None = None) -> list:
     c = _constants(table_dtype)
     entries = ["linear_forward", "linear_forward_rows"] + (["linear_backward_input"] if training else [])
     return [(SHADER, e, c) for e in entries] + (splitk.kernel_specs() if training else [])

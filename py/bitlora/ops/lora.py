@@ -22,7 +22,7 @@ FORWARD_ENTRIES = ("lora_down", "lora_up")
 BACKWARD_ENTRIES = ("lora_grad_b", "lora_grad_u", "lora_grad_a", "lora_grad_x")
 
 
-def kernel_specs(table_dtype: str = "f32", training: bool = False) -> list:
+def kernel_specs(table_dtype: str = "f32", training: bool = False, kind: str | None = None) -> list:
     return [(SHADER, e) for e in FORWARD_ENTRIES + (BACKWARD_ENTRIES if training else ())]
 
 

@@ -9,7 +9,7 @@ SHADER = "relu2.wgsl"
 PARAMS = Uniform("Relu2Params", "count:u32")
 
 
-def kernel_specs(table_dtype: str = "f32", training: bool = False) -> list:
+def kernel_specs(table_dtype: str = "f32", training: bool = False, kind: str | None = None) -> list:
     return [(SHADER, "relu2_gating_forward")] + ([(SHADER, "relu2_gating_backward")] if training else [])
 
 

@@ -11,7 +11,7 @@ FORWARD = Uniform("RmsParams", "n:u32 c:u32 eps:f32")
 BACKWARD = Uniform("RmsBackwardParams", "n:u32 c:u32 accumulate:u32")
 
 
-def kernel_specs(table_dtype: str = "f32", training: bool = False) -> list:
+def kernel_specs(table_dtype: str = "f32", training: bool = False, kind: str | None = None) -> list:
     return [(SHADER, "rmsnorm_forward")] + ([(SHADER, "rmsnorm_backward")] if training else [])
 
 

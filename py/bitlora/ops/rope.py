@@ -15,7 +15,7 @@ FORWARD = Uniform("RopeParams", "n:u32 t:u32 h:u32 d:u32 pos0:u32")
 BACKWARD = Uniform("RopeBackwardParams", "n:u32 t:u32 h:u32 d:u32")
 
 
-def kernel_specs(table_dtype: str = "f32", training: bool = False) -> list:
+def kernel_specs(table_dtype: str = "f32", training: bool = False, kind: str | None = None) -> list:
     return [(SHADER, "rope_forward")] + ([(SHADER, "rope_backward")] if training else [])
 
 

@@ -15,7 +15,7 @@ TARGET_GROUPS = 512     # split until the grid has about this many workgroups
 MIN_SLICE = 512         # ... but give every slice at least this many reduction columns
 
 
-def kernel_specs(table_dtype: str = "f32", training: bool = False) -> list:
+def kernel_specs(table_dtype: str = "f32", training: bool = False, kind: str | None = None) -> list:
     return [(SHADER, "splitk_reduce")]
 
 
