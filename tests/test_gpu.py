@@ -38,6 +38,7 @@ def test_prepare_compiles_each_module_and_pipeline_once(run_case):
 
 def test_adapter_kind_table():
     """CPU implementations of WebGPU get the CPU-shaped kernels; GPUs the others."""
+    from bitlora import gpu
     from bitlora.gpu.device import adapter_kind
     assert adapter_kind({"vendor": "llvmpipe", "device": "llvmpipe (LLVM 15.0.6, 256 bits)",
                          "description": "Mesa 22.3.6 (LLVM 15.0.6)", "adapter_type": "CPU"}) == "cpu"
