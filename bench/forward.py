@@ -14,7 +14,7 @@ import time
 import numpy as np
 
 from bitlora import gpu
-from bitlora.bench.train import random_loader
+from bitlora.bench.steps import random_loader
 from bitlora.bitnet import CONFIG_2B4T
 from bitlora.model import Model
 

@@ -166,6 +166,7 @@ class Device:
         # "gpu" or "cpu": which kernel variants the ops record (adapter_kind); tests set
         # it to run either variant on any adapter (both must be prepared then).
         self.kind: str = adapter_kind(self.adapter_info)
+        self.dispatches = 0          # recorded so far (benchmarks report dispatches per step)
         self.pipelines_compiled = 0  # tests use this: nothing recompiles after step 1
         self.modules_compiled = 0    # shader modules: one per WGSL file
         self._modules: dict = {}   # shader file -> compiled module
@@ -298,6 +299,7 @@ class Device:
     def dispatch(self, kernel: Kernel, bindings: list, groups, params: bytes | None = None) -> None:
         """Record one dispatch. With `params`, binding 0 is a uniform holding them and
         `bindings` (Buffers or BufferViews) follow from binding 1."""
+        self.dispatches += 1
         entries = []
         if params is not None:
             entries.append(self._param_slot(params))
