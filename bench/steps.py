@@ -31,6 +31,12 @@ _NO_CODE3 = bytes(sum(((1 if (b >> s) & 3 == 3 else (b >> s) & 3) << s) for s in
 _BF16_HIGH = bytes(0x3C | (b & 0x80) for b in range(256))
 
 
+def _randbytes(rnd: random.Random, n: int) -> bytes:
+    """n random bytes (in pieces: one randbytes call takes fewer than 2^28)."""
+    piece = 1 << 24
+    return b"".join(rnd.randbytes(min(piece, n - i)) for i in range(0, n, piece))
+
+
 def random_loader(config: dict, seed: int):
     """load(name) for Model.create with random weights of `config`'s shapes."""
     rnd = random.Random(seed)
@@ -44,8 +50,8 @@ def random_loader(config: dict, seed: int):
     def load(name: str):
         if name in (EMBED, LM_HEAD):
             raw = bytearray(2 * V * C)
-            raw[0::2] = rnd.randbytes(V * C)
-            raw[1::2] = rnd.randbytes(V * C).translate(_BF16_HIGH)
+            raw[0::2] = _randbytes(rnd, V * C)
+            raw[1::2] = _randbytes(rnd, V * C).translate(_BF16_HIGH)
             return FloatTensor((V, C), "bf16", bytes(raw))
         if name == FINAL_NORM:
             return near_one(C)
@@ -53,7 +59,7 @@ def random_loader(config: dict, seed: int):
         if module in norm_dims:
             return near_one(norm_dims[module])
         O, I = out_dims[module]
-        return TernaryTensor((O, I), rnd.randbytes(4 * O * -(-I // 16)).translate(_NO_CODE3), 0.01)
+        return TernaryTensor((O, I), _randbytes(rnd, 4 * O * -(-I // 16)).translate(_NO_CODE3), 0.01)
 
     return load
 
