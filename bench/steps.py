@@ -99,7 +99,7 @@ async def _profile(dev, record_step) -> list:
 
 
 async def case_bench_steps(dev, config: dict, B: int, T: int, steps: int, r: int, targets: list,
-                           profile: bool = False) -> dict:
+                           profile: bool = False, checkpointing: bool = False) -> dict:
     """Time `steps` optimizer steps (forward, loss, backward, clip, AdamW) of micro-batch
     B x T after two warm-up steps: ms/step, trained tokens/s, dispatches per step, the
     host's share (recording and submitting a step, not waiting for it) and peak GPU bytes."""
@@ -112,7 +112,7 @@ async def case_bench_steps(dev, config: dict, B: int, T: int, steps: int, r: int
     cfg = TrainConfig(lora_r=r, lora_alpha=2 * r, lora_dropout=0.05, target_modules=targets, micro_batch_size=B,
                       grad_accum=1, cutoff_len=T)
     lora = await Lora.create(model, cfg)
-    acts = model.activations(B, T, lora)
+    acts = model.activations(B, T, lora, checkpointing=checkpointing)
     opt = AdamW(dev, lora.arena, lr=1e-4, weight_decay=0.0, max_grad_norm=1.0)
     await opt.prepare()
     mbs = [random_batch(B, T, config["vocab_size"], s) for s in range(steps + 3)]

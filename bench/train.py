@@ -28,18 +28,18 @@ LEAN_MS_PER_TOKEN = 287.0   # the baseline's training time per trained token (do
 TORCH_CPU_MAX_PARAMS = 50_000_000   # torch on the CPU only for models this small (the demo)
 
 
-async def _native_steps(config, B, T, steps, r, targets, profile) -> dict:
+async def _native_steps(config, B, T, steps, r, targets, profile, checkpointing) -> dict:
     dev = await gpu.get_device("native")
-    return await case_bench_steps(dev, config, B, T, steps, r, targets, profile)
+    return await case_bench_steps(dev, config, B, T, steps, r, targets, profile, checkpointing)
 
 
-def _browser_steps(config, B, T, steps, r, targets, profile) -> dict:
+def _browser_steps(config, B, T, steps, r, targets, profile, checkpointing) -> dict:
     """bench/steps.py inside the page's worker: Pyodide + the browser's WebGPU."""
     from bitlora.app.browser import BrowserSession
     with BrowserSession() as session:
         return session.run_case(pathlib.Path(__file__).with_name("steps.py"), "case_bench_steps",
                                 {"config": config, "B": B, "T": T, "steps": steps, "r": r, "targets": targets,
-                                 "profile": profile}, timeout_s=3600)
+                                 "profile": profile, "checkpointing": checkpointing}, timeout_s=3600)
 
 
 def _nvidia_smi_mib():
@@ -92,7 +92,7 @@ def _sync(device: str) -> None:
 
 
 def _bench_torch(config: dict, B: int, T: int, steps: int, r: int, targets: list, dtype: str,
-                 device: str = "cuda") -> dict:
+                 device: str = "cuda", checkpointing: bool = False) -> dict:
     import torch
     from peft import LoraConfig, get_peft_model
     from transformers import BitNetConfig, BitNetForCausalLM
@@ -108,6 +108,9 @@ def _bench_torch(config: dict, B: int, T: int, steps: int, r: int, targets: list
         model = _online_bitnet(BitNetForCausalLM(BitNetConfig(**config)).to(dt))
     model = get_peft_model(model, LoraConfig(r=r, lora_alpha=2 * r, lora_dropout=0.05, target_modules=targets,
                                              task_type="CAUSAL_LM"))
+    if checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        model.enable_input_require_grads()
     model.train()
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-4, weight_decay=0.0)
     gen = torch.Generator(device=cuda).manual_seed(0)
@@ -143,13 +146,13 @@ def _bench_torch(config: dict, B: int, T: int, steps: int, r: int, targets: list
 
 def bench_train(shape: str = "2b4t", micro_batch: int = 1, seq: int = 256, steps: int = 10, lora_r: int = 8,
                 target_modules: str = "q_proj,v_proj", backend: str = "native", torch_dtypes: str | None = None,
-                compare_torch: bool | None = None, profile: bool = False) -> dict:
+                compare_torch: bool | None = None, profile: bool = False, checkpointing: bool = False) -> dict:
     """Time LoRA training steps on random weights of `shape`; print a summary and one
     JSON line; return the figures."""
     config = dict(SHAPES[shape], model_type="bitnet")
     targets = [m.strip() for m in target_modules.split(",") if m.strip()]
     res = {"shape": shape, "micro_batch": micro_batch, "seq": seq, "steps": steps, "lora_r": lora_r,
-           "target_modules": targets, "backend": backend}
+           "target_modules": targets, "backend": backend, "gradient_checkpointing": checkpointing}
     dtypes = []
     if compare_torch is not False:
         try:
@@ -161,11 +164,11 @@ def bench_train(shape: str = "2b4t", micro_batch: int = 1, seq: int = 256, steps
         if device is not None:
             dtypes = [d for d in (torch_dtypes or ("bf16" if device == "cuda" else "f32")).split(",") if d]
         for dtype in dtypes:
-            got = _bench_torch(config, micro_batch, seq, steps, lora_r, targets, dtype, device)
+            got = _bench_torch(config, micro_batch, seq, steps, lora_r, targets, dtype, device, checkpointing)
             res.update({f"{k}_{dtype}" if k.startswith("torch_") and k not in ("torch_dtype", "torch_device", "torch_threads") else k: v
                         for k, v in got.items()})
     run = _browser_steps if backend == "browser" else lambda *a: asyncio.run(_native_steps(*a))
-    res.update(run(config, micro_batch, seq, steps, lora_r, targets, profile))
+    res.update(run(config, micro_batch, seq, steps, lora_r, targets, profile, checkpointing))
     if backend != "browser":
         res["nvidia_smi_process_mib"] = _nvidia_smi_mib()
     res["lean_tokens_per_s"] = 1000.0 / LEAN_MS_PER_TOKEN
@@ -203,12 +206,14 @@ def add_train_args(parser) -> None:
                         help="comma list of bf16, f32 for the torch runs (default bf16 on CUDA, f32 on the CPU)")
     parser.add_argument("--no-torch", action="store_true", help="skip the torch + PEFT comparison")
     parser.add_argument("--profile", action="store_true", help="also time each kernel over one step")
+    parser.add_argument("--gradient-checkpointing", action="store_true",
+                        help="recompute each layer in the backward (both bitlora and torch)")
 
 
 def main_train(args) -> dict:
     return bench_train(args.shape, args.micro_batch, args.seq, args.steps, args.lora_r, args.target_modules,
                        args.backend, args.torch_dtypes, compare_torch=False if args.no_torch else None,
-                       profile=args.profile)
+                       profile=args.profile, checkpointing=args.gradient_checkpointing)
 
 
 if __name__ == "__main__":

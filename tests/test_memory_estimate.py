@@ -14,6 +14,8 @@ from bitlora.train import Trainer
     dict(cutoff_len=128, micro_batch_size=4, grad_accum=1, target_modules=["q_proj", "v_proj"]),
     dict(cutoff_len=48, micro_batch_size=2, grad_accum=3, lora_r=4,
          target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]),
+    dict(cutoff_len=128, micro_batch_size=4, grad_accum=2, gradient_checkpointing=True,
+         target_modules=["q_proj", "v_proj", "down_proj"]),
 ])
 def test_estimate_is_within_10_percent_of_the_real_peak(settings):
     base = gpu.run(gpu.get_device("native")).reset_peak()   # the device is shared by the session's tests

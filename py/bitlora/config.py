@@ -53,6 +53,9 @@ class TrainConfig:
     train_on_inputs: bool = False  # alpaca-lora defaults to True; our loss is over response
                                    #   tokens (the step semantics), so prompts are masked
     shuffle: bool = True           # shuffle each epoch by (seed, epoch); --no-shuffle: file order
+    gradient_checkpointing: bool = False  # keep only each layer's input and recompute the layer
+                                   #   in the backward: far less GPU memory, one more forward;
+                                   #   the same results bit for bit
     seed: int = 42                 # data order, LoRA init, dropout
 
     # -- optimizer (torch.optim.AdamW, as the HF Trainer's adamw_torch) ---------------

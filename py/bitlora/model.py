@@ -188,25 +188,35 @@ class _Set:
 
 
 class Activations:
-    """Buffers of the ACTS table for up to N = B*T rows.
-    Training: the "layer" and "lora" rows once per layer (kept for the backward), the
+    """Buffers of the ACTS table for up to N = B*T rows, in one of three modes:
+    "train": the "layer" and "lora" rows once per layer (kept for the backward), the
       "top", "train" and "grad" rows once, an ids/targets pair per micro-batch.
-    Decoding: the "layer" rows once, used by every layer, with x, x_mid and x_out one
+    "checkpoint" (gradient checkpointing): only each layer's input x is kept per layer;
+      the other "layer" and "lora" rows are one set that the forward overwrites layer by
+      layer and the backward refills by recomputing each layer (Model.backward).
+    "decode": the "layer" rows once, used by every layer, with x, x_mid and x_out one
       buffer (the residual stream updated in place); one "lora" row shared by every
       adapted projection; the "top" rows; one ids/targets pair."""
 
-    def __init__(self, model, B: int, T: int, modules=(), R: int = 0, training: bool = True,
+    MODES = ("train", "checkpoint", "decode")
+
+    def __init__(self, model, B: int, T: int, modules=(), R: int = 0, mode: str = "train",
                  micro_batches: int = 1):
+        if mode not in self.MODES:
+            raise ValueError(f"Activations: mode {mode!r} is not one of {self.MODES}")
         self.B, self.T, self.N, self.R = B, T, B * T, R
-        self.training, self.modules = training, tuple(modules)
+        self.mode, self.training, self.modules = mode, mode != "decode", tuple(modules)
         self.micro, self.step = 0, 0      # micro-batch and step of the last training forward (dropout)
-        self.layers = [_Set() for _ in range(model.L if training else 1)]
+        self.layers = [_Set() for _ in range(1 if mode == "decode" else model.L)]
         self.top, self.grad, self._io, self._u = _Set(), _Set(), [], {}
-        for key, nbytes in self.plan(model, self.N, modules, R, training, micro_batches):
+        shared = _Set()
+        for key, nbytes in self.plan(model, self.N, modules, R, mode, micro_batches):
             buf = model.dev.buffer(nbytes, ".".join(map(str, key)))
             scope, name = key[0], key[-1]
             if scope == "layer":
                 setattr(self.layers[key[1]], name, buf)
+            elif scope == "shared":
+                setattr(shared, name, buf)
             elif scope == "lora":
                 self._u[key[1:]] = buf
             elif scope == "io":
@@ -215,35 +225,41 @@ class Activations:
                 self._io[key[1]].append(buf)
             else:
                 setattr(self.grad if scope == "grad" else self.top, name, buf)
-        if not training:
+        for a in self.layers:      # checkpoint: every layer sees the shared set beside its own x
+            for name, buf in vars(shared).items():
+                setattr(a, name, buf)
+        if mode == "decode":
             a = self.layers[0]
             a.x_mid = self.top.x_out = a.x
 
     @staticmethod
-    def plan(model, N: int, modules=(), R: int = 0, training: bool = True, micro_batches: int = 1) -> list:
+    def plan(model, N: int, modules=(), R: int = 0, mode: str = "train", micro_batches: int = 1) -> list:
         """[(key, bytes)] of every buffer an Activations allocates, in order: the one
         place that turns the ACTS table into buffers (and the memory estimate)."""
         dims = model.dims(N, R)
         out = []
-        sets = range(model.L) if training else range(1)
+        per_layer = range(model.L) if mode == "train" else range(1)
         for name, shape, _, scope in ACTS:
             b = buffer_bytes(4 * _numel(shape, dims))
             if scope == "layer":
-                if training or name not in ("x_mid",):
-                    out += [(("layer", li, name), b) for li in sets]
+                if mode == "checkpoint":
+                    out += [(("layer", li, name), b) for li in range(model.L)] if name == "x" \
+                        else [(("shared", name), b)]
+                elif mode == "train" or name != "x_mid":
+                    out += [(("layer", li, name), b) for li in per_layer]
             elif scope == "lora":
-                if training:
-                    out += [(("lora", li, m), b) for li in sets for m in modules]
-                elif modules:
-                    out.append((("lora", 0, "shared"), b))
+                if mode == "decode":
+                    out += [(("lora", 0, "shared"), b)] if modules else []
+                else:
+                    out += [(("lora", li, m), b) for li in per_layer for m in modules]
             elif scope == "top":
-                if training or name != "x_out":
+                if mode != "decode" or name != "x_out":
                     out.append((("top", name), b))
             elif scope in ("train", "grad"):
-                if training:
+                if mode != "decode":
                     out.append(((scope, name), b))
         io = [(name, shape) for name, shape, _, scope in ACTS if scope == "io"]
-        for j in range(micro_batches if training else 1):
+        for j in range(1 if mode == "decode" else micro_batches):
             out += [(("io", j, name), buffer_bytes(4 * _numel(shape, dims))) for name, shape in io]
         return out
 
@@ -254,17 +270,19 @@ class Activations:
         return tuple(self._io[micro])
 
     def layer(self, li: int) -> _Set:
-        return self.layers[li if self.training else 0]
+        return self.layers[0 if self.mode == "decode" else li]
 
     def out(self, li: int):
         """The buffer layer li writes its output into (the next layer's x)."""
-        if self.training and li + 1 < len(self.layers):
+        if self.mode != "decode" and li + 1 < len(self.layers):
             return self.layers[li + 1].x
         return self.top.x_out
 
     def lora_u(self, li: int, mod: str):
         """u[N, R] = A dropout(x) of projection `mod` of layer li."""
-        return self._u[(li, mod)] if self.training else self._u[(0, "shared")]
+        if self.mode == "decode":
+            return self._u[(0, "shared")]
+        return self._u[(li if self.mode == "train" else 0, mod)]
 
 
 def _numel(shape: str, dims: dict) -> int:
@@ -396,10 +414,13 @@ class Model:
         """Weights of the projections and the embedding (the figure the page shows)."""
         return sum(p.O * p.I for lay in self.layers for p in lay.proj.values()) + self.V * self.C
 
-    def activations(self, B: int, T: int, lora=None, micro_batches: int = 1) -> Activations:
-        """Training activations for micro-batches of up to B sequences of T tokens."""
+    def activations(self, B: int, T: int, lora=None, micro_batches: int = 1,
+                    checkpointing: bool = False) -> Activations:
+        """Training activations for micro-batches of up to B sequences of T tokens (with
+        `checkpointing`, only each layer's input is kept: backward recomputes the rest)."""
         modules = lora.modules if lora is not None else ()
-        return Activations(self, B, T, modules, lora.R if lora is not None else 0, True, micro_batches)
+        return Activations(self, B, T, modules, lora.R if lora is not None else 0,
+                           "checkpoint" if checkpointing else "train", micro_batches)
 
     def memory_estimate(self, cfg, seq_len: int | None = None) -> dict:
         """GPU bytes a training run with TrainConfig `cfg` allocates: {"total", "largest",
@@ -410,7 +431,8 @@ class Model:
         T = seq_len or min(cfg.cutoff_len, int(self.config.get("max_position_embeddings", cfg.cutoff_len)))
         N = cfg.micro_batch_size * T
         modules = [m for m in MODULES if m in cfg.target_modules]
-        plan = Activations.plan(self, N, modules, cfg.lora_r, True, cfg.grad_accum)
+        plan = Activations.plan(self, N, modules, cfg.lora_r, "checkpoint" if cfg.gradient_checkpointing else "train",
+                                cfg.grad_accum)
         shapes = peft.lora_shapes(self.config, modules, cfg.lora_r)
         arena = ParamArena.plan(shapes)
         parts = {"weights": self.weight_bytes,
@@ -448,7 +470,7 @@ class Model:
         if a is None or a.N < B * T or a.R < R or not set(modules) <= set(a.modules):
             N = max(B * T, a.N if a is not None else 0)
             a = self._scratch = Activations(self, 1, N, modules or (a.modules if a else ()),
-                                            max(R, a.R if a else 0), training=False)
+                                            max(R, a.R if a else 0), "decode")
         a.B, a.T = B, T
         return a
 
@@ -527,10 +549,11 @@ class Model:
             if lora is not None and lora.adapts(mod):
                 lora.apply(li, mod, x, y, acts.lora_u(li, mod), N, train, acts.step, acts.micro)
 
-    def _layer_forward(self, li, acts, lora, cache, B, T, pos0):
+    def _layer_forward(self, li, acts, lora, cache, B, T, pos0, out=None):
+        """Record layer li: acts.layer(li).x -> `out` (default: the next layer's x)."""
         dev, C, F, H, Hkv, D, eps = self.dev, self.C, self.F, self.H, self.Hkv, self.D, self.eps
         N, train = B * T, acts.training
-        W, a, out = self.layers[li].norms, acts.layer(li), acts.out(li)
+        W, a, out = self.layers[li].norms, acts.layer(li), out or acts.out(li)
         rmsnorm_forward(dev, a.x, W["input_layernorm"], a.n1, a.rstd1, N, C, eps)
         self._proj(li, ("q_proj", "k_proj", "v_proj"), a.n1, C, (a.q, a.k, a.v), acts, lora, train)
         rope_forward(dev, a.q, self.cos, self.sin, N, T, H, D, pos0)
@@ -578,6 +601,8 @@ class Model:
                                   w_dtype=self.head.dtype)
         rmsnorm_backward(dev, g.dxf, top.x_out, self.norm, top.rstd_out, g.dh, N, C)
         for li in range(self.L - 1, -1, -1):
+            if acts.mode == "checkpoint":   # refill the shared set: the same kernels, inputs and
+                self._layer_forward(li, acts, lora, None, acts.B, acts.T, 0, out=top.x_out)   # masks
             self._layer_backward(li, acts, lora)
 
     def _proj_back(self, li, mod, dy, x, dx, accumulate, acts, lora):

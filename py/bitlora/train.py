@@ -141,7 +141,8 @@ class Trainer:
             cfg.lora_r, cfg.lora_alpha = settings["lora_r"], settings["lora_alpha"]
             cfg.target_modules = settings["target_modules"]
         self.lora = await Lora.create(self.model, cfg, init=init)
-        self.acts = self.model.activations(cfg.micro_batch_size, self.dataset.max_len(), self.lora, cfg.grad_accum)
+        self.acts = self.model.activations(cfg.micro_batch_size, min(self.dataset.max_len(), self.cutoff_len),
+                                           self.lora, cfg.grad_accum, cfg.gradient_checkpointing)
         self.opt = AdamW(self.model.dev, self.lora.arena, lr=cfg.lr, betas=(cfg.adam_beta1, cfg.adam_beta2),
                          eps=cfg.adam_eps, weight_decay=cfg.weight_decay, max_grad_norm=cfg.max_grad_norm)
         if cfg.resume:
