@@ -1,10 +1,11 @@
-"""Time the attention backward kernels (attention_backward_dq, _dkv) at given shapes,
+"""Time the attention kernels (attention_forward over a whole sequence, attention_backward_dq,
+_dkv) at given shapes, the GPU ones and the per-row CPU ones (`*_rows`, where D % 4 == 0),
 against the float64 numpy reference; optionally also the same entry points from another
 copy of attention.wgsl (e.g. an older commit's, with shaders/prelude.wgsl appended).
 Native only (numpy).
 
-    python -m bitlora.bench.attention [--shapes 1x256x20x5x128,4x68x4x2x32] [--reps 10]
-        [--old FILE.wgsl]      # git show REV:shaders/attention.wgsl REV:shaders/prelude.wgsl > FILE.wgsl
+    python -m bitlora.bench.attention [--shapes 1x256x20x5x128,4x128x4x2x32] [--reps 10]
+        [--kinds gpu,cpu] [--old FILE.wgsl]   # git show REV:shaders/attention.wgsl REV:shaders/prelude.wgsl > FILE.wgsl
 
 A shape is BxTxHxHkvxD. Prints ms per call of each kernel (min over repeated batches
 of `reps` dispatches in one submit) and the max relative error of dq, dk, dv.
@@ -25,6 +26,7 @@ sys.path.append(str(ROOT / "tests"))     # the numpy reference lives with the te
 
 from bitlora import gpu  # noqa: E402
 from bitlora.gpu.device import read_shader  # noqa: E402
+from bitlora.ops.attention import ROWS_WG  # noqa: E402
 
 
 def reference(do, q, k, v, B, T, H, Hkv, D):
@@ -62,28 +64,41 @@ async def main(args):
         dq, dk, dv = dev.buffer(4 * N * H * D, "dq"), dev.buffer(4 * N * Hkv * D, "dk"), dev.buffer(4 * N * Hkv * D, "dv")
         stats = dev.buffer(4 * N * H * 2, "stats")
         want = reference(do, q, k, v, B, T, H, Hkv, D) if args.check else None
+        out, lse = dev.buffer(4 * N * H * D, "out"), dev.buffer(4 * N * H, "lse")
+        fparams = struct.pack("<IIIIIIIf", B, T, H, Hkv, D, T, 0, D ** -0.5)
         params = struct.pack("<IIIIIf", B, T, H, Hkv, D, D ** -0.5)
         for name, src, rows in sources:
-            kq = await dev.compile(src, "attention_backward_dq")
-            kkv = await dev.compile(src, "attention_backward_dkv")
-            blocks = B * -(-T // rows)
-            rq = lambda: dev.dispatch(kq, bufs + [dq, stats], groups=blocks * H, params=params)  # noqa: E731
-            rkv = lambda: dev.dispatch(kkv, bufs + [stats, dk, dv], groups=blocks * Hkv, params=params)  # noqa: E731
-            rq()
-            rkv()
-            err = ""
-            if want is not None:
-                got = [np.frombuffer(await dev.read(b), np.float32)[:w.size].reshape(w.shape) for b, w in zip((dq, dk, dv), want)]
-                err = "  max rel err " + " ".join(f"{n}={np.abs(g - w).max() / np.abs(w).max():.1e}"
-                                                  for n, g, w in zip(("dq", "dk", "dv"), got, want))
-            tq = await timed(dev, rq, args.reps)
-            tkv = await timed(dev, rkv, args.reps)
-            print(f"{shape:>18} {name}: dq {tq:8.3f} ms  dkv {tkv:8.3f} ms  sum {tq + tkv:8.3f} ms{err}", flush=True)
+            for kind in args.kinds.split(","):
+                if kind == "cpu" and (D % 4 or "attention_forward_rows" not in src):
+                    continue
+                suffix = "_rows" if kind == "cpu" else ""
+                kf = await dev.compile(src, "attention_forward" + suffix)
+                kq = await dev.compile(src, "attention_backward_dq" + suffix)
+                kkv = await dev.compile(src, "attention_backward_dkv" + suffix)
+                blocks = B * -(-T // rows)
+                gf, gq, gkv = ((-(-N * H // ROWS_WG), -(-N * H // ROWS_WG), -(-N * Hkv // ROWS_WG)) if kind == "cpu"
+                               else (N * H, blocks * H, blocks * Hkv))
+                rf = lambda: dev.dispatch(kf, bufs[1:] + [out, lse], groups=gf, params=fparams)  # noqa: E731
+                rq = lambda: dev.dispatch(kq, bufs + [dq, stats], groups=gq, params=params)  # noqa: E731
+                rkv = lambda: dev.dispatch(kkv, bufs + [stats, dk, dv], groups=gkv, params=params)  # noqa: E731
+                rq()
+                rkv()
+                err = ""
+                if want is not None:
+                    got = [np.frombuffer(await dev.read(b), np.float32)[:w.size].reshape(w.shape) for b, w in zip((dq, dk, dv), want)]
+                    err = "  max rel err " + " ".join(f"{n}={np.abs(g - w).max() / np.abs(w).max():.1e}"
+                                                      for n, g, w in zip(("dq", "dk", "dv"), got, want))
+                tf = await timed(dev, rf, args.reps)
+                tq = await timed(dev, rq, args.reps)
+                tkv = await timed(dev, rkv, args.reps)
+                print(f"{shape:>18} {name} {kind}: forward {tf:8.3f} ms  dq {tq:8.3f} ms  dkv {tkv:8.3f} ms  "
+                      f"backward {tq + tkv:8.3f} ms{err}", flush=True)
 
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--shapes", default="1x256x20x5x128,4x68x4x2x32")
+    ap.add_argument("--shapes", default="1x256x20x5x128,4x128x4x2x32")
+    ap.add_argument("--kinds", default="gpu,cpu", help="the GPU kernels, the per-row CPU ones (D % 4 == 0), or both")
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--old", default="", help="another attention.wgsl (prelude included) to time beside the current one")
     ap.add_argument("--rows", type=int, default=8, help="rows per workgroup of the current kernels")

@@ -43,6 +43,17 @@
 //     dispatch: one workgroup (256) per (sequence, block of 8 keys, kv head):
 //     B*ceil(T/8)*Hkv workgroups split over x, y; it sweeps the group's heads and the
 //     query blocks from the diagonal on.
+//
+// CPU variants (Device.kind "cpu", D % 4 == 0; ops/attention.py picks them): the same
+// bindings, outputs and stats (either dq kernel feeds either dkv kernel), with the
+// q, k, v, dout, out, dq, dk, dv bindings typed array<vec4<f32>> (rows of D/4 vec4s).
+// One invocation per output row, online softmax, no barriers, no workgroup memory.
+//   attention_forward_rows   invocation g = n*H + h: ceil(N*H / 16) workgroups (16)
+//   attention_backward_dq_rows   invocation g = n*H + h (query row n): ceil(N*H / 16)
+//     workgroups (16); two sweeps over keys 0..t: (lse, Dsum), then dS and dq.
+//   attention_backward_dkv_rows   invocation g = n*Hkv + kv head (key row n):
+//     ceil(N*Hkv / 16) workgroups (16); sweeps the group's heads and queries t..T-1.
+//   Workgroups split over x, y (g = gid.x + gid.y * nw.x * 16).
 
 const WF: u32 = 64u;   // attention_forward's workgroup size
 struct AttentionParams { b: u32, t: u32, h: u32, hkv: u32, d: u32, s: u32, pos0: u32, scale: f32 };
@@ -408,4 +419,153 @@ fn attention_backward_dkv(@builtin(local_invocation_index) lid: u32, @builtin(wo
             }
         }
     }
+}
+
+// ---------------------------------------------------------------------------- CPU variants
+// For WebGPU on CPUs (Device.kind "cpu"), which run a workgroup as a loop on one thread,
+// SIMD across invocations: one invocation per output row and head, no barriers, no
+// workgroup memory, vec4 bindings (D % 4 == 0), the row's D/4 vec4 sums in private
+// arrays. Same math, outputs and stats as the kernels above.
+const AR: u32 = 16u;   // invocations per workgroup (ops/attention.py ROWS_WG); 8-32 measured alike on lavapipe
+
+@group(0) @binding(0) var<uniform> ar_p: AttentionParams;
+@group(0) @binding(1) var<storage, read> ar_q: array<vec4<f32>>;
+@group(0) @binding(2) var<storage, read> ar_kc: array<vec4<f32>>;
+@group(0) @binding(3) var<storage, read> ar_vc: array<vec4<f32>>;
+@group(0) @binding(4) var<storage, read_write> ar_out: array<vec4<f32>>;
+@group(0) @binding(5) var<storage, read_write> ar_lse: array<f32>;
+
+@compute @workgroup_size(AR)
+fn attention_forward_rows(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>) {
+    let p = ar_p;
+    let g = gid.x + gid.y * nw.x * AR;   // = n * H + h
+    if (g >= p.b * p.t * p.h) { return; }
+    let n = g / p.h;
+    let b = n / p.t;
+    let pos = p.pos0 + n % p.t;
+    let D4 = p.d / 4u;
+    let W4 = p.hkv * D4;
+    let qb = g * D4;
+    let kb0 = b * p.s * W4 + ((g % p.h) / (p.h / p.hkv)) * D4;
+    var acc: array<vec4<f32>, 64>;
+    var qr: array<vec4<f32>, 64>;
+    for (var d = 0u; d < D4; d++) { acc[d] = vec4<f32>(0.0); qr[d] = ar_q[qb + d]; }
+    var m = NEG_BIG;
+    var l = 0.0;
+    for (var j = 0u; j <= pos; j++) {
+        let kb = kb0 + j * W4;
+        var s4 = vec4<f32>(0.0);
+        for (var d = 0u; d < D4; d++) { s4 += qr[d] * ar_kc[kb + d]; }
+        let sc = p.scale * (s4.x + s4.y + s4.z + s4.w);
+        let x = exp(-abs(sc - m));   // one exp: exp(m - sc) if sc is the new max, else exp(sc - m)
+        let corr = select(1.0, x, sc > m);
+        let e = select(x, 1.0, sc > m);
+        l = l * corr + e;
+        m = max(m, sc);
+        for (var d = 0u; d < D4; d++) { acc[d] = acc[d] * corr + e * ar_vc[kb + d]; }
+    }
+    for (var d = 0u; d < D4; d++) { ar_out[qb + d] = acc[d] / l; }
+    ar_lse[g] = m + log(l);
+}
+
+@group(0) @binding(0) var<uniform> arq_p: AttentionBackwardParams;
+@group(0) @binding(1) var<storage, read> arq_do: array<vec4<f32>>;
+@group(0) @binding(2) var<storage, read> arq_q: array<vec4<f32>>;
+@group(0) @binding(3) var<storage, read> arq_k: array<vec4<f32>>;
+@group(0) @binding(4) var<storage, read> arq_v: array<vec4<f32>>;
+@group(0) @binding(5) var<storage, read_write> arq_dq: array<vec4<f32>>;
+@group(0) @binding(6) var<storage, read_write> arq_stats: array<f32>;
+
+@compute @workgroup_size(AR)
+fn attention_backward_dq_rows(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>) {
+    let p = arq_p;
+    let g = gid.x + gid.y * nw.x * AR;   // = n * H + h, query row n = b*T + t
+    if (g >= p.b * p.t * p.h) { return; }
+    let n = g / p.h;
+    let t = n % p.t;
+    let D4 = p.d / 4u;
+    let K4 = p.hkv * D4;
+    let qb = g * D4;
+    let kb0 = (n - t) * K4 + ((g % p.h) / (p.h / p.hkv)) * D4;
+    var qr: array<vec4<f32>, 64>;
+    var dor: array<vec4<f32>, 64>;
+    for (var d = 0u; d < D4; d++) { qr[d] = arq_q[qb + d]; dor[d] = arq_do[qb + d]; }
+    // sweep 1: online (max m, sum l, sum u of P dP) over keys 0..t
+    var m = NEG_BIG;
+    var l = 0.0;
+    var u = 0.0;
+    for (var j = 0u; j <= t; j++) {
+        let kb = kb0 + j * K4;
+        var s4 = vec4<f32>(0.0);
+        var p4 = vec4<f32>(0.0);
+        for (var d = 0u; d < D4; d++) { s4 += qr[d] * arq_k[kb + d]; p4 += dor[d] * arq_v[kb + d]; }
+        let sc = p.scale * (s4.x + s4.y + s4.z + s4.w);
+        let x = exp(-abs(sc - m));
+        let corr = select(1.0, x, sc > m);
+        let e = select(x, 1.0, sc > m);
+        l = l * corr + e;
+        u = u * corr + e * (p4.x + p4.y + p4.z + p4.w);
+        m = max(m, sc);
+    }
+    let lse = m + log(l);
+    let dsum = u / l;
+    // sweep 2: dq = scale * sum_j dS_j k_j
+    var acc: array<vec4<f32>, 64>;
+    for (var d = 0u; d < D4; d++) { acc[d] = vec4<f32>(0.0); }
+    for (var j = 0u; j <= t; j++) {
+        let kb = kb0 + j * K4;
+        var s4 = vec4<f32>(0.0);
+        var p4 = vec4<f32>(0.0);
+        for (var d = 0u; d < D4; d++) { s4 += qr[d] * arq_k[kb + d]; p4 += dor[d] * arq_v[kb + d]; }
+        let ds = exp(p.scale * (s4.x + s4.y + s4.z + s4.w) - lse) * ((p4.x + p4.y + p4.z + p4.w) - dsum);
+        for (var d = 0u; d < D4; d++) { acc[d] += ds * arq_k[kb + d]; }
+    }
+    for (var d = 0u; d < D4; d++) { arq_dq[qb + d] = p.scale * acc[d]; }
+    arq_stats[2u * g] = lse;
+    arq_stats[2u * g + 1u] = dsum;
+}
+
+@group(0) @binding(0) var<uniform> ark_p: AttentionBackwardParams;
+@group(0) @binding(1) var<storage, read> ark_do: array<vec4<f32>>;
+@group(0) @binding(2) var<storage, read> ark_q: array<vec4<f32>>;
+@group(0) @binding(3) var<storage, read> ark_k: array<vec4<f32>>;
+@group(0) @binding(4) var<storage, read> ark_v: array<vec4<f32>>;
+@group(0) @binding(5) var<storage, read> ark_stats: array<f32>;
+@group(0) @binding(6) var<storage, read_write> ark_dk: array<vec4<f32>>;
+@group(0) @binding(7) var<storage, read_write> ark_dv: array<vec4<f32>>;
+
+@compute @workgroup_size(AR)
+fn attention_backward_dkv_rows(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>) {
+    let p = ark_p;
+    let g = gid.x + gid.y * nw.x * AR;   // = n * Hkv + kv head, key row n = b*T + t
+    if (g >= p.b * p.t * p.hkv) { return; }
+    let n = g / p.hkv;
+    let t = n % p.t;
+    let rep = p.h / p.hkv;
+    let D4 = p.d / 4u;
+    let kb = g * D4;
+    var acck: array<vec4<f32>, 64>;
+    var accv: array<vec4<f32>, 64>;
+    var kr: array<vec4<f32>, 64>;
+    var vr: array<vec4<f32>, 64>;
+    for (var d = 0u; d < D4; d++) {
+        acck[d] = vec4<f32>(0.0);
+        accv[d] = vec4<f32>(0.0);
+        kr[d] = ark_k[kb + d];
+        vr[d] = ark_v[kb + d];
+    }
+    for (var r = 0u; r < rep; r++) {
+        let h = (g % p.hkv) * rep + r;
+        for (var i = n; i < n - t + p.t; i++) {   // the sequence's queries from the diagonal on
+            let qi = i * p.h + h;
+            let qb = qi * D4;
+            var s4 = vec4<f32>(0.0);
+            var p4 = vec4<f32>(0.0);
+            for (var d = 0u; d < D4; d++) { s4 += ark_q[qb + d] * kr[d]; p4 += ark_do[qb + d] * vr[d]; }
+            let pr = exp(p.scale * (s4.x + s4.y + s4.z + s4.w) - ark_stats[2u * qi]);
+            let ds = pr * ((p4.x + p4.y + p4.z + p4.w) - ark_stats[2u * qi + 1u]);
+            for (var d = 0u; d < D4; d++) { accv[d] += pr * ark_do[qb + d]; acck[d] += ds * ark_q[qb + d]; }
+        }
+    }
+    for (var d = 0u; d < D4; d++) { ark_dk[kb + d] = p.scale * acck[d]; ark_dv[kb + d] = accv[d]; }
 }

@@ -337,19 +337,27 @@ def test_rope_backward(run_case, B, T, H, D):
     assert_close(r, rope_backward_ref(dy.astype(np.float64), cos, sin, T, H, D), 1e-6, "rope dx")
 
 
+@pytest.mark.parametrize("kind", ["gpu", "cpu"])
 @pytest.mark.parametrize("B,T,H,Hkv,D", [(1, 1, 1, 1, 4), (2, 5, 4, 4, 8), (1, 70, 4, 2, 6), (2, 3, 4, 1, 130),
-                                         (1, 4, 2, 1, 200), (3, 33, 6, 3, 3), (2, 20, 2, 2, 256)])
-def test_attention_backward(run_case, B, T, H, Hkv, D):
+                                         (1, 4, 2, 1, 200), (3, 33, 6, 3, 3), (2, 20, 2, 2, 256),
+                                         (4, 37, 4, 2, 32), (1, 9, 2, 1, 128), (3, 1, 3, 1, 4)])
+def test_attention_backward(run_case, B, T, H, Hkv, D, kind):
+    """kind "cpu": the per-row kernels where D % 4 == 0 (N*H, N*Hkv not multiples of
+    their 16-invocation workgroups), and each dkv kernel fed by the other kind's dq."""
     rng = np.random.default_rng(B * T * H * D)
     N = B * T
     q, do = f32(rng.normal(size=(N, H * D))), f32(rng.normal(size=(N, H * D)))
     k, v = f32(rng.normal(size=(N, Hkv * D))), f32(rng.normal(size=(N, Hkv * D)))
     r = run_case("backward_cases", "case_attention_backward", dout=L(do), q=L(q), k=L(k), v=L(v),
-                 B=B, T=T, H=H, Hkv=Hkv, D=D)
+                 B=B, T=T, H=H, Hkv=Hkv, D=D, kind=kind)
     dq, dk, dv = attention_backward_ref(*(a.astype(np.float64) for a in (do, q, k, v)), B, T, H, Hkv, D)
     assert_close(r["dq"], dq, 1e-5, "dq")
     assert_close(r["dk"], dk, 1e-5, "dk")
     assert_close(r["dv"], dv, 1e-5, "dv")
+    assert (kind == "cpu" and D % 4 == 0) == ("mixed" in r)
+    for i, m in enumerate(r.get("mixed", [])):
+        assert_close(m["dk"], dk, 1e-5, f"dk (mixed {i})")
+        assert_close(m["dv"], dv, 1e-5, f"dv (mixed {i})")
 
 
 # ----------------------------------------------------------------------------- one whole decoder layer

@@ -43,13 +43,18 @@ def test_linear_forward(run_case, N, I, O, chunk, row0, step):
         assert_close(r[entry], want, 1e-5, entry)
 
 
-@pytest.mark.parametrize("B,T,H,Hkv,D", [(1, 1, 1, 1, 4), (2, 70, 4, 2, 6), (1, 5, 2, 1, 130), (2, 3, 2, 1, 256)])
-def test_attention_forward(run_case, B, T, H, Hkv, D):
-    """Every head dim a thread may own (lid + 64e, e < 4), keys in several chunks of 64."""
+@pytest.mark.parametrize("kind", ["gpu", "cpu"])
+@pytest.mark.parametrize("B,T,H,Hkv,D", [(1, 1, 1, 1, 4), (2, 70, 4, 2, 6), (1, 5, 2, 1, 130), (2, 3, 2, 1, 256),
+                                         (3, 17, 4, 2, 32), (1, 70, 6, 3, 128), (2, 9, 3, 1, 4)])
+def test_attention_forward(run_case, B, T, H, Hkv, D, kind):
+    """GPU kernel: every head dim a thread may own (lid + 64e, e < 4), keys in several
+    chunks of 64. CPU kind: the per-row kernel where D % 4 == 0 (N*H not a multiple of
+    its 16-invocation workgroup), the GPU one otherwise."""
     rng = np.random.default_rng(T * D)
     N = B * T
     q, k, v = f32(rng.normal(size=(N, H * D))), f32(rng.normal(size=(N, Hkv * D))), f32(rng.normal(size=(N, Hkv * D)))
-    r = run_case("forward_cases", "case_attention_forward", q=L(q), k=L(k), v=L(v), B=B, T=T, H=H, Hkv=Hkv, D=D)
+    r = run_case("forward_cases", "case_attention_forward", q=L(q), k=L(k), v=L(v), B=B, T=T, H=H, Hkv=Hkv, D=D,
+                 kind=kind)
     q4 = q.astype(np.float64).reshape(B, T, H, D)
     k4 = np.repeat(k.astype(np.float64).reshape(B, T, Hkv, D), H // Hkv, axis=2)
     v4 = np.repeat(v.astype(np.float64).reshape(B, T, Hkv, D), H // Hkv, axis=2)

@@ -96,15 +96,37 @@ async def case_rope_backward(dev, dy, cos, sin, N, T, H, D):
     return await _get(dev, bg, N * H * D)
 
 
-async def case_attention_backward(dev, dout, q, k, v, B, T, H, Hkv, D):
+async def case_attention_backward(dev, dout, q, k, v, B, T, H, Hkv, D, kind="gpu"):
+    """dq, dk, dv, stats with the kernels of `kind` ("gpu", or "cpu": the per-row ones
+    where D % 4 == 0). With kind "cpu" and D % 4 == 0 also "mixed": dk, dv of each dkv
+    kernel fed by the other kind's dq (one stats contract)."""
     await _prepare(dev)
     N = B * T
     bdq, bdk, bdv = dev.buffer(4 * N * H * D, "dq"), dev.buffer(4 * N * Hkv * D, "dk"), dev.buffer(4 * N * Hkv * D, "dv")
     stats = dev.buffer(4 * N * H * 2, "stats")
-    attention.attention_backward(dev, _f32(dev, dout, "dout"), _f32(dev, q, "q"), _f32(dev, k, "k"),
-                                 _f32(dev, v, "v"), bdq, bdk, bdv, stats, B, T, H, Hkv, D)
-    return {"dq": await _get(dev, bdq, N * H * D), "dk": await _get(dev, bdk, N * Hkv * D),
-            "dv": await _get(dev, bdv, N * Hkv * D), "stats": await _get(dev, stats, N * H * 2)}
+    ins = [_f32(dev, dout, "dout"), _f32(dev, q, "q"), _f32(dev, k, "k"), _f32(dev, v, "v")]
+    kind0, dev.kind = dev.kind, kind
+    try:
+        attention.attention_backward(dev, *ins, bdq, bdk, bdv, stats, B, T, H, Hkv, D)
+    finally:
+        dev.kind = kind0
+    out = {"dq": await _get(dev, bdq, N * H * D), "dk": await _get(dev, bdk, N * Hkv * D),
+           "dv": await _get(dev, bdv, N * Hkv * D), "stats": await _get(dev, stats, N * H * 2)}
+    if kind == "cpu" and D % 4 == 0:
+        params = attention.BACKWARD.pack(B, T, H, Hkv, D, D ** -0.5)
+        blocks = B * -(-T // 8)
+        gpu_dq = ("attention_backward_dq", blocks * H)
+        gpu_dkv = ("attention_backward_dkv", blocks * Hkv)
+        rows = attention.ROWS_WG
+        cpu_dq = ("attention_backward_dq_rows", -(-N * H // rows))
+        cpu_dkv = ("attention_backward_dkv_rows", -(-N * Hkv // rows))
+        out["mixed"] = []
+        for (eq, gq), (ek, gk) in ((gpu_dq, cpu_dkv), (cpu_dq, gpu_dkv)):
+            dev.clear(stats)
+            dev.dispatch(dev.prepared(attention.SHADER, eq), ins + [bdq, stats], groups=gq, params=params)
+            dev.dispatch(dev.prepared(attention.SHADER, ek), ins + [stats, bdk, bdv], groups=gk, params=params)
+            out["mixed"].append({"dk": await _get(dev, bdk, N * Hkv * D), "dv": await _get(dev, bdv, N * Hkv * D)})
+    return out
 
 
 async def case_layer_backward(dev, dims, saved, weights, lora_cfg, dh_out):

@@ -65,12 +65,17 @@ async def case_linear_forward(dev, x, w_chunks, N, I, O, x_row0, x_step):
     return out
 
 
-async def case_attention_forward(dev, q, k, v, B, T, H, Hkv, D):
-    """Causal GQA attention of a whole sequence batch (S = T, pos0 = 0): out and lse."""
+async def case_attention_forward(dev, q, k, v, B, T, H, Hkv, D, kind="gpu"):
+    """Causal GQA attention of a whole sequence batch (S = T, pos0 = 0): out and lse,
+    with the kernels of `kind` ("gpu", or "cpu": the per-row ones where D % 4 == 0)."""
     await _prepare(dev)
     from bitlora.ops.attention import attention_forward
     N = B * T
     out, lse = dev.buffer(4 * N * H * D, "out"), dev.buffer(4 * N * H, "lse")
-    attention_forward(dev, _buf(dev, "f", q, "q"), _buf(dev, "f", k, "k"), _buf(dev, "f", v, "v"), out, lse,
-                      B, T, H, Hkv, D, T)
+    kind0, dev.kind = dev.kind, kind
+    try:
+        attention_forward(dev, _buf(dev, "f", q, "q"), _buf(dev, "f", k, "k"), _buf(dev, "f", v, "v"), out, lse,
+                          B, T, H, Hkv, D, T)
+    finally:
+        dev.kind = kind0
     return {"out": await _get(dev, out, N * H * D), "lse": await _get(dev, lse, N * H)}

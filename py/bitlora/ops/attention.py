@@ -1,6 +1,8 @@
 """Wrappers for shaders/attention.wgsl: causal GQA attention over a KV cache (forward),
 the KV-cache store, and the backward over whole sequences. They check sizes, pack the
-uniform and record dispatches; the math is in the shader header.
+uniform and record dispatches; the math is in the shader header. On a CPU adapter
+(dev.kind "cpu") the forward and backward record the per-row variants (`*_rows`)
+where D % 4 == 0, else the kernels shaped for GPUs.
 Browser-safe: standard library + bitlora only."""
 from __future__ import annotations
 
@@ -14,10 +16,20 @@ BACKWARD = Uniform("AttentionBackwardParams", "b:u32 t:u32 h:u32 hkv:u32 d:u32 s
 
 
 def kernel_specs(table_dtype: str = "f32", training: bool = False, kind: str | None = None) -> list:
-    entries = ["attention_forward", "kv_store"]
+    entries = ["attention_forward", "kv_store"]   # the GPU kernels are the CPU's fallback (D % 4 != 0)
     if training:
         entries += ["attention_backward_dq", "attention_backward_dkv"]
+    if kind in (None, "cpu"):
+        entries += [e + "_rows" for e in entries if e != "kv_store"]
     return [(SHADER, e) for e in entries]
+
+
+def _rows(dev, D: int) -> bool:
+    """Whether to record the per-row CPU variants: a CPU adapter and vec4 rows."""
+    return dev.kind == "cpu" and D % 4 == 0
+
+
+ROWS_WG = 16   # invocations per workgroup of the *_rows kernels (AR in the shader)
 
 
 def attention_forward(dev, q, k_cache, v_cache, out, lse, B: int, T: int, H: int, Hkv: int, D: int,
@@ -31,7 +43,9 @@ def attention_forward(dev, q, k_cache, v_cache, out, lse, B: int, T: int, H: int
     for b, n, what in ((q, N * H * D, "q"), (k_cache, B * S * Hkv * D, "k_cache"),
                        (v_cache, B * S * Hkv * D, "v_cache"), (out, N * H * D, "out"), (lse, N * H, "lse")):
         need(b, n, what, "attention_forward")
-    dev.dispatch(dev.prepared(SHADER, "attention_forward"), [q, k_cache, v_cache, out, lse], groups=N * H,
+    rows = _rows(dev, D)
+    dev.dispatch(dev.prepared(SHADER, "attention_forward_rows" if rows else "attention_forward"),
+                 [q, k_cache, v_cache, out, lse], groups=-(-N * H // ROWS_WG) if rows else N * H,
                  params=FORWARD.pack(B, T, H, Hkv, D, S, pos0, D ** -0.5 if scale is None else scale))
 
 
@@ -59,6 +73,12 @@ def attention_backward(dev, dout, q, k, v, dq, dk, dv, stats, B: int, T: int, H:
                        (dv, N * Hkv * D, "dv"), (stats, N * H * 2, "stats")):
         need(b, n, what, "attention_backward")
     params = BACKWARD.pack(B, T, H, Hkv, D, D ** -0.5 if scale is None else scale)
+    if _rows(dev, D):
+        dev.dispatch(dev.prepared(SHADER, "attention_backward_dq_rows"), [dout, q, k, v, dq, stats],
+                     groups=-(-N * H // ROWS_WG), params=params)
+        dev.dispatch(dev.prepared(SHADER, "attention_backward_dkv_rows"), [dout, q, k, v, stats, dk, dv],
+                     groups=-(-N * Hkv // ROWS_WG), params=params)
+        return
     blocks = B * -(-T // 8)   # 8-row blocks, never straddling sequences
     dev.dispatch(dev.prepared(SHADER, "attention_backward_dq"), [dout, q, k, v, dq, stats],
                  groups=blocks * H, params=params)
