@@ -293,3 +293,123 @@ fn bl_store(n: u32, i0: u32, acc: vec4<f32>, z: u32) {
         }
     }
 }
+
+// ---------------------------------------------------------------------------- CPU variants
+// For WebGPU on a CPU (Device.kind "cpu": lavapipe, SwiftShader, ...), where a workgroup
+// is a loop on one thread, SIMD across invocations: no workgroup memory, no barriers, no
+// split-K; each invocation keeps an 8 x 16 tile in registers (eight mat4x4, see the
+// prelude's row_dots16), so every loaded word or activation feeds 8 or 16
+// multiply-adds. Rows and columns past the edges are clamped on load (padding weights
+// are 0) and skipped on store.
+//
+// bitlinear_forward_cpu   as bitlinear_forward (same bits); bindings 0-4 as there (no part;
+//   kw and split unused).
+//   dispatch: groups (ceil(O / (CPU_WG*16)), ceil(N/8)); invocation j of workgroup (gx, gy)
+//   owns rows 8gy .. 8gy+7 and outputs 16(gx*CPU_WG + j) .. +15.
+//
+// bitlinear_backward_input_cpu   as bitlinear_backward_input (f32 sums in another order);
+//   bindings 0-3 as there (no part; ko and split unused).
+//   dispatch: groups (ceil(ceil(I/16) / CPU_WG), ceil(N/8)); invocation j owns rows
+//   8gy .. 8gy+7 and the 16 columns of packed word gx*CPU_WG + j.
+
+const CPU_WG: u32 = 8u;   // invocations per workgroup (8 to 32 measured alike on lavapipe)
+@group(0) @binding(0) var<uniform> cf_p: BitlinearParams;
+@group(0) @binding(1) var<storage, read> cf_xq: array<f32>;
+@group(0) @binding(2) var<storage, read> cf_s: array<f32>;
+@group(0) @binding(3) var<storage, read> cf_w: array<u32>;
+@group(0) @binding(4) var<storage, read_write> cf_y: array<f32>;
+
+fn cf_x4(row: u32, c: u32) -> vec4<f32> {   // xq[row, c .. c+3], columns clamped to I-1 (their weights are 0)
+    let b = min(row, cf_p.n - 1u) * cf_p.i;
+    let im = cf_p.i - 1u;
+    return vec4<f32>(cf_xq[b + min(c, im)], cf_xq[b + min(c + 1u, im)], cf_xq[b + min(c + 2u, im)],
+                     cf_xq[b + min(c + 3u, im)]);
+}
+
+fn cf_quads(w0: u32, w1: u32, w2: u32, w3: u32, q: u32) -> mat4x4<f32> {   // column quad q of 4 outputs' words
+    return mat4x4<f32>(ternary_quad(w0, q), ternary_quad(w1, q), ternary_quad(w2, q), ternary_quad(w3, q));
+}
+
+@compute @workgroup_size(CPU_WG)
+fn bitlinear_forward_cpu(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
+    let words = (cf_p.i + 15u) / 16u;
+    let n0 = wid.y * 8u;
+    let o0 = (wid.x * CPU_WG + lid3.x) * 16u;
+    var ob: array<u32, 16>;                           // word offsets of the 16 outputs' rows
+    for (var b = 0u; b < 16u; b++) { ob[b] = min(o0 + b, cf_p.o - 1u) * words; }
+    var a0 = mat4x4<f32>(); var a1 = mat4x4<f32>(); var a2 = mat4x4<f32>(); var a3 = mat4x4<f32>();
+    var a4 = mat4x4<f32>(); var a5 = mat4x4<f32>(); var a6 = mat4x4<f32>(); var a7 = mat4x4<f32>();
+    for (var w = 0u; w < words; w++) {
+        var wd: array<u32, 16>;
+        for (var b = 0u; b < 16u; b++) { wd[b] = cf_w[ob[b] + w]; }
+        for (var q = 0u; q < 4u; q++) {
+            let m0 = cf_quads(wd[0], wd[1], wd[2], wd[3], q);
+            let m1 = cf_quads(wd[4], wd[5], wd[6], wd[7], q);
+            let m2 = cf_quads(wd[8], wd[9], wd[10], wd[11], q);
+            let m3 = cf_quads(wd[12], wd[13], wd[14], wd[15], q);
+            let c = w * 16u + q * 4u;
+            a0 += row_dots16(cf_x4(n0, c), m0, m1, m2, m3);
+            a1 += row_dots16(cf_x4(n0 + 1u, c), m0, m1, m2, m3);
+            a2 += row_dots16(cf_x4(n0 + 2u, c), m0, m1, m2, m3);
+            a3 += row_dots16(cf_x4(n0 + 3u, c), m0, m1, m2, m3);
+            a4 += row_dots16(cf_x4(n0 + 4u, c), m0, m1, m2, m3);
+            a5 += row_dots16(cf_x4(n0 + 5u, c), m0, m1, m2, m3);
+            a6 += row_dots16(cf_x4(n0 + 6u, c), m0, m1, m2, m3);
+            a7 += row_dots16(cf_x4(n0 + 7u, c), m0, m1, m2, m3);
+        }
+    }
+    cf_store(n0, o0, a0); cf_store(n0 + 1u, o0, a1); cf_store(n0 + 2u, o0, a2); cf_store(n0 + 3u, o0, a3);
+    cf_store(n0 + 4u, o0, a4); cf_store(n0 + 5u, o0, a5); cf_store(n0 + 6u, o0, a6); cf_store(n0 + 7u, o0, a7);
+}
+
+fn cf_store(n: u32, o0: u32, acc: mat4x4<f32>) {   // outputs o0 .. o0+15 of row n
+    if (n >= cf_p.n) { return; }
+    for (var b = 0u; b < 16u; b++) {
+        let o = o0 + b;
+        if (o < cf_p.o) {
+            let v = acc[b / 4u][b % 4u] * cf_p.scale / cf_s[n];
+            let a = n * cf_p.o + o;
+            if (cf_p.accumulate != 0u) { cf_y[a] = cf_y[a] + v; } else { cf_y[a] = v; }
+        }
+    }
+}
+
+@group(0) @binding(0) var<uniform> cb_p: BitlinearBackwardParams;
+@group(0) @binding(1) var<storage, read> cb_dy: array<f32>;
+@group(0) @binding(2) var<storage, read> cb_w: array<u32>;
+@group(0) @binding(3) var<storage, read_write> cb_dx: array<f32>;
+
+@compute @workgroup_size(CPU_WG)
+fn bitlinear_backward_input_cpu(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
+    let W = (cb_p.i + 15u) / 16u;
+    let O = cb_p.o;
+    let wi = wid.x * CPU_WG + lid3.x;                 // this invocation's word: columns 16wi .. 16wi+15
+    let wc = min(wi, W - 1u);
+    let n0 = wid.y * 8u;
+    let d0 = min(n0, cb_p.n - 1u) * O;      let d1 = min(n0 + 1u, cb_p.n - 1u) * O;
+    let d2 = min(n0 + 2u, cb_p.n - 1u) * O; let d3 = min(n0 + 3u, cb_p.n - 1u) * O;
+    let d4 = min(n0 + 4u, cb_p.n - 1u) * O; let d5 = min(n0 + 5u, cb_p.n - 1u) * O;
+    let d6 = min(n0 + 6u, cb_p.n - 1u) * O; let d7 = min(n0 + 7u, cb_p.n - 1u) * O;
+    var a0 = mat4x4<f32>(); var a1 = mat4x4<f32>(); var a2 = mat4x4<f32>(); var a3 = mat4x4<f32>();
+    var a4 = mat4x4<f32>(); var a5 = mat4x4<f32>(); var a6 = mat4x4<f32>(); var a7 = mat4x4<f32>();
+    for (var o = 0u; o < O; o++) {
+        let wd = cb_w[o * W + wc];
+        let t = cf_quads(wd, wd >> 8u, wd >> 16u, wd >> 24u, 0u);   // the word's 16 weights
+        a0 += cb_dy[d0 + o] * t; a1 += cb_dy[d1 + o] * t; a2 += cb_dy[d2 + o] * t; a3 += cb_dy[d3 + o] * t;
+        a4 += cb_dy[d4 + o] * t; a5 += cb_dy[d5 + o] * t; a6 += cb_dy[d6 + o] * t; a7 += cb_dy[d7 + o] * t;
+    }
+    cb_store(n0, wi, a0); cb_store(n0 + 1u, wi, a1); cb_store(n0 + 2u, wi, a2); cb_store(n0 + 3u, wi, a3);
+    cb_store(n0 + 4u, wi, a4); cb_store(n0 + 5u, wi, a5); cb_store(n0 + 6u, wi, a6); cb_store(n0 + 7u, wi, a7);
+}
+
+fn cb_store(n: u32, wi: u32, acc: mat4x4<f32>) {   // columns 16wi .. 16wi+15 of row n
+    if (n >= cb_p.n) { return; }
+    for (var k = 0u; k < 16u; k++) {
+        let i = wi * 16u + k;
+        if (i < cb_p.i) {
+            let j = n * cb_p.i + i;
+            let g = cb_p.scale * acc[k / 4u][k % 4u];
+            if (cb_p.accumulate != 0u) { cb_dx[j] = cb_dx[j] + g; } else { cb_dx[j] = g; }
+        }
+    }
+}

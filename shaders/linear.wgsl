@@ -217,3 +217,98 @@ fn ln_store(n: u32, i0: u32, acc: vec4<f32>, z: u32) {
         }
     }
 }
+
+// ---------------------------------------------------------------------------- CPU variants
+// For WebGPU on a CPU (Device.kind "cpu"), as in bitlinear.wgsl: no workgroup memory,
+// no barriers, no split-K; an invocation keeps an 8 x 16 tile in registers (eight
+// mat4x4, prelude's row_dots16). Indices past the edges are clamped on load (and x's
+// columns past I read as 0) and skipped on store.
+//
+// linear_forward_cpu   as linear_forward; bindings as there.
+//   dispatch: groups (ceil(Oc / (CPU_WG*16)), ceil(N/8)); invocation j of workgroup
+//   (gx, gy) owns rows 8gy .. 8gy+7 and outputs 16(gx*CPU_WG + j) .. +15.
+//
+// linear_backward_input_cpu   as linear_backward_input (no part; ko and split unused).
+//   dispatch: groups (ceil(ceil(I/16) / CPU_WG), ceil(N/8)); invocation j owns rows
+//   8gy .. 8gy+7 and columns 16(gx*CPU_WG + j) .. +15.
+
+const CPU_WG: u32 = 8u;
+
+fn lc_x4(n: u32, c: u32) -> vec4<f32> {   // x[row(n), c .. c+3] (n clamped to N-1), 0 past column I
+    let b = (p.x_row0 + min(n, p.n - 1u) * p.x_step) * p.i;
+    let im = p.i - 1u;
+    return vec4<f32>(x[b + min(c, im)], select(0.0, x[b + min(c + 1u, im)], c + 1u < p.i),
+                     select(0.0, x[b + min(c + 2u, im)], c + 2u < p.i), select(0.0, x[b + min(c + 3u, im)], c + 3u < p.i));
+}
+
+fn lc_w4(row: u32, c: u32, I: u32) -> vec4<f32> {   // w[row, c .. c+3], columns clamped to I-1
+    let b = row * I;
+    let im = I - 1u;
+    return vec4<f32>(w_at(b + min(c, im)), w_at(b + min(c + 1u, im)), w_at(b + min(c + 2u, im)), w_at(b + min(c + 3u, im)));
+}
+
+@compute @workgroup_size(CPU_WG)
+fn linear_forward_cpu(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
+    let n0 = wid.y * 8u;
+    let o0 = (wid.x * CPU_WG + lid3.x) * 16u;
+    var ro: array<u32, 16>;                               // the 16 outputs' rows of W (clamped)
+    for (var b = 0u; b < 16u; b++) { ro[b] = min(o0 + b, p.oc - 1u); }
+    var a0 = mat4x4<f32>(); var a1 = mat4x4<f32>(); var a2 = mat4x4<f32>(); var a3 = mat4x4<f32>();
+    var a4 = mat4x4<f32>(); var a5 = mat4x4<f32>(); var a6 = mat4x4<f32>(); var a7 = mat4x4<f32>();
+    for (var c = 0u; c < p.i; c += 4u) {
+        let m0 = mat4x4<f32>(lc_w4(ro[0], c, p.i), lc_w4(ro[1], c, p.i), lc_w4(ro[2], c, p.i), lc_w4(ro[3], c, p.i));
+        let m1 = mat4x4<f32>(lc_w4(ro[4], c, p.i), lc_w4(ro[5], c, p.i), lc_w4(ro[6], c, p.i), lc_w4(ro[7], c, p.i));
+        let m2 = mat4x4<f32>(lc_w4(ro[8], c, p.i), lc_w4(ro[9], c, p.i), lc_w4(ro[10], c, p.i), lc_w4(ro[11], c, p.i));
+        let m3 = mat4x4<f32>(lc_w4(ro[12], c, p.i), lc_w4(ro[13], c, p.i), lc_w4(ro[14], c, p.i), lc_w4(ro[15], c, p.i));
+        a0 += row_dots16(lc_x4(n0, c), m0, m1, m2, m3);
+        a1 += row_dots16(lc_x4(n0 + 1u, c), m0, m1, m2, m3);
+        a2 += row_dots16(lc_x4(n0 + 2u, c), m0, m1, m2, m3);
+        a3 += row_dots16(lc_x4(n0 + 3u, c), m0, m1, m2, m3);
+        a4 += row_dots16(lc_x4(n0 + 4u, c), m0, m1, m2, m3);
+        a5 += row_dots16(lc_x4(n0 + 5u, c), m0, m1, m2, m3);
+        a6 += row_dots16(lc_x4(n0 + 6u, c), m0, m1, m2, m3);
+        a7 += row_dots16(lc_x4(n0 + 7u, c), m0, m1, m2, m3);
+    }
+    lc_store(n0, o0, a0); lc_store(n0 + 1u, o0, a1); lc_store(n0 + 2u, o0, a2); lc_store(n0 + 3u, o0, a3);
+    lc_store(n0 + 4u, o0, a4); lc_store(n0 + 5u, o0, a5); lc_store(n0 + 6u, o0, a6); lc_store(n0 + 7u, o0, a7);
+}
+
+fn lc_store(n: u32, o0: u32, acc: mat4x4<f32>) {   // outputs o0 .. o0+15 of row n
+    if (n >= p.n) { return; }
+    for (var b = 0u; b < 16u; b++) {
+        if (o0 + b < p.oc) { y[n * p.ld_y + p.v0 + o0 + b] = acc[b / 4u][b % 4u]; }
+    }
+}
+
+@compute @workgroup_size(CPU_WG)
+fn linear_backward_input_cpu(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
+    let I = ln_p.i;
+    let ld = ln_p.ld_dy;
+    let c = (wid.x * CPU_WG + lid3.x) * 16u;              // columns c .. c+15
+    let n0 = wid.y * 8u;
+    let d0 = min(n0, ln_p.n - 1u) * ld;      let d1 = min(n0 + 1u, ln_p.n - 1u) * ld;
+    let d2 = min(n0 + 2u, ln_p.n - 1u) * ld; let d3 = min(n0 + 3u, ln_p.n - 1u) * ld;
+    let d4 = min(n0 + 4u, ln_p.n - 1u) * ld; let d5 = min(n0 + 5u, ln_p.n - 1u) * ld;
+    let d6 = min(n0 + 6u, ln_p.n - 1u) * ld; let d7 = min(n0 + 7u, ln_p.n - 1u) * ld;
+    var a0 = mat4x4<f32>(); var a1 = mat4x4<f32>(); var a2 = mat4x4<f32>(); var a3 = mat4x4<f32>();
+    var a4 = mat4x4<f32>(); var a5 = mat4x4<f32>(); var a6 = mat4x4<f32>(); var a7 = mat4x4<f32>();
+    for (var o = 0u; o < ln_p.o; o++) {
+        let t = mat4x4<f32>(lc_w4(o, c, I), lc_w4(o, c + 4u, I), lc_w4(o, c + 8u, I), lc_w4(o, c + 12u, I));
+        a0 += ln_dy[d0 + o] * t; a1 += ln_dy[d1 + o] * t; a2 += ln_dy[d2 + o] * t; a3 += ln_dy[d3 + o] * t;
+        a4 += ln_dy[d4 + o] * t; a5 += ln_dy[d5 + o] * t; a6 += ln_dy[d6 + o] * t; a7 += ln_dy[d7 + o] * t;
+    }
+    lc_bstore(n0, c, a0); lc_bstore(n0 + 1u, c, a1); lc_bstore(n0 + 2u, c, a2); lc_bstore(n0 + 3u, c, a3);
+    lc_bstore(n0 + 4u, c, a4); lc_bstore(n0 + 5u, c, a5); lc_bstore(n0 + 6u, c, a6); lc_bstore(n0 + 7u, c, a7);
+}
+
+fn lc_bstore(n: u32, c: u32, acc: mat4x4<f32>) {   // columns c .. c+15 of dx row n
+    if (n >= ln_p.n) { return; }
+    for (var k = 0u; k < 16u; k++) {
+        let i = c + k;
+        if (i < ln_p.i) {
+            let j = n * ln_p.i + i;
+            let g = ln_p.scale * acc[k / 4u][k % 4u];
+            if (ln_p.accumulate != 0u) { ln_dx[j] = ln_dx[j] + g; } else { ln_dx[j] = g; }
+        }
+    }
+}

@@ -61,6 +61,15 @@ fn ternary_quad(word: u32, q: u32) -> vec4<f32> {   // weights of columns 4q .. 
     return vec4<f32>(vec4<u32>(b & 3u, (b >> 2u) & 3u, (b >> 4u) & 3u, (b >> 6u) & 3u)) - 1.0;
 }
 
+// ---------------------------------------------------------------- CPU register tiles
+// The CPU matmul variants (bitlinear.wgsl, linear.wgsl: *_cpu) keep an invocation's
+// 16 outputs of a row as one mat4x4 (column b = outputs 4b .. 4b+3) and the weights of
+// 4 columns for 16 outputs as four mat4x4 (m_b's column k = output 4b+k's 4 weights).
+// x * m is the vector of the four dot products, so a row's 64 multiply-adds are one line.
+fn row_dots16(x: vec4<f32>, m0: mat4x4<f32>, m1: mat4x4<f32>, m2: mat4x4<f32>, m3: mat4x4<f32>) -> mat4x4<f32> {
+    return mat4x4<f32>(x * m0, x * m1, x * m2, x * m3);
+}
+
 // ---------------------------------------------------------------- optimizer state
 // The 16-word state buffer that grad_norm.wgsl fills and adamw.wgsl reads:
 //   sumsq f32 | norm f32 | clip f32 | gmul f32 | skip u32 | skipped u32 | step u32 |

@@ -295,27 +295,30 @@ def test_rmsnorm_backward(run_case, N, C, acc):
     assert_close(np.array(r) - (dx0.ravel() if acc else 0), want, 1e-5, "rmsnorm dx", scale=terms)
 
 
+@pytest.mark.parametrize("kind", ["gpu", "cpu"])
 @pytest.mark.parametrize("N,I,O,acc,split", [(1, 1, 1, False, None), (17, 33, 40, True, None),
                                               (5, 300, 19, False, None), (70, 270, 21, True, None),
-                                              (17, 33, 40, True, 3), (70, 270, 100, False, 4)])
-def test_bitlinear_backward_input(run_case, N, I, O, acc, split):
+                                              (17, 33, 40, True, 3), (70, 270, 100, False, 4),
+                                              (9, 15, 7, True, None), (4, 2100, 3, False, None)])
+def test_bitlinear_backward_input(run_case, N, I, O, acc, split, kind):
     rng = np.random.default_rng(N * I * O)
     t = rng.integers(-1, 2, size=(O, I))
     dy, dx0, scale = f32(rng.normal(size=(N, O))), f32(rng.normal(size=(N, I))), 0.037
     r = run_case("backward_cases", "case_bitlinear_backward_input", dy=L(dy), packed=pack_ternary(t), scale=scale,
-                 dx0=L(dx0), N=N, I=I, O=O, accumulate=acc, split=split)
+                 dx0=L(dx0), N=N, I=I, O=O, accumulate=acc, split=split, kind=kind)
     want = dy.astype(np.float64) @ (t * np.float64(np.float32(scale)))
     assert_close(np.array(r) - (dx0.ravel() if acc else 0), want, 1e-5, "bitlinear dx")
 
 
+@pytest.mark.parametrize("kind", ["gpu", "cpu"])
 @pytest.mark.parametrize("N,I,O,acc,split", [(1, 1, 1, False, None), (19, 21, 35, True, None),
                                               (70, 130, 33, False, None), (19, 21, 35, True, 3),
-                                              (70, 130, 100, False, 5)])
-def test_linear_backward_input(run_case, N, I, O, acc, split):
+                                              (70, 130, 100, False, 5), (3, 150, 2, True, None)])
+def test_linear_backward_input(run_case, N, I, O, acc, split, kind):
     rng = np.random.default_rng(N + I + O)
     dy, w, dx0 = f32(rng.normal(size=(N, O))), f32(rng.normal(size=(O, I))), f32(rng.normal(size=(N, I)))
     r = run_case("backward_cases", "case_linear_backward_input", dy=L(dy), w=L(w), dx0=L(dx0), N=N, I=I, O=O,
-                 scale=0.5, accumulate=acc, split=split)
+                 scale=0.5, accumulate=acc, split=split, kind=kind)
     assert_close(np.array(r) - (dx0.ravel() if acc else 0), 0.5 * dy.astype(np.float64) @ w, 1e-5, "linear dx")
 
 
@@ -446,8 +449,9 @@ def test_head_backward_composes(run_case):
     assert_close(r["dh"], h.grad.numpy(), 1e-5, "dh")
 
 
+@pytest.mark.parametrize("kind", ["gpu", "cpu"])
 @pytest.mark.parametrize("w_dtype", ["f32", "bf16"])
-def test_linear_backward_vocab_chunks(run_case, w_dtype):
+def test_linear_backward_vocab_chunks(run_case, w_dtype, kind):
     """The lm_head backward over vocabulary chunks bound as views (ld_dy = V), with the
     embedding in f32 or as the checkpoint's bf16."""
     rng = np.random.default_rng(11)
@@ -460,5 +464,5 @@ def test_linear_backward_vocab_chunks(run_case, w_dtype):
     else:
         words = w.view(np.uint32).ravel().tolist()
     r = run_case("backward_cases", "case_linear_backward_chunked", dy=L(dy), w_words=words, N=N, I=I, O=O,
-                 chunk=64, w_dtype=w_dtype)
+                 chunk=64, w_dtype=w_dtype, kind=kind)
     assert_close(r, dy.astype(np.float64) @ w, 1e-5, "chunked dx")

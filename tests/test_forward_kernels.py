@@ -1,45 +1,52 @@
-"""The forward matmuls (shaders/bitlinear.wgsl, linear.wgsl) on awkward shapes:
-both entry points of each (64 x 64 register tiles, and the few-rows kernel used for
-decoding), and the ternary one with its reduction split over workgroups (splitk.wgsl),
-against numpy, natively and in Chromium. The ternary matmul sums integers,
-which f32 holds exactly, so its two kernels must agree bit for bit with each other and
-with float64 numpy up to the final scaling."""
+"""The forward matmuls (shaders/bitlinear.wgsl, linear.wgsl) on awkward shapes, for
+each device kind: the entry points of each (64 x 64 register tiles for "gpu", 8 x 16
+per invocation for "cpu", and the few-rows kernel used for decoding), and the ternary
+one with its reduction split over workgroups (splitk.wgsl), against numpy, natively
+and in Chromium. The ternary matmul sums integers, which f32 holds exactly, so its
+kernels must agree bit for bit with each other and with float64 numpy up to the
+final scaling."""
 import numpy as np
 import pytest
 
 from test_backward import L, assert_close, f32, pack_ternary
 
 
+@pytest.mark.parametrize("kind", ["gpu", "cpu"])
 @pytest.mark.parametrize("N,I,O,acc", [(1, 1, 1, False), (7, 16, 64, True), (65, 33, 70, False),
-                                        (130, 385, 129, True), (64, 64, 64, False), (20, 200, 30, True)])
-def test_bitlinear_forward(run_case, N, I, O, acc):
+                                        (130, 385, 129, True), (64, 64, 64, False), (20, 200, 30, True),
+                                        (9, 17, 129, False), (300, 130, 260, True)])
+def test_bitlinear_forward(run_case, N, I, O, acc, kind):
     rng = np.random.default_rng(N * 1000 + I + O)
     xq = rng.integers(-128, 128, size=(N, I)).astype(np.float32)
     s = f32(rng.uniform(0.1, 300.0, size=N))
     t = rng.integers(-1, 2, size=(O, I))
     y0, scale = f32(rng.normal(size=(N, O))), 0.0421
     r = run_case("forward_cases", "case_bitlinear_forward", xq=L(xq), s=L(s), packed=pack_ternary(t), scale=scale,
-                 y0=L(y0), N=N, I=I, O=O, accumulate=acc)
+                 y0=L(y0), N=N, I=I, O=O, accumulate=acc, kind=kind)
     dots = xq.astype(np.float64) @ t.T.astype(np.float64)            # exact integers
     want = f32(f32(dots * f32(scale)) / s[:, None])                    # the kernel's two roundings
     if acc:
         want = f32(y0 + want)
-    for entry in ("bitlinear_forward", "bitlinear_forward_rows", "op", "split2", "split3"):
+    assert len(r) == 5, sorted(r)
+    for entry in r:
         got = f32(r[entry]).reshape(N, O)
         assert np.array_equal(got, want), (entry, np.abs(got - want).max())
 
 
+@pytest.mark.parametrize("kind", ["gpu", "cpu"])
 @pytest.mark.parametrize("N,I,O,chunk,row0,step", [(1, 1, 1, 1, 0, 1), (9, 33, 70, 64, 0, 1),
-                                                    (66, 130, 200, 77, 0, 1), (3, 40, 50, 50, 5, 7)])
-def test_linear_forward(run_case, N, I, O, chunk, row0, step):
+                                                    (66, 130, 200, 77, 0, 1), (3, 40, 50, 50, 5, 7),
+                                                    (12, 7, 300, 256, 2, 3), (20, 130, 150, 150, 0, 1)])
+def test_linear_forward(run_case, N, I, O, chunk, row0, step, kind):
     rng = np.random.default_rng(N + I + O)
     rows = row0 + (N - 1) * step + 1
     x, w = f32(rng.normal(size=(rows, I))), f32(rng.normal(size=(O, I)))
     chunks = [[v0, min(chunk, O - v0), L(w[v0:v0 + chunk])] for v0 in range(0, O, chunk)]
     r = run_case("forward_cases", "case_linear_forward", x=L(x), w_chunks=chunks, N=N, I=I, O=O,
-                 x_row0=row0, x_step=step)
+                 x_row0=row0, x_step=step, kind=kind)
     want = x[row0::step][:N].astype(np.float64) @ w.T.astype(np.float64)
-    for entry in ("linear_forward", "linear_forward_rows", "op"):
+    assert len(r) == 3, sorted(r)
+    for entry in r:
         assert_close(r[entry], want, 1e-5, entry)
 
 

@@ -443,10 +443,12 @@ class Model:
         return {"total": sum(parts.values()), "largest": largest, "parts": parts}
 
     def splitk_floats(self, N: int) -> int:
-        """The split-K scratch a training step of N rows grows to (floats)."""
+        """The split-K scratch a training step of N rows grows to (floats) on this
+        model's device (none on a CPU: its kernels split nothing)."""
         sizes = {(p.I, p.O) for lay in self.layers for p in lay.proj.values()}
-        return max([bitlinear.scratch_floats(N, I, O) for I, O in sizes]
-                   + [linear.scratch_floats(N, self.C, rows) for _, rows, _ in self.head])
+        kind = self.dev.kind
+        return max([bitlinear.scratch_floats(N, I, O, kind) for I, O in sizes]
+                   + [linear.scratch_floats(N, self.C, rows, kind) for _, rows, _ in self.head])
 
     # -- caches and scratch ----------------------------------------------------------
     def kv_cache(self, B: int, S: int) -> KVCache:

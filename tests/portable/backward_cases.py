@@ -65,19 +65,33 @@ async def case_rmsnorm_backward(dev, dy, x, w, rstd, dx0, N, C, accumulate):
     return await _get(dev, bdx, N * C)
 
 
-async def case_bitlinear_backward_input(dev, dy, packed, scale, dx0, N, I, O, accumulate, split=None):
+class _Kind:
+    """`with _Kind(dev, kind):` records the ops' variants for device kind "gpu" or "cpu"."""
+    def __init__(self, dev, kind):
+        self.dev, self.kind = dev, kind
+
+    def __enter__(self):
+        self.old, self.dev.kind = self.dev.kind, self.kind
+
+    def __exit__(self, *exc):
+        self.dev.kind = self.old
+
+
+async def case_bitlinear_backward_input(dev, dy, packed, scale, dx0, N, I, O, accumulate, split=None, kind="gpu"):
     await _prepare(dev)
     bdx = _f32(dev, dx0, "dx")
-    bitlinear.bitlinear_backward_input(dev, _f32(dev, dy, "dy"), _u32(dev, packed, "w_packed"), scale, bdx,
-                                       N, I, O, accumulate, split=split)
+    with _Kind(dev, kind):
+        bitlinear.bitlinear_backward_input(dev, _f32(dev, dy, "dy"), _u32(dev, packed, "w_packed"), scale, bdx,
+                                           N, I, O, accumulate, split=split)
     return await _get(dev, bdx, N * I)
 
 
-async def case_linear_backward_input(dev, dy, w, dx0, N, I, O, scale, accumulate, split=None):
+async def case_linear_backward_input(dev, dy, w, dx0, N, I, O, scale, accumulate, split=None, kind="gpu"):
     await _prepare(dev)
     bdx = _f32(dev, dx0, "dx")
-    linear.linear_backward_input(dev, _f32(dev, dy, "dy"), _f32(dev, w, "w"), bdx, N, I, O, scale, accumulate,
-                                 split=split)
+    with _Kind(dev, kind):
+        linear.linear_backward_input(dev, _f32(dev, dy, "dy"), _f32(dev, w, "w"), bdx, N, I, O, scale, accumulate,
+                                     split=split)
     return await _get(dev, bdx, N * I)
 
 
@@ -194,9 +208,10 @@ async def case_head_backward(dev, logits, targets, h, w_norm, rstd, emb, N, C, V
     return {"dh": await _get(dev, dh, N * C), "loss_sum": (await _get(dev, total, 1))[0]}
 
 
-async def case_linear_backward_chunked(dev, dy, w_words, N, I, O, chunk, w_dtype):
+async def case_linear_backward_chunked(dev, dy, w_words, N, I, O, chunk, w_dtype, kind="gpu"):
     """dx = dy w over vocabulary chunks of `chunk` rows (a multiple of 64), each bound
-    as a view of the full dy[N, O] and w[O, I] buffers (f32 or bf16 pairs)."""
+    as a view of the full dy[N, O] and w[O, I] buffers (f32 or bf16 pairs), with the
+    variant of device `kind`."""
     await _prepare(dev)
     bdy, bw_, bdx = _f32(dev, dy, "dy"), _u32(dev, w_words, "w"), dev.buffer(4 * N * I, "dx")
     row_bytes = I * (4 if w_dtype == "f32" else 2)
@@ -204,6 +219,7 @@ async def case_linear_backward_chunked(dev, dy, w_words, N, I, O, chunk, w_dtype
         oc = min(chunk, O - v0)
         dyv = bdy.view(4 * v0, 4 * ((N - 1) * O + oc))
         wv = bw_.view(v0 * row_bytes, -(-oc * row_bytes // 4) * 4)
-        linear.linear_backward_input(dev, dyv, wv, bdx, N, I, oc, 1.0, accumulate=v0 > 0, ld_dy=O,
-                                     w_dtype=w_dtype)
+        with _Kind(dev, kind):
+            linear.linear_backward_input(dev, dyv, wv, bdx, N, I, oc, 1.0, accumulate=v0 > 0, ld_dy=O,
+                                         w_dtype=w_dtype)
     return await _get(dev, bdx, N * I)

@@ -24,43 +24,59 @@ async def _get(dev, buf, n):
     return list(out)
 
 
-async def case_bitlinear_forward(dev, xq, s, packed, scale, y0, N, I, O, accumulate, splits=(2, 3)):
-    """y for every entry point: {"bitlinear_forward": [...], "bitlinear_forward_rows": [...]},
-    under "op" what ops.bitlinear.bitlinear_forward picked for this N, and under
-    "split<S>" the op with its reduction split in S slices (splitk.wgsl)."""
+async def case_bitlinear_forward(dev, xq, s, packed, scale, y0, N, I, O, accumulate, kind="gpu", splits=(2, 3)):
+    """y for every entry point of device `kind` ("gpu": {"bitlinear_forward": [...],
+    "bitlinear_forward_rows": [...]}; "cpu": bitlinear_forward_cpu and the rows kernel),
+    under "op" what ops.bitlinear.bitlinear_forward picked for this N on that kind, and
+    under "split<S>" the op with its reduction split in S slices (splitk.wgsl; the CPU
+    kernel ignores it)."""
+    await _prepare(dev)
     bx, bs, bw = _buf(dev, "f", xq, "xq"), _buf(dev, "f", s, "s"), _buf(dev, "I", packed, "w")
     words = -(-I // 16)
     params = bitlinear.FORWARD.pack(N, I, O, scale, int(accumulate), words, 0)
+    tiles = {"gpu": [("bitlinear_forward", 64, 64)],
+             "cpu": [("bitlinear_forward_cpu", bitlinear.CPU_WG * bitlinear.CPU_TILE, 8)]}[kind]
     out = {}
-    for entry, rows in (("bitlinear_forward", 64), ("bitlinear_forward_rows", 8)):
+    for entry, cols, rows in tiles + [("bitlinear_forward_rows", 64, 8)]:
         y = _buf(dev, "f", y0, "y")
-        k = await dev.kernel("bitlinear.wgsl", entry)
-        binds = [bx, bs, bw, y] + ([dev.buffer(4, "part")] if rows == 64 else [])
-        dev.dispatch(k, binds, groups=(-(-O // 64), -(-N // rows), 1), params=params)
+        binds = [bx, bs, bw, y] + ([dev.buffer(4, "part")] if entry == "bitlinear_forward" else [])
+        dev.dispatch(dev.prepared("bitlinear.wgsl", entry), binds, groups=(-(-O // cols), -(-N // rows), 1),
+                     params=params)
         out[entry] = await _get(dev, y, N * O)
-    for key, split in [("op", None)] + [(f"split{n}", n) for n in splits]:
-        y = _buf(dev, "f", y0, "y")
-        bitlinear.bitlinear_forward(dev, bx, bs, bw, scale, y, N, I, O, accumulate, split=split)
-        out[key] = await _get(dev, y, N * O)
+    old, dev.kind = dev.kind, kind
+    try:
+        for key, split in [("op", None)] + [(f"split{n}", n) for n in splits]:
+            y = _buf(dev, "f", y0, "y")
+            bitlinear.bitlinear_forward(dev, bx, bs, bw, scale, y, N, I, O, accumulate, split=split)
+            out[key] = await _get(dev, y, N * O)
+    finally:
+        dev.kind = old
     return out
 
 
-async def case_linear_forward(dev, x, w_chunks, N, I, O, x_row0, x_step):
-    """logits for every entry point of linear.wgsl over a weight split in row chunks
+async def case_linear_forward(dev, x, w_chunks, N, I, O, x_row0, x_step, kind="gpu"):
+    """logits for every entry point of linear.wgsl of device `kind` (the tiled one of
+    that kind and the few-rows one) over a weight split in row chunks
     (w_chunks = [[v0, Oc, floats], ...]), and through ops.linear.linear_forward."""
     await _prepare(dev)
     bx = _buf(dev, "f", x, "x")
     chunks = [(v0, oc, _buf(dev, "f", vals, f"w{v0}")) for v0, oc, vals in w_chunks]
+    tiles = {"gpu": [("linear_forward", 64, 64)],
+             "cpu": [("linear_forward_cpu", linear.CPU_WG * linear.CPU_TILE, 8)]}[kind]
     out = {}
-    for entry, rows in (("linear_forward", 64), ("linear_forward_rows", 8)):
+    for entry, cols, rows in tiles + [("linear_forward_rows", 64, 8)]:
         y = dev.buffer(4 * N * O, "y")
-        k = await dev.kernel("linear.wgsl", entry)
+        k = dev.prepared("linear.wgsl", entry)
         for v0, oc, w in chunks:
-            dev.dispatch(k, [bx, w, y], groups=(-(-oc // 64), -(-N // rows), 1),
+            dev.dispatch(k, [bx, w, y], groups=(-(-oc // cols), -(-N // rows), 1),
                          params=linear.FORWARD.pack(N, I, oc, O, v0, x_row0, x_step))
         out[entry] = await _get(dev, y, N * O)
     y = dev.buffer(4 * N * O, "y")
-    linear.linear_forward(dev, bx, chunks, y, N, I, O, x_row0, x_step)
+    old, dev.kind = dev.kind, kind
+    try:
+        linear.linear_forward(dev, bx, chunks, y, N, I, O, x_row0, x_step)
+    finally:
+        dev.kind = old
     out["op"] = await _get(dev, y, N * O)
     return out
 

@@ -19,8 +19,22 @@ ROWS_KERNEL_MAX_N = 8
 
 
 def kernel_specs(table_dtype: str = "f32", training: bool = False, kind: str | None = None) -> list:
-    fwd = [(SHADER, e) for e in ("actquant_forward", "bitlinear_forward", "bitlinear_forward_rows")]
-    return fwd + ([(SHADER, "bitlinear_backward_input")] if training else []) + splitk.kernel_specs()
+    specs = [(SHADER, e) for e in ("actquant_forward", "bitlinear_forward_rows")]
+    if kind in (None, "gpu"):
+        specs += [(SHADER, "bitlinear_forward")] + ([(SHADER, "bitlinear_backward_input")] if training else [])
+        specs += splitk.kernel_specs()
+    return specs + _cpu_matmul_specs(training, kind)
+
+
+# -- CPU matmuls (Device.kind "cpu"): 8 rows x 16 outputs per invocation, no split-K --
+CPU_WG = 8     # invocations per workgroup (shaders/bitlinear.wgsl CPU_WG)
+CPU_TILE = 16  # outputs (forward) / input columns (input gradient) per invocation; 8 rows
+
+
+def _cpu_matmul_specs(training: bool, kind: str | None) -> list:
+    if kind not in (None, "cpu"):
+        return []
+    return [(SHADER, "bitlinear_forward_cpu")] + ([(SHADER, "bitlinear_backward_input_cpu")] if training else [])
 
 
 def forward_plan(N: int, I: int, O: int, split: int | None = None) -> tuple:
@@ -34,8 +48,11 @@ def backward_input_plan(N: int, I: int, O: int, split: int | None = None) -> tup
     return splitk.plan(-(-words // 8) * -(-N // 64), O, 16, split)
 
 
-def scratch_floats(N: int, I: int, O: int) -> int:
-    """The split-K scratch (floats) the forward and input gradient at these sizes need."""
+def scratch_floats(N: int, I: int, O: int, kind: str = "gpu") -> int:
+    """The split-K scratch (floats) the forward and input gradient at these sizes need
+    on a device of `kind` (Device.kind: the CPU variants split nothing)."""
+    if kind == "cpu":
+        return 1
     fwd = splitk.floats(forward_plan(N, I, O)[0], N, O) if N > ROWS_KERNEL_MAX_N else 1
     return max(fwd, splitk.floats(backward_input_plan(N, I, O)[0], N, I))
 
@@ -50,13 +67,19 @@ def actquant_forward(dev, x, xq, s, N: int, I: int) -> None:
 def bitlinear_forward(dev, xq, s, w_packed, scale: float, y, N: int, I: int, O: int,
                       accumulate: bool = False, split: int | None = None) -> None:
     """xq[N, I], s[N], w_packed[O, ceil(I/16)] u32 -> y[N, O] = xq t^T * scale / s (= or +=).
-    `split` forces the number of reduction slices (default: ops.splitk.plan's)."""
+    `split` forces the number of reduction slices (default: ops.splitk.plan's; GPU kernels
+    only: on a CPU device, N > 8 runs bitlinear_forward_cpu, unsplit)."""
     words = -(-I // 16)
     for b, n, what in ((xq, N * I, "xq"), (s, N, "s"), (w_packed, O * words, "w_packed"), (y, N * O, "y")):
         need(b, n, what, "bitlinear_forward")
     if N <= ROWS_KERNEL_MAX_N:
         dev.dispatch(dev.prepared(SHADER, "bitlinear_forward_rows"), [xq, s, w_packed, y],
                      groups=(-(-O // 64), -(-N // 8), 1),
+                     params=FORWARD.pack(N, I, O, scale, int(accumulate), words, 0))
+        return
+    if dev.kind == "cpu":
+        dev.dispatch(dev.prepared(SHADER, "bitlinear_forward_cpu"), [xq, s, w_packed, y],
+                     groups=(-(-O // (CPU_WG * CPU_TILE)), -(-N // 8), 1),
                      params=FORWARD.pack(N, I, O, scale, int(accumulate), words, 0))
         return
     slices, kw = forward_plan(N, I, O, split)
@@ -70,10 +93,16 @@ def bitlinear_forward(dev, xq, s, w_packed, scale: float, y, N: int, I: int, O: 
 
 def bitlinear_backward_input(dev, dy, w_packed, scale: float, dx, N: int, I: int, O: int,
                              accumulate: bool = False, split: int | None = None) -> None:
-    """dy[N, O], w_packed[O, ceil(I/16)] u32 (ternary, times scale) -> dx[N, I] = dy Wq (= or +=)."""
+    """dy[N, O], w_packed[O, ceil(I/16)] u32 (ternary, times scale) -> dx[N, I] = dy Wq (= or +=).
+    `split` as in bitlinear_forward (GPU only)."""
     words = -(-I // 16)
     for b, n, what in ((dy, N * O, "dy"), (w_packed, O * words, "w_packed"), (dx, N * I, "dx")):
         need(b, n, what, "bitlinear_backward_input")
+    if dev.kind == "cpu":
+        dev.dispatch(dev.prepared(SHADER, "bitlinear_backward_input_cpu"), [dy, w_packed, dx],
+                     groups=(-(-words // CPU_WG), -(-N // 8), 1),
+                     params=BACKWARD.pack(N, I, O, scale, int(accumulate), O, 0))
+        return
     slices, ko = backward_input_plan(N, I, O, split)
     part = splitk.scratch(dev, splitk.floats(slices, N, I))
     dev.dispatch(dev.prepared(SHADER, "bitlinear_backward_input"), [dy, w_packed, dx, part],

@@ -20,10 +20,18 @@ def _constants(w_dtype: str) -> dict | None:
     return {"LN_BF16": 1.0} if w_dtype == "bf16" else None
 
 
+CPU_WG = 8      # CPU variants (Device.kind "cpu"): invocations per workgroup (shaders/linear.wgsl)
+CPU_TILE = 16   # ... each 8 rows x 16 outputs (forward) / input columns (input gradient); no split-K
+
+
 def kernel_specs(table_dtype: str = "f32", training: bool = False, kind: str | None = None) -> list:
     c = _constants(table_dtype)
-    entries = ["linear_forward", "linear_forward_rows"] + (["linear_backward_input"] if training else [])
-    return [(SHADER, e, c) for e in entries] + (splitk.kernel_specs() if training else [])
+    entries = ["linear_forward_rows"]
+    if kind in (None, "gpu"):
+        entries += ["linear_forward"] + (["linear_backward_input"] if training else [])
+    if kind in (None, "cpu"):
+        entries += ["linear_forward_cpu"] + (["linear_backward_input_cpu"] if training else [])
+    return [(SHADER, e, c) for e in entries] + (splitk.kernel_specs() if training and kind != "cpu" else [])
 
 
 def backward_input_plan(N: int, I: int, O: int, split: int | None = None) -> tuple:
@@ -31,8 +39,11 @@ def backward_input_plan(N: int, I: int, O: int, split: int | None = None) -> tup
     return splitk.plan(-(-I // 64) * -(-N // 64), O, 16, split)
 
 
-def scratch_floats(N: int, I: int, O: int) -> int:
-    """The split-K scratch (floats) linear_backward_input at these sizes needs."""
+def scratch_floats(N: int, I: int, O: int, kind: str = "gpu") -> int:
+    """The split-K scratch (floats) linear_backward_input at these sizes needs on a
+    device of `kind` (Device.kind: the CPU variant splits nothing)."""
+    if kind == "cpu":
+        return 1
     return splitk.floats(backward_input_plan(N, I, O)[0], N, I)
 
 
@@ -42,13 +53,17 @@ def linear_forward(dev, x, chunks, y, N: int, I: int, O: int, x_row0: int = 0, x
     (model.RowTable)."""
     need(x, (x_row0 + (N - 1) * x_step + 1) * I, "x", "linear_forward")
     need(y, N * O, "y", "linear_forward")
-    rows = N <= ROWS_KERNEL_MAX_N
     bf16 = getattr(chunks, "dtype", "f32") == "bf16"
-    k = dev.prepared(SHADER, "linear_forward_rows" if rows else "linear_forward",
-                     _constants("bf16" if bf16 else "f32"))
+    if N <= ROWS_KERNEL_MAX_N:
+        entry, cols, rows = "linear_forward_rows", 64, 8
+    elif dev.kind == "cpu":
+        entry, cols, rows = "linear_forward_cpu", CPU_WG * CPU_TILE, 8
+    else:
+        entry, cols, rows = "linear_forward", 64, 64
+    k = dev.prepared(SHADER, entry, _constants("bf16" if bf16 else "f32"))
     for v0, oc, w in chunks:
         need(w, -(-oc * I // 2) if bf16 else oc * I, "w", "linear_forward")
-        dev.dispatch(k, [x, w, y], groups=(-(-oc // 64), -(-N // (8 if rows else 64)), 1),
+        dev.dispatch(k, [x, w, y], groups=(-(-oc // cols), -(-N // rows), 1),
                      params=FORWARD.pack(N, I, oc, O, v0, x_row0, x_step))
 
 
@@ -57,12 +72,17 @@ def linear_backward_input(dev, dy, w, dx, N: int, I: int, O: int, scale: float =
                           split: int | None = None) -> None:
     """dy[N, ld_dy] (first O columns used), dense w[O, I] (f32 or "bf16": u32 pairs, low
     half first; e.g. lm_head = embedding[V, C] or a vocabulary chunk of it) ->
-    dx[N, I] = scale * dy w (= or +=)."""
+    dx[N, I] = scale * dy w (= or +=). `split` forces the split-K slices (GPU kernel only)."""
     ld = O if ld_dy is None else ld_dy
     constants = _constants(w_dtype)
     w_words = O * I if w_dtype == "f32" else -(-O * I // 2)
     for b, n, what in ((dy, (N - 1) * ld + O, "dy"), (w, w_words, "w"), (dx, N * I, "dx")):
         need(b, n, what, "linear_backward_input")
+    if dev.kind == "cpu":
+        dev.dispatch(dev.prepared(SHADER, "linear_backward_input_cpu", constants), [dy, w, dx],
+                     groups=(-(-I // (CPU_WG * CPU_TILE)), -(-N // 8), 1),
+                     params=BACKWARD.pack(N, I, O, scale, int(accumulate), ld, O, 0))
+        return
     k = dev.prepared(SHADER, "linear_backward_input", constants)
     slices, ko = backward_input_plan(N, I, O, split)
     part = splitk.scratch(dev, splitk.floats(slices, N, I))

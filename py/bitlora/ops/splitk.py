@@ -16,7 +16,7 @@ MIN_SLICE = 512         # ... but give every slice at least this many reduction 
 
 
 def kernel_specs(table_dtype: str = "f32", training: bool = False, kind: str | None = None) -> list:
-    return [(SHADER, "splitk_reduce")]
+    return [] if kind == "cpu" else [(SHADER, "splitk_reduce")]   # the CPU matmuls split nothing
 
 
 def plan(tiles: int, K: int, unit: int, split: int | None = None, cols_per_k: int = 1) -> tuple[int, int]:
