@@ -211,14 +211,10 @@ fn lora_down_rows(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_wo
     let r = k % p.r;
     let I4 = p.i / 4u;
     var acc = vec4<f32>(0.0);
-    for (var i = 0u; i < I4; i++) {
-        var xv = dr_x[n * I4 + i];
-        if (p.keep_threshold != 0u) {
-            let idx = n * p.i + 4u * i;
-            xv *= vec4<f32>(keep_factor(p, idx), keep_factor(p, idx + 1u), keep_factor(p, idx + 2u),
-                            keep_factor(p, idx + 3u));
-        }
-        acc += xv * dr_a[r * I4 + i];
+    if (p.keep_threshold == 0u) {   // no dropout: a loop without the branch
+        for (var i = 0u; i < I4; i++) { acc += dr_x[n * I4 + i] * dr_a[r * I4 + i]; }
+    } else {
+        for (var i = 0u; i < I4; i++) { acc += dr_x[n * I4 + i] * keep4(p, n * p.i + 4u * i) * dr_a[r * I4 + i]; }
     }
     dr_u[k] = (acc.x + acc.y) + (acc.z + acc.w);
 }
@@ -307,8 +303,12 @@ fn lora_grad_a_rows(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_
     let r = k / I4;
     let i4 = k % I4;
     var acc = vec4<f32>(0.0);
-    for (var n = 0u; n < p.n; n++) {
-        acc += gar_du[n * p.r + r] * gar_x[n * I4 + i4] * keep4(p, n * p.i + 4u * i4);
+    if (p.keep_threshold == 0u) {   // no dropout: a loop without the branch
+        for (var n = 0u; n < p.n; n++) { acc += gar_du[n * p.r + r] * gar_x[n * I4 + i4]; }
+    } else {
+        for (var n = 0u; n < p.n; n++) {
+            acc += gar_du[n * p.r + r] * gar_x[n * I4 + i4] * keep4(p, n * p.i + 4u * i4);
+        }
     }
     gar_da[k] = gar_da[k] + acc;
 }
