@@ -413,3 +413,28 @@ fn cb_store(n: u32, wi: u32, acc: mat4x4<f32>) {   // columns 16wi .. 16wi+15 of
         }
     }
 }
+
+// ---------------------------------------------------------------------------- actquant, CPU variant
+// actquant_forward_rows   actquant_forward for CPUs (Device.kind "cpu", I % 4 == 0): the
+//   same bindings seen as vec4 (s[N] stays scalar); one row per invocation, AQR rows per
+//   workgroup, no barriers: ceil(N / AQR) workgroups split over x, y. The max is exact:
+//   the same s and xq as actquant_forward.
+const AQR: u32 = 16u;  // rows (invocations) per workgroup
+
+@group(0) @binding(0) var<uniform> aq_p: ActQuantParams;
+@group(0) @binding(1) var<storage, read> aq_x: array<vec4<f32>>;
+@group(0) @binding(2) var<storage, read_write> aq_xq: array<vec4<f32>>;
+@group(0) @binding(3) var<storage, read_write> aq_s: array<f32>;
+
+@compute @workgroup_size(AQR)
+fn actquant_forward_rows(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>) {
+    let n = gid.x + gid.y * nw.x * AQR;
+    if (n >= aq_p.n) { return; }
+    let I4 = aq_p.i / 4u;
+    let base = n * I4;
+    var m4 = vec4<f32>(0.0);
+    for (var i = 0u; i < I4; i++) { m4 = max(m4, abs(aq_x[base + i])); }
+    let s = 127.0 / max(max(max(m4.x, m4.y), max(m4.z, m4.w)), 1e-5);
+    for (var i = 0u; i < I4; i++) { aq_xq[base + i] = clamp(round(aq_x[base + i] * s), vec4<f32>(-128.0), vec4<f32>(127.0)); }
+    aq_s[n] = s;
+}

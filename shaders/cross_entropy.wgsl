@@ -21,6 +21,14 @@
 //   0 params CrossEntropySumParams {N} | 1 losses[N] read | 2 loss_sum[1] read_write
 //   dispatch: one workgroup. loss_sum[0] += sum_n losses[n] (accumulates over the
 //   micro-batches of a step; clear it at the start of the step).
+//
+// CPU variants (Device.kind "cpu"; a CPU runs a workgroup as a loop on one thread, SIMD
+// across invocations, so: no barriers, no workgroup memory):
+// cross_entropy_forward_backward_rows (V % 4 == 0): bindings as above, logits seen as
+//   vec4; one row per invocation (4 online (max, sum) pairs, one per vec4 lane, merged at
+//   the end), CER rows per workgroup: ceil(N / CER) workgroups split over x, y.
+// cross_entropy_sum_serial: bindings as cross_entropy_sum; one invocation adds the N
+//   losses in order. dispatch: one workgroup.
 
 var<workgroup> sh_m: array<f32, WG>;
 var<workgroup> sh_l: array<f32, WG>;
@@ -92,4 +100,54 @@ fn cross_entropy_sum(@builtin(local_invocation_id) lid3: vec3<u32>) {
     for (var i = lid; i < sp.n; i += WG) { acc += losses_in[i]; }
     let total = wg_sum(lid, acc, WG);
     if (lid == 0u) { loss_sum[0] = loss_sum[0] + total; }
+}
+
+// ---------------------------------------------------------------------------- CPU variants
+const CER: u32 = 16u;  // rows (invocations) per workgroup
+
+@group(0) @binding(0) var<uniform> cr_p: CrossEntropyParams;
+@group(0) @binding(1) var<storage, read_write> cr_logits: array<vec4<f32>>;
+@group(0) @binding(2) var<storage, read> cr_targets: array<i32>;
+@group(0) @binding(3) var<storage, read_write> cr_losses: array<f32>;
+
+@compute @workgroup_size(CER)
+fn cross_entropy_forward_backward_rows(@builtin(global_invocation_id) gid: vec3<u32>,
+                                       @builtin(num_workgroups) nw: vec3<u32>) {
+    let n = gid.x + gid.y * nw.x * CER;
+    if (n >= cr_p.n) { return; }
+    let V4 = cr_p.v / 4u;
+    let base = n * V4;
+    let t = cr_targets[n];
+    let valid = t >= 0 && u32(t) < cr_p.v;
+    var m = vec4<f32>(NEG_BIG);
+    var l = vec4<f32>(0.0);
+    for (var j = 0u; j < V4; j++) {
+        let z = cr_logits[base + j];
+        let mm = max(m, z);
+        l = l * exp(m - mm) + exp(z - mm);
+        m = mm;
+    }
+    let mx = max(max(m.x, m.y), max(m.z, m.w));
+    let ls = l * exp(m - mx);
+    let lse = mx + log((ls.x + ls.y) + (ls.z + ls.w));
+    var zt = 0.0;
+    if (valid) { zt = cr_logits[base + u32(t) / 4u][u32(t) % 4u]; }
+    cr_losses[n] = select(0.0, lse - zt, valid);
+    let gs = select(0.0, cr_p.grad_scale, valid);
+    for (var j = 0u; j < V4; j++) {
+        var p = exp(cr_logits[base + j] - lse);
+        if (valid && j == u32(t) / 4u) { p[u32(t) % 4u] -= 1.0; }
+        cr_logits[base + j] = gs * p;
+    }
+}
+
+@group(0) @binding(0) var<uniform> cs_p: CrossEntropySumParams;
+@group(0) @binding(1) var<storage, read> cs_losses: array<f32>;
+@group(0) @binding(2) var<storage, read_write> cs_sum: array<f32>;
+
+@compute @workgroup_size(1)
+fn cross_entropy_sum_serial() {
+    var acc = 0.0;
+    for (var i = 0u; i < cs_p.n; i++) { acc += cs_losses[i]; }
+    cs_sum[0] = cs_sum[0] + acc;
 }

@@ -35,6 +35,18 @@
 //              one invocation per (r, i), loops over n: ceil(R*I / 256) workgroups
 // lora_grad_x: 1 du[N, R] read | 2 a[R, I] read | 3 dx[N, I] read_write (+=)
 //              one invocation per (n, i): ceil(N*I / 256) workgroups
+//
+// CPU variants *_rows (Device.kind "cpu"): a CPU runs a workgroup as a loop on one thread,
+// SIMD across invocations, so: no barriers, no workgroup memory, LR invocations per
+// workgroup (ceil(invocations / LR) workgroups split over x, y), vec4 where the row
+// layout allows. Bindings as the GPU kernel's, the named ones seen as vec4.
+// lora_down_rows   (I % 4 == 0) x, a vec4; one (n, r) per invocation, a private vec4 sum
+// lora_grad_u_rows (O % 4 == 0) dy vec4; one (n, r) per invocation, a private vec4 sum
+// lora_up_rows     (O % 4 == 0) y vec4; one (n, o..o+3) per invocation
+// lora_grad_b_rows (O % 4 == 0) dy vec4; one (r, o..o+3) per invocation
+// lora_grad_a_rows (I % 4 == 0) x, da vec4; one (r, i..i+3) per invocation
+// lora_grad_x_rows (I % 4 == 0) a, dx vec4; one (n, i..i+3) per invocation
+// The last four add in the GPU kernels' order; the first two reorder the sum.
 
 struct LoraParams {
     n: u32, i: u32, o: u32, r: u32,
@@ -180,4 +192,142 @@ fn lora_grad_x(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup
     var acc = 0.0;
     for (var r = 0u; r < p.r; r++) { acc += gx_du[n * p.r + r] * gx_a[r * p.i + i]; }
     gx_dx[k] = gx_dx[k] + f * acc;
+}
+
+// ---------------------------------------------------------------------------- CPU variants
+const LR: u32 = 16u;  // invocations per workgroup
+
+@group(0) @binding(0) var<uniform> p_dr: LoraParams;
+@group(0) @binding(1) var<storage, read> dr_x: array<vec4<f32>>;
+@group(0) @binding(2) var<storage, read> dr_a: array<vec4<f32>>;
+@group(0) @binding(3) var<storage, read_write> dr_u: array<f32>;
+
+@compute @workgroup_size(LR)
+fn lora_down_rows(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>) {
+    let p = p_dr;
+    let k = gid.x + gid.y * nw.x * LR;  // = n * R + r
+    if (k >= p.n * p.r) { return; }
+    let n = k / p.r;
+    let r = k % p.r;
+    let I4 = p.i / 4u;
+    var acc = vec4<f32>(0.0);
+    if (p.keep_threshold == 0u) {   // no dropout: a loop without the branch
+        for (var i = 0u; i < I4; i++) { acc += dr_x[n * I4 + i] * dr_a[r * I4 + i]; }
+    } else {
+        for (var i = 0u; i < I4; i++) { acc += dr_x[n * I4 + i] * keep4(p, n * p.i + 4u * i) * dr_a[r * I4 + i]; }
+    }
+    dr_u[k] = (acc.x + acc.y) + (acc.z + acc.w);
+}
+
+@group(0) @binding(0) var<uniform> p_gur: LoraParams;
+@group(0) @binding(1) var<storage, read> gur_dy: array<vec4<f32>>;
+@group(0) @binding(2) var<storage, read> gur_b: array<f32>;
+@group(0) @binding(3) var<storage, read_write> gur_du: array<f32>;
+
+@compute @workgroup_size(LR)
+fn lora_grad_u_rows(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>) {
+    let p = p_gur;
+    let k = gid.x + gid.y * nw.x * LR;  // = n * R + r
+    if (k >= p.n * p.r) { return; }
+    let n = k / p.r;
+    let r = k % p.r;
+    let O4 = p.o / 4u;
+    var acc = vec4<f32>(0.0);
+    for (var o = 0u; o < O4; o++) {
+        let j = 4u * o * p.r + r;
+        acc += gur_dy[n * O4 + o] * vec4<f32>(gur_b[j], gur_b[j + p.r], gur_b[j + 2u * p.r], gur_b[j + 3u * p.r]);
+    }
+    gur_du[k] = p.scale * ((acc.x + acc.y) + (acc.z + acc.w));
+}
+
+@group(0) @binding(0) var<uniform> p_upr: LoraParams;
+@group(0) @binding(1) var<storage, read> upr_u: array<f32>;
+@group(0) @binding(2) var<storage, read> upr_b: array<f32>;
+@group(0) @binding(3) var<storage, read_write> upr_y: array<vec4<f32>>;
+
+@compute @workgroup_size(LR)
+fn lora_up_rows(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>) {
+    let p = p_upr;
+    let O4 = p.o / 4u;
+    let k = gid.x + gid.y * nw.x * LR;  // = n * O/4 + o/4
+    if (k >= p.n * O4) { return; }
+    let n = k / O4;
+    let j = 4u * (k % O4) * p.r;        // b[o, 0]
+    var acc = vec4<f32>(0.0);
+    for (var r = 0u; r < p.r; r++) {
+        acc += upr_u[n * p.r + r] * vec4<f32>(upr_b[j + r], upr_b[j + p.r + r], upr_b[j + 2u * p.r + r],
+                                            upr_b[j + 3u * p.r + r]);
+    }
+    upr_y[k] = upr_y[k] + p.scale * acc;
+}
+
+@group(0) @binding(0) var<uniform> p_gbr: LoraParams;
+@group(0) @binding(1) var<storage, read> gbr_dy: array<vec4<f32>>;
+@group(0) @binding(2) var<storage, read> gbr_u: array<f32>;
+@group(0) @binding(3) var<storage, read_write> gbr_db: array<f32>;
+
+@compute @workgroup_size(LR)
+fn lora_grad_b_rows(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>) {
+    let p = p_gbr;
+    let O4 = p.o / 4u;
+    let k = gid.x + gid.y * nw.x * LR;  // = r * O/4 + o/4
+    if (k >= p.r * O4) { return; }
+    let r = k / O4;
+    let o4 = k % O4;
+    var acc = vec4<f32>(0.0);
+    for (var n = 0u; n < p.n; n++) { acc += gbr_dy[n * O4 + o4] * gbr_u[n * p.r + r]; }
+    let j = 4u * o4 * p.r + r;
+    gbr_db[j] = gbr_db[j] + p.scale * acc.x;
+    gbr_db[j + p.r] = gbr_db[j + p.r] + p.scale * acc.y;
+    gbr_db[j + 2u * p.r] = gbr_db[j + 2u * p.r] + p.scale * acc.z;
+    gbr_db[j + 3u * p.r] = gbr_db[j + 3u * p.r] + p.scale * acc.w;
+}
+
+// keep_factor of elements idx .. idx+3
+fn keep4(p: LoraParams, idx: u32) -> vec4<f32> {
+    if (p.keep_threshold == 0u) { return vec4<f32>(1.0); }
+    return vec4<f32>(keep_factor(p, idx), keep_factor(p, idx + 1u), keep_factor(p, idx + 2u), keep_factor(p, idx + 3u));
+}
+
+@group(0) @binding(0) var<uniform> p_gar: LoraParams;
+@group(0) @binding(1) var<storage, read> gar_du: array<f32>;
+@group(0) @binding(2) var<storage, read> gar_x: array<vec4<f32>>;
+@group(0) @binding(3) var<storage, read_write> gar_da: array<vec4<f32>>;
+
+@compute @workgroup_size(LR)
+fn lora_grad_a_rows(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>) {
+    let p = p_gar;
+    let I4 = p.i / 4u;
+    let k = gid.x + gid.y * nw.x * LR;  // = r * I/4 + i/4
+    if (k >= p.r * I4) { return; }
+    let r = k / I4;
+    let i4 = k % I4;
+    var acc = vec4<f32>(0.0);
+    if (p.keep_threshold == 0u) {   // no dropout: a loop without the branch
+        for (var n = 0u; n < p.n; n++) { acc += gar_du[n * p.r + r] * gar_x[n * I4 + i4]; }
+    } else {
+        for (var n = 0u; n < p.n; n++) {
+            acc += gar_du[n * p.r + r] * gar_x[n * I4 + i4] * keep4(p, n * p.i + 4u * i4);
+        }
+    }
+    gar_da[k] = gar_da[k] + acc;
+}
+
+@group(0) @binding(0) var<uniform> p_gxr: LoraParams;
+@group(0) @binding(1) var<storage, read> gxr_du: array<f32>;
+@group(0) @binding(2) var<storage, read> gxr_a: array<vec4<f32>>;
+@group(0) @binding(3) var<storage, read_write> gxr_dx: array<vec4<f32>>;
+
+@compute @workgroup_size(LR)
+fn lora_grad_x_rows(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>) {
+    let p = p_gxr;
+    let I4 = p.i / 4u;
+    let k = gid.x + gid.y * nw.x * LR;  // = n * I/4 + i/4
+    if (k >= p.n * I4) { return; }
+    let n = k / I4;
+    let i4 = k % I4;
+    var acc = vec4<f32>(0.0);
+    for (var r = 0u; r < p.r; r++) { acc += gxr_du[n * p.r + r] * gxr_a[r * I4 + i4]; }
+    let f = keep4(p, 4u * k);
+    gxr_dx[k] = gxr_dx[k] + f * acc;
 }

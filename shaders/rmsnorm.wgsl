@@ -10,6 +10,12 @@
 //   0 params RmsBackwardParams {N, C, accumulate} | 1 dy[N, C] read | 2 x[N, C] read |
 //   3 w[C] read | 4 rstd[N] read | 5 dx[N, C] read_write
 // dispatch (both): one workgroup (256) per row: N workgroups split over x, y
+//
+// CPU variants (Device.kind "cpu", C % 4 == 0): rmsnorm_forward_rows, rmsnorm_backward_rows,
+//   the same bindings seen as vec4 (rstd[N] stays scalar); one row per invocation, RR rows
+//   per workgroup: ceil(N / RR) workgroups split over x, y. A CPU runs a workgroup as a loop
+//   on one thread, SIMD across invocations, so the row's sum is a private vec4 and there
+//   are no barriers. The sums are ordered differently from the GPU kernels' tree.
 
 struct RmsParams { n: u32, c: u32, eps: f32 };
 @group(0) @binding(0) var<uniform> p: RmsParams;
@@ -55,5 +61,50 @@ fn rmsnorm_backward(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(work
     for (var c = lid; c < C; c += WG) {
         let g = r * (rn_w[c] * rn_dy[base + c] - rn_x[base + c] * k);
         if (rn_p.accumulate != 0u) { rn_dx[base + c] = rn_dx[base + c] + g; } else { rn_dx[base + c] = g; }
+    }
+}
+
+// ---------------------------------------------------------------------------- CPU variants
+const RR: u32 = 16u;  // rows (invocations) per workgroup
+
+@group(0) @binding(0) var<uniform> rr_p: RmsParams;
+@group(0) @binding(1) var<storage, read> rr_x: array<vec4<f32>>;
+@group(0) @binding(2) var<storage, read> rr_w: array<vec4<f32>>;
+@group(0) @binding(3) var<storage, read_write> rr_y: array<vec4<f32>>;
+@group(0) @binding(4) var<storage, read_write> rr_rstd: array<f32>;
+
+@compute @workgroup_size(RR)
+fn rmsnorm_forward_rows(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>) {
+    let n = gid.x + gid.y * nw.x * RR;
+    if (n >= rr_p.n) { return; }
+    let C4 = rr_p.c / 4u;
+    let base = n * C4;
+    var acc = vec4<f32>(0.0);
+    for (var c = 0u; c < C4; c++) { let v = rr_x[base + c]; acc += v * v; }
+    let r = inverseSqrt((acc.x + acc.y + acc.z + acc.w) / f32(rr_p.c) + rr_p.eps);
+    for (var c = 0u; c < C4; c++) { rr_y[base + c] = rr_w[c] * (rr_x[base + c] * r); }
+    rr_rstd[n] = r;
+}
+
+@group(0) @binding(0) var<uniform> rb_p: RmsBackwardParams;
+@group(0) @binding(1) var<storage, read> rb_dy: array<vec4<f32>>;
+@group(0) @binding(2) var<storage, read> rb_x: array<vec4<f32>>;
+@group(0) @binding(3) var<storage, read> rb_w: array<vec4<f32>>;
+@group(0) @binding(4) var<storage, read> rb_rstd: array<f32>;
+@group(0) @binding(5) var<storage, read_write> rb_dx: array<vec4<f32>>;
+
+@compute @workgroup_size(RR)
+fn rmsnorm_backward_rows(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>) {
+    let n = gid.x + gid.y * nw.x * RR;
+    if (n >= rb_p.n) { return; }
+    let C4 = rb_p.c / 4u;
+    let base = n * C4;
+    var acc = vec4<f32>(0.0);
+    for (var c = 0u; c < C4; c++) { acc += rb_w[c] * rb_dy[base + c] * rb_x[base + c]; }
+    let r = rb_rstd[n];
+    let k = r * r * (acc.x + acc.y + acc.z + acc.w) / f32(rb_p.c);
+    for (var c = 0u; c < C4; c++) {
+        let g = r * (rb_w[c] * rb_dy[base + c] - rb_x[base + c] * k);
+        if (rb_p.accumulate != 0u) { rb_dx[base + c] = rb_dx[base + c] + g; } else { rb_dx[base + c] = g; }
     }
 }

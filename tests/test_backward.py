@@ -248,28 +248,35 @@ def test_dropout_mask_rate():
 
 
 # ----------------------------------------------------------------------------- kernels vs numpy
-@pytest.mark.parametrize("N,V", [(3, 1), (5, 300), (2, 1029), (2, 128256)])
-def test_cross_entropy(run_case, N, V):
+KINDS = ["gpu", "cpu"]   # the kernel variants (Device.kind); the CPU ones need widths % 4 == 0, else fall back
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("N,V", [(3, 1), (5, 300), (2, 1029), (2, 128256), (17, 8), (1, 4), (40, 516)])
+def test_cross_entropy(run_case, N, V, kind):
     rng = np.random.default_rng(N * V)
     z = f32(rng.normal(size=(N, V)) * 3)
     tgt = rng.integers(0, V, size=N)
     tgt[1 % N] = -100
     r = run_case("backward_cases", "case_cross_entropy", logits=L(z), targets=tgt.tolist(), N=N, V=V,
-                 grad_scale=0.125, loss_sum0=1.5)
+                 grad_scale=0.125, loss_sum0=1.5, kind=kind)
     losses, d = ce_ref(z, tgt, 0.125)
     assert_close(r["losses"], losses, 1e-5, "losses")
     assert_close(r["dlogits"], d, 1e-5, "dlogits")
     assert abs(r["loss_sum"] - (1.5 + losses.sum())) <= 1e-5 * (1.5 + losses.sum())
 
 
-@pytest.mark.parametrize("N,I,O,R,p", [(1, 5, 3, 1, 0.0), (7, 70, 33, 4, 0.0), (6, 300, 17, 8, 0.4)])
-def test_lora(run_case, N, I, O, R, p):
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("N,I,O,R,p", [(1, 5, 3, 1, 0.0), (7, 70, 33, 4, 0.0), (6, 300, 17, 8, 0.4),
+                                        (17, 12, 8, 3, 0.2), (33, 64, 20, 1, 0.0), (1, 4, 4, 1, 0.0),
+                                        (19, 36, 60, 8, 0.0)])
+def test_lora(run_case, N, I, O, R, p, kind):
     rng = np.random.default_rng(N + I + O + R)
     x, a, b, dy = (f32(rng.normal(size=s)) for s in ((N, I), (R, I), (O, R), (N, O)))
     y0, da0, db0, dx0 = (f32(rng.normal(size=s)) for s in ((N, O), (R, I), (O, R), (N, I)))
     scale = 16.0 / R
     r = run_case("backward_cases", "case_lora", x=L(x), a=L(a), b=L(b), dy=L(dy), y0=L(y0), da0=L(da0),
-                 db0=L(db0), dx0=L(dx0), N=N, I=I, O=O, R=R, scale=scale, p=p, seed=99, step=3)
+                 db0=L(db0), dx0=L(dx0), N=N, I=I, O=O, R=R, scale=scale, p=p, seed=99, step=3, kind=kind)
     keep = dropout_factor(99, 3, p, (N, I))
     u, y, da, db, du, dx = lora_ref(x.astype(np.float64), a, b, dy, scale, keep)
     assert_close(r["u"], u, 1e-5, "u")
@@ -282,14 +289,16 @@ def test_lora(run_case, N, I, O, R, p):
         assert (np.array(r["dx"]) == dx0.ravel()).any()   # dropped elements get nothing
 
 
-@pytest.mark.parametrize("N,C,acc", [(1, 1, False), (3, 257, True), (4, 600, False)])
-def test_rmsnorm_backward(run_case, N, C, acc):
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("N,C,acc", [(1, 1, False), (3, 257, True), (4, 600, False), (1, 4, True),
+                                      (17, 12, False), (40, 128, True)])
+def test_rmsnorm_backward(run_case, N, C, acc, kind):
     rng = np.random.default_rng(C)
     dy, x, dx0 = (f32(rng.normal(size=(N, C))) for _ in range(3))
     w = f32(rng.normal(size=C))
     rstd = f32(1 / np.sqrt((x.astype(np.float64) ** 2).mean(1) + 1e-5))
     r = run_case("backward_cases", "case_rmsnorm_backward", dy=L(dy), x=L(x), w=L(w), rstd=L(rstd), dx0=L(dx0),
-                 N=N, C=C, accumulate=acc)
+                 N=N, C=C, accumulate=acc, kind=kind)
     want = rmsnorm_backward_ref(dy.astype(np.float64), x, w, rstd.astype(np.float64))
     terms = np.abs(rstd[:, None] * w * dy).max()   # C = 1: dx is a cancellation, ~eps/x^2 of the terms
     assert_close(np.array(r) - (dx0.ravel() if acc else 0), want, 1e-5, "rmsnorm dx", scale=terms)
@@ -429,7 +438,8 @@ def test_decoder_layer_backward_composes(run_case, B, T, H, Hkv, D, p):
         assert_close(got[name], want[name], 1e-5, name)
 
 
-def test_head_backward_composes(run_case):
+@pytest.mark.parametrize("kind", KINDS)
+def test_head_backward_composes(run_case, kind):
     """final norm -> lm_head (tied embedding) -> masked mean cross-entropy, vs torch."""
     rng = np.random.default_rng(3)
     N, C, V = 10, 24, 517
@@ -444,7 +454,7 @@ def test_head_backward_composes(run_case):
     rstd = torch.rsqrt(h.detach().pow(2).mean(-1) + 1e-5)
     r = run_case("backward_cases", "case_head_backward", logits=L(logits.detach().numpy()), targets=tgt.tolist(),
                  h=L(h.detach().numpy()), w_norm=L(w), rstd=L(rstd.numpy()), emb=L(emb), N=N, C=C, V=V,
-                 grad_scale=1.0 / n_valid)
+                 grad_scale=1.0 / n_valid, kind=kind)
     assert abs(r["loss_sum"] - loss.item()) <= 1e-5 * loss.item()
     assert_close(r["dh"], h.grad.numpy(), 1e-5, "dh")
 

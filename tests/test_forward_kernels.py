@@ -4,7 +4,8 @@ per invocation for "cpu", and the few-rows kernel used for decoding), and the te
 one with its reduction split over workgroups (splitk.wgsl), against numpy, natively
 and in Chromium. The ternary matmul sums integers, which f32 holds exactly, so its
 kernels must agree bit for bit with each other and with float64 numpy up to the
-final scaling."""
+final scaling. Also the row-wise forward kernels (rmsnorm.wgsl, bitlinear.wgsl's
+actquant), each variant."""
 import numpy as np
 import pytest
 
@@ -71,3 +72,31 @@ def test_attention_forward(run_case, B, T, H, Hkv, D, kind):
     out = np.einsum("bhts,bshd->bthd", np.exp(s - lse[..., None]), v4)
     assert_close(r["out"], out.reshape(N, H * D), 1e-5, "out")
     assert_close(r["lse"], lse.transpose(0, 2, 1).reshape(N, H), 1e-5, "lse")
+
+
+KINDS = ["gpu", "cpu"]   # the kernel variants (Device.kind); the CPU ones need widths % 4 == 0, else fall back
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("N,C", [(1, 1), (3, 257), (1, 4), (17, 12), (40, 128), (5, 600)])
+def test_rmsnorm_forward(run_case, N, C, kind):
+    rng = np.random.default_rng(N + C)
+    x, w = f32(rng.normal(size=(N, C)) * 3), f32(rng.normal(1.0, 0.3, size=C))
+    r = run_case("forward_cases", "case_rmsnorm_forward", x=L(x), w=L(w), N=N, C=C, eps=1e-5, kind=kind)
+    rstd = 1 / np.sqrt((x.astype(np.float64) ** 2).mean(1) + 1e-5)
+    assert_close(r["rstd"], rstd, 1e-6, "rstd")
+    assert_close(r["y"], w * (x * rstd[:, None]), 1e-6, "y")
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("N,I", [(1, 1), (3, 257), (1, 4), (17, 12), (40, 128), (5, 600)])
+def test_actquant_forward(run_case, N, I, kind):
+    rng = np.random.default_rng(N * I)
+    x = f32(rng.normal(size=(N, I)) * rng.uniform(0.01, 10.0, size=(N, 1)))
+    if N > 2:
+        x[0, :] = 0.0                                # an all-zero row: s = 127 / 1e-5
+    r = run_case("forward_cases", "case_actquant_forward", x=L(x), N=N, I=I, kind=kind)
+    s = f32(r["s"])
+    assert_close(s, 127.0 / np.maximum(np.abs(x.astype(np.float64)).max(1), 1e-5), 1e-6, "s")
+    want = np.clip(np.round(f32(x * s[:, None])), -128, 127)   # round half to even, from the kernel's s
+    assert np.array_equal(f32(r["xq"]).reshape(N, I), want), np.abs(f32(r["xq"]).reshape(N, I) - want).max()

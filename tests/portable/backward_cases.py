@@ -4,6 +4,7 @@ records the op, and returns the outputs as lists. The pytest side (tests/test_ba
 builds the inputs and compares with numpy / torch. Standard library + bitlora only.
 """
 import array
+import contextlib
 
 from bitlora import ops
 from bitlora.ops import attention, bitlinear, linear, lora, relu2, rmsnorm, rope
@@ -33,35 +34,48 @@ async def _get(dev, buf, n):
     return list(out)
 
 
-async def case_cross_entropy(dev, logits, targets, N, V, grad_scale, loss_sum0=0.0):
+@contextlib.contextmanager
+def _kind(dev, kind):
+    """Record with dev.kind = kind ("gpu" or "cpu": the ops pick their variant from it)."""
+    kind0, dev.kind = dev.kind, kind
+    try:
+        yield
+    finally:
+        dev.kind = kind0
+
+
+async def case_cross_entropy(dev, logits, targets, N, V, grad_scale, loss_sum0=0.0, kind="gpu"):
     await _prepare(dev)
     lg = _f32(dev, logits, "logits")
     tg = _i32(dev, targets, "targets")
     ls = dev.buffer(4 * N, "losses")
     sm = _f32(dev, [loss_sum0], "loss_sum")
-    ce.cross_entropy_forward_backward(dev, lg, tg, ls, N, V, grad_scale)
-    ce.cross_entropy_sum(dev, ls, sm, N)
+    with _kind(dev, kind):
+        ce.cross_entropy_forward_backward(dev, lg, tg, ls, N, V, grad_scale)
+        ce.cross_entropy_sum(dev, ls, sm, N)
     return {"dlogits": await _get(dev, lg, N * V), "losses": await _get(dev, ls, N),
             "loss_sum": (await _get(dev, sm, 1))[0]}
 
 
-async def case_lora(dev, x, a, b, dy, y0, da0, db0, dx0, N, I, O, R, scale, p=0.0, seed=0, step=0):
+async def case_lora(dev, x, a, b, dy, y0, da0, db0, dx0, N, I, O, R, scale, p=0.0, seed=0, step=0, kind="gpu"):
     await _prepare(dev)
     s = lora.LoraShape(N, I, O, R, scale, p, seed, step)
     bx, ba, bb, bdy = _f32(dev, x, "x"), _f32(dev, a, "a"), _f32(dev, b, "b"), _f32(dev, dy, "dy")
     by, bda, bdb, bdx = _f32(dev, y0, "y"), _f32(dev, da0, "da"), _f32(dev, db0, "db"), _f32(dev, dx0, "dx")
     bu, bdu = dev.buffer(4 * N * R, "u"), dev.buffer(4 * N * R, "du")
-    lora.lora_forward(dev, s, bx, ba, bb, bu, by)
-    lora.lora_backward(dev, s, bdy, bx, ba, bb, bu, bda, bdb, bdu, bdx)
+    with _kind(dev, kind):
+        lora.lora_forward(dev, s, bx, ba, bb, bu, by)
+        lora.lora_backward(dev, s, bdy, bx, ba, bb, bu, bda, bdb, bdu, bdx)
     return {"y": await _get(dev, by, N * O), "u": await _get(dev, bu, N * R), "da": await _get(dev, bda, R * I),
             "db": await _get(dev, bdb, O * R), "du": await _get(dev, bdu, N * R), "dx": await _get(dev, bdx, N * I)}
 
 
-async def case_rmsnorm_backward(dev, dy, x, w, rstd, dx0, N, C, accumulate):
+async def case_rmsnorm_backward(dev, dy, x, w, rstd, dx0, N, C, accumulate, kind="gpu"):
     await _prepare(dev)
     bdx = _f32(dev, dx0, "dx")
-    rmsnorm.rmsnorm_backward(dev, _f32(dev, dy, "dy"), _f32(dev, x, "x"), _f32(dev, w, "w"),
-                             _f32(dev, rstd, "rstd"), bdx, N, C, accumulate)
+    with _kind(dev, kind):
+        rmsnorm.rmsnorm_backward(dev, _f32(dev, dy, "dy"), _f32(dev, x, "x"), _f32(dev, w, "w"),
+                                 _f32(dev, rstd, "rstd"), bdx, N, C, accumulate)
     return await _get(dev, bdx, N * C)
 
 
@@ -193,18 +207,19 @@ async def case_layer_backward(dev, dims, saved, weights, lora_cfg, dh_out):
             "db_v": await _get(dev, db_v, Hkv * D * R)}
 
 
-async def case_head_backward(dev, logits, targets, h, w_norm, rstd, emb, N, C, V, grad_scale):
+async def case_head_backward(dev, logits, targets, h, w_norm, rstd, emb, N, C, V, grad_scale, kind="gpu"):
     """The model's head backward: cross-entropy -> lm_head (dense, e.g. the tied
     embedding E[V, C]) -> final RMSNorm, chained. Returns dh[N, C] and the loss sum."""
     await _prepare(dev)
     lg, tg, ls = _f32(dev, logits, "logits"), _i32(dev, targets, "targets"), dev.buffer(4 * N, "losses")
     total = dev.buffer(4, "loss_sum")
     d_hn, dh = dev.buffer(4 * N * C, "d_hn"), dev.buffer(4 * N * C, "dh")
-    ce.cross_entropy_forward_backward(dev, lg, tg, ls, N, V, grad_scale)
-    ce.cross_entropy_sum(dev, ls, total, N)
-    linear.linear_backward_input(dev, lg, _f32(dev, emb, "emb"), d_hn, N, C, V)
-    rmsnorm.rmsnorm_backward(dev, d_hn, _f32(dev, h, "h"), _f32(dev, w_norm, "w_norm"), _f32(dev, rstd, "rstd"),
-                             dh, N, C)
+    with _kind(dev, kind):
+        ce.cross_entropy_forward_backward(dev, lg, tg, ls, N, V, grad_scale)
+        ce.cross_entropy_sum(dev, ls, total, N)
+        linear.linear_backward_input(dev, lg, _f32(dev, emb, "emb"), d_hn, N, C, V)
+        rmsnorm.rmsnorm_backward(dev, d_hn, _f32(dev, h, "h"), _f32(dev, w_norm, "w_norm"),
+                                 _f32(dev, rstd, "rstd"), dh, N, C)
     return {"dh": await _get(dev, dh, N * C), "loss_sum": (await _get(dev, total, 1))[0]}
 
 

@@ -1,9 +1,11 @@
 """Portable cases for the forward matmul kernels (shaders/bitlinear.wgsl and
 linear.wgsl): each entry point (the 64 x 64 tiled one and the few-rows one) run on
 the same inputs, so the pytest side (tests/test_forward_kernels.py) can compare both
-with numpy and with each other. Standard library + bitlora only.
+with numpy and with each other; and for the row-wise forward kernels (RMSNorm, the
+activation quantiser) per kernel variant. Standard library + bitlora only.
 """
 import array
+import contextlib
 
 from bitlora import ops
 from bitlora.ops import bitlinear, linear
@@ -95,3 +97,32 @@ async def case_attention_forward(dev, q, k, v, B, T, H, Hkv, D, kind="gpu"):
     finally:
         dev.kind = kind0
     return {"out": await _get(dev, out, N * H * D), "lse": await _get(dev, lse, N * H)}
+
+
+@contextlib.contextmanager
+def _kind(dev, kind):
+    """Record with dev.kind = kind ("gpu" or "cpu": the ops pick their variant from it)."""
+    kind0, dev.kind = dev.kind, kind
+    try:
+        yield
+    finally:
+        dev.kind = kind0
+
+
+async def case_rmsnorm_forward(dev, x, w, N, C, eps, kind):
+    """y[N, C] and rstd[N] of ops.rmsnorm.rmsnorm_forward with the `kind` variant."""
+    await _prepare(dev)
+    from bitlora.ops.rmsnorm import rmsnorm_forward
+    y, rstd = dev.buffer(4 * N * C, "y"), dev.buffer(4 * N, "rstd")
+    with _kind(dev, kind):
+        rmsnorm_forward(dev, _buf(dev, "f", x, "x"), _buf(dev, "f", w, "w"), y, rstd, N, C, eps)
+    return {"y": await _get(dev, y, N * C), "rstd": await _get(dev, rstd, N)}
+
+
+async def case_actquant_forward(dev, x, N, I, kind):
+    """xq[N, I] and s[N] of ops.bitlinear.actquant_forward with the `kind` variant."""
+    await _prepare(dev)
+    xq, s = dev.buffer(4 * N * I, "xq"), dev.buffer(4 * N, "s")
+    with _kind(dev, kind):
+        bitlinear.actquant_forward(dev, _buf(dev, "f", x, "x"), xq, s, N, I)
+    return {"xq": await _get(dev, xq, N * I), "s": await _get(dev, s, N)}

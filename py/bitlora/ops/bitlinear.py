@@ -23,7 +23,7 @@ def kernel_specs(table_dtype: str = "f32", training: bool = False, kind: str | N
     if kind in (None, "gpu"):
         specs += [(SHADER, "bitlinear_forward")] + ([(SHADER, "bitlinear_backward_input")] if training else [])
         specs += splitk.kernel_specs()
-    return specs + _cpu_matmul_specs(training, kind)
+    return specs + _cpu_matmul_specs(training, kind) + actquant_specs(kind)
 
 
 # -- CPU matmuls (Device.kind "cpu"): 8 rows x 16 outputs per invocation, no split-K --
@@ -57,11 +57,26 @@ def scratch_floats(N: int, I: int, O: int, kind: str = "gpu") -> int:
     return max(fwd, splitk.floats(backward_input_plan(N, I, O)[0], N, I))
 
 
+# ---------------------------------------------------------------- actquant
+AQR = 16  # rows per workgroup of actquant_forward_rows (bitlinear.wgsl AQR)
+
+
+def actquant_specs(kind: str | None = None) -> list:
+    """actquant_forward's CPU variant, unless kind is "gpu" (kernel_specs lists the GPU
+    kernel always: on a CPU it is the fallback where I % 4 != 0)."""
+    return [] if kind == "gpu" else [(SHADER, "actquant_forward_rows")]
+
+
 def actquant_forward(dev, x, xq, s, N: int, I: int) -> None:
-    """x[N, I] -> xq[N, I] (integers -128..127 as f32), s[N] = 127 / max|x[n]|."""
+    """x[N, I] -> xq[N, I] (integers -128..127 as f32), s[N] = 127 / max|x[n]|.
+    On a CPU (dev.kind) with I % 4 == 0: one row per invocation (same results)."""
     for b, n, what in ((x, N * I, "x"), (xq, N * I, "xq"), (s, N, "s")):
         need(b, n, what, "actquant_forward")
-    dev.dispatch(dev.prepared(SHADER, "actquant_forward"), [x, xq, s], groups=N, params=ACTQUANT.pack(N, I))
+    if dev.kind == "cpu" and I % 4 == 0:
+        dev.dispatch(dev.prepared(SHADER, "actquant_forward_rows"), [x, xq, s], groups=-(-N // AQR),
+                     params=ACTQUANT.pack(N, I))
+    else:
+        dev.dispatch(dev.prepared(SHADER, "actquant_forward"), [x, xq, s], groups=N, params=ACTQUANT.pack(N, I))
 
 
 def bitlinear_forward(dev, xq, s, w_packed, scale: float, y, N: int, I: int, O: int,

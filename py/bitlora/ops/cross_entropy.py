@@ -14,10 +14,16 @@ from ._uniform import Uniform
 SHADER = "cross_entropy.wgsl"
 FORWARD_BACKWARD = Uniform("CrossEntropyParams", "n:u32 v:u32 grad_scale:f32")
 SUM = Uniform("CrossEntropySumParams", "n:u32")
+CER = 16  # rows per workgroup of cross_entropy_forward_backward_rows (cross_entropy.wgsl CER)
 
 
 def kernel_specs(table_dtype: str = "f32", training: bool = False, kind: str | None = None) -> list:
-    return [(SHADER, "cross_entropy_forward_backward"), (SHADER, "cross_entropy_sum")] if training else []
+    """The GPU kernels always (on a CPU the fallback where V % 4 != 0), the CPU variants
+    unless kind is "gpu"."""
+    if not training:
+        return []
+    cpu = ["cross_entropy_forward_backward_rows", "cross_entropy_sum_serial"] if kind != "gpu" else []
+    return [(SHADER, e) for e in ["cross_entropy_forward_backward", "cross_entropy_sum"] + cpu]
 
 
 def cross_entropy_forward_backward(dev, logits, targets, losses, N: int, V: int, grad_scale: float) -> None:
@@ -25,12 +31,15 @@ def cross_entropy_forward_backward(dev, logits, targets, losses, N: int, V: int,
     logits[n, :] <- grad_scale * (softmax - onehot(t)) (0 for masked rows)."""
     for b, n, what in ((logits, N * V, "logits"), (targets, N, "targets"), (losses, N, "losses")):
         need(b, n, what, "cross_entropy_forward_backward")
-    dev.dispatch(dev.prepared(SHADER, "cross_entropy_forward_backward"), [logits, targets, losses], groups=N,
-                 params=FORWARD_BACKWARD.pack(N, V, grad_scale))
+    rows = dev.kind == "cpu" and V % 4 == 0
+    dev.dispatch(dev.prepared(SHADER, "cross_entropy_forward_backward_rows" if rows else
+                              "cross_entropy_forward_backward"), [logits, targets, losses],
+                 groups=-(-N // CER) if rows else N, params=FORWARD_BACKWARD.pack(N, V, grad_scale))
 
 
 def cross_entropy_sum(dev, losses, loss_sum, N: int) -> None:
-    """Record loss_sum[0] += sum(losses[N]) (one workgroup)."""
+    """Record loss_sum[0] += sum(losses[N]) (one workgroup; on a CPU one invocation)."""
     need(losses, N, "losses", "cross_entropy_sum")
     need(loss_sum, 1, "loss_sum", "cross_entropy_sum")
-    dev.dispatch(dev.prepared(SHADER, "cross_entropy_sum"), [losses, loss_sum], groups=1, params=SUM.pack(N))
+    entry = "cross_entropy_sum_serial" if dev.kind == "cpu" else "cross_entropy_sum"
+    dev.dispatch(dev.prepared(SHADER, entry), [losses, loss_sum], groups=1, params=SUM.pack(N))

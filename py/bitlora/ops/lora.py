@@ -20,10 +20,14 @@ PARAMS = Uniform("LoraParams", "n:u32 i:u32 o:u32 r:u32 scale:f32 keep_threshold
 WG = 256
 FORWARD_ENTRIES = ("lora_down", "lora_up")
 BACKWARD_ENTRIES = ("lora_grad_b", "lora_grad_u", "lora_grad_a", "lora_grad_x")
+LR = 16  # invocations per workgroup of the CPU variants (lora.wgsl LR)
 
 
 def kernel_specs(table_dtype: str = "f32", training: bool = False, kind: str | None = None) -> list:
-    return [(SHADER, e) for e in FORWARD_ENTRIES + (BACKWARD_ENTRIES if training else ())]
+    """The GPU kernels always (on a CPU they are the fallback where I or O % 4 != 0),
+    the CPU variants (*_rows) unless kind is "gpu"."""
+    entries = FORWARD_ENTRIES + (BACKWARD_ENTRIES if training else ())
+    return [(SHADER, e) for e in entries] + ([(SHADER, e + "_rows") for e in entries] if kind != "gpu" else [])
 
 
 @dataclass(frozen=True)
@@ -49,7 +53,22 @@ class LoraShape:
                            self.seed & 0xFFFFFFFF, self.step & 0xFFFFFFFF)
 
 
-def _run(dev, entry: str, s: LoraShape, bufs: list, groups: int) -> None:
+def _run(dev, entry: str, s: LoraShape, bufs: list) -> None:
+    """Record `entry`, or on a CPU (dev.kind) its *_rows variant where its vec4 width
+    (I or O) is a multiple of 4."""
+    N, I, O, R = s.N, s.I, s.O, s.R
+    gpu_groups, width, cpu_items = {               # cpu_items: invocations of *_rows
+        "lora_down": (N * R, I, N * R),
+        "lora_up": (-(-N * O // WG), O, N * O // 4),
+        "lora_grad_b": (-(-R * O // WG), O, R * O // 4),
+        "lora_grad_u": (N * R, O, N * R),
+        "lora_grad_a": (-(-R * I // WG), I, R * I // 4),
+        "lora_grad_x": (-(-N * I // WG), I, N * I // 4),
+    }[entry]
+    if dev.kind == "cpu" and width % 4 == 0:
+        entry, groups = entry + "_rows", -(-cpu_items // LR)
+    else:
+        groups = gpu_groups
     dev.dispatch(dev.prepared(SHADER, entry), bufs, groups=groups, params=s.params())
 
 
@@ -58,8 +77,8 @@ def lora_forward(dev, s: LoraShape, x, a, b, u, y) -> None:
     for buf, n, what in ((x, s.N * s.I, "x"), (a, s.R * s.I, "a"), (b, s.O * s.R, "b"),
                          (u, s.N * s.R, "u"), (y, s.N * s.O, "y")):
         need(buf, n, what, "lora_forward")
-    _run(dev, "lora_down", s, [x, a, u], s.N * s.R)
-    _run(dev, "lora_up", s, [u, b, y], -(-s.N * s.O // WG))
+    _run(dev, "lora_down", s, [x, a, u])
+    _run(dev, "lora_up", s, [u, b, y])
 
 
 def lora_backward(dev, s: LoraShape, dy, x, a, b, u, da, db, du, dx=None) -> None:
@@ -69,9 +88,9 @@ def lora_backward(dev, s: LoraShape, dy, x, a, b, u, da, db, du, dx=None) -> Non
                          (b, s.O * s.R, "b"), (u, s.N * s.R, "u"), (da, s.R * s.I, "da"),
                          (db, s.O * s.R, "db"), (du, s.N * s.R, "du")):
         need(buf, n, what, "lora_backward")
-    _run(dev, "lora_grad_b", s, [dy, u, db], -(-s.R * s.O // WG))
-    _run(dev, "lora_grad_u", s, [dy, b, du], s.N * s.R)
-    _run(dev, "lora_grad_a", s, [du, x, da], -(-s.R * s.I // WG))
+    _run(dev, "lora_grad_b", s, [dy, u, db])
+    _run(dev, "lora_grad_u", s, [dy, b, du])
+    _run(dev, "lora_grad_a", s, [du, x, da])
     if dx is not None:
         need(dx, s.N * s.I, "dx", "lora_backward")
-        _run(dev, "lora_grad_x", s, [du, a, dx], -(-s.N * s.I // WG))
+        _run(dev, "lora_grad_x", s, [du, a, dx])
