@@ -61,7 +61,7 @@ def test_model_files_bad_then_good_gguf_and_folder_train(browser_session, tiny):
         n_params = L * (2 * C * C + 2 * KV * C + 3 * C * F) + V * C
 
         page.get_by_label("Model folder").set_input_files(str(tiny["hf"]))
-        page.get_by_role("status").filter(has_text="Model loaded: model folder").wait_for(timeout=120_000)
+        page.get_by_role("status").filter(has_text="Model loaded: hf").wait_for(timeout=120_000)
         rows = model_rows(page)
         assert rows["Parameters"] == f"{n_params / 1e6:.2f} M" and rows["Layers"] == str(L), rows
 

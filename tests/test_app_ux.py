@@ -1,0 +1,206 @@
+"""The page as a new user meets it, in headless Chromium with real WebGPU (SwiftShader):
+defaults that train with no load step, radios that show what is loaded, a status
+line that says what to do next (point 1); Stop at a micro-batch boundary and Export
+at any time once a step finished (3); progress within a step (2); the favicon, the
+wide layout and the keyboard (6); fitting the settings to the device (4).
+Screenshots land in test-artifacts/ (git-ignored)."""
+import re
+import time
+
+import pytest
+
+from fixtures.make_tiny import TINY, make_hf
+from test_app import ARTIFACTS, _fill
+from test_app_faults import messages, wait_for
+
+pytestmark = pytest.mark.browser   # headless Chromium: skipped by -m "not browser"
+
+FAST = dict(micro_batch_size=1, grad_accum=1, cutoff_len=64, lr=0.003, warmup_steps=0, save_every=0)
+
+
+def open_page(session, width=1400, height=900):
+    page = session.new_page()
+    page.set_viewport_size({"width": width, "height": height})
+    page.goto(session.server.url + "?test-hooks")
+    page.get_by_role("status").filter(has_text="press Train").wait_for(timeout=120_000)
+    return page
+
+
+def checked(page, name):
+    return page.evaluate("(n) => document.querySelector(`input[name=${n}]:checked`).value", name)
+
+
+def shot(page, name):
+    page.screenshot(path=str(ARTIFACTS / f"ux-{name}.png"), full_page=False)
+
+
+def test_defaults_train_without_a_load_step_and_radios_follow_what_is_loaded(browser_session, tmp_path):
+    """Open the page, press Train: the demo model and dataset load themselves and train.
+    Then a dataset file and a model folder: each selects its own radio, the model is
+    named after its folder, and the status says what to do next."""
+    page = open_page(browser_session)
+    try:
+        status = page.get_by_role("status")
+        assert "the demo model on the demo dataset" in status.text_content()
+        assert checked(page, "model-source") == "demo" and checked(page, "data-source") == "demo"
+        assert page.get_by_role("button", name="Train").is_enabled()
+        shot(page, "1-opened")
+        _fill(page, max_steps=2, **FAST)
+        page.get_by_role("button", name="Train").click()
+        status.filter(has_text="finished").wait_for(timeout=300_000)
+        assert "Export adapter" in status.text_content()                       # says what is next
+        assert page.locator("#chart-loss").get_attribute("data-points") == "2"
+        assert "bitlora demo model" in page.locator("#model-info").text_content()
+        assert "demo dataset" in page.locator("#data-summary").text_content()
+        assert checked(page, "model-source") == "demo" and checked(page, "data-source") == "demo"
+        shot(page, "1-trained-with-defaults")
+
+        data = tmp_path / "mine.json"
+        data.write_text('[{"instruction": "Say hi.", "input": "", "output": "hi"}]')
+        page.get_by_label("Dataset file").set_input_files(str(data))
+        status.filter(has_text="Dataset loaded").wait_for(timeout=60_000)
+        assert checked(page, "data-source") == "file"
+        assert "Press Train" in status.text_content()
+
+        hf = make_hf(tmp_path / "my-bitnet", "online_f32", dims=dict(TINY, max_position_embeddings=256), seed=1)
+        page.get_by_label("Model folder").set_input_files(str(hf))
+        status.filter(has_text="Model loaded: my-bitnet").wait_for(timeout=120_000)
+        assert checked(page, "model-source") == "folder"
+        assert "on mine.json" in status.text_content(), status.text_content()
+        shot(page, "1-folder-and-file")
+
+        bad = tmp_path / "broken.json"
+        bad.write_text("[{")
+        page.get_by_label("Dataset file").set_input_files(str(bad))
+        status.filter(has_text="not JSON").wait_for(timeout=60_000)
+        assert checked(page, "data-source") == "file"                          # still what is loaded
+        page.get_by_label("Built-in demo dataset").click()                    # the radio loads the demo
+        status.filter(has_text=re.compile("Dataset loaded: 360")).wait_for(timeout=60_000)
+        assert checked(page, "data-source") == "demo"
+    finally:
+        page.close()
+
+
+def test_progress_within_a_step_stop_at_a_micro_batch_and_export_at_once(browser_session, tmp_path):
+    """Micro-batch progress moves within 5 s of Train; Export is disabled with a reason
+    until step 1, then downloads within 2 s while step 2 runs; Stop ends the run at the
+    next micro-batch boundary and says so."""
+    page = open_page(browser_session)
+    try:
+        page.get_by_role("button", name="Load demo model").click()
+        page.get_by_role("status").filter(has_text="Model loaded").wait_for(timeout=120_000)
+        _fill(page, **dict(FAST, max_steps=4, grad_accum=4))
+        export = page.get_by_role("button", name="Export adapter")
+        assert export.is_disabled()
+        assert page.locator("#export-why").is_visible()
+        assert "first training step" in page.locator("#export-why").text_content()
+        detail = page.locator("#train-detail")
+        page.get_by_role("button", name="Train").click()
+        t0 = time.monotonic()
+        first = detail.text_content()
+        while detail.text_content() == first:                      # something visible moves
+            assert time.monotonic() - t0 < 5, first
+            page.wait_for_timeout(100)
+        print(f"\nmoved after {time.monotonic() - t0:.1f} s: {first!r} -> {detail.text_content()!r}")
+        page.locator("#train-detail", has_text="micro-batch").wait_for(timeout=120_000)
+        text = detail.text_content()
+        assert re.search(r"Step 1 of 4: micro-batch \d of 4.* tokens done · \d+ s since the step began", text), text
+        shot(page, "2-within-a-step")
+        assert export.is_disabled()
+        wait_for(page, "step", lambda m: m["step"] == 1)
+        assert page.locator("#chart-loss").get_attribute("data-points") == "1"   # the first point, now
+        wait_for(page, "micro", lambda m: m["step"] == 2 and m["micro"] >= 1)   # step 2 is running
+        assert export.is_enabled() and not page.locator("#export-why").is_visible()
+        downloads = []
+        page.on("download", downloads.append)
+        t0 = time.monotonic()
+        export.click()
+        while not downloads:
+            assert time.monotonic() - t0 < 2, "no download within 2 s"
+            page.wait_for_timeout(50)
+        print(f"download after {time.monotonic() - t0:.2f} s while step 2 ran")
+        ex = wait_for(page, "export", lambda m: True)
+        assert ex["step"] == 1
+        page.get_by_role("button", name="Stop").click()
+        page.get_by_role("status").filter(has_text="Stopping after the current micro-batch").wait_for(timeout=10_000)
+        shot(page, "3-stopping")
+        t0 = time.monotonic()
+        page.get_by_role("status").filter(has_text="Stopped after step").wait_for(timeout=120_000)
+        print(f"stopped {time.monotonic() - t0:.1f} s after Stop: {page.get_by_role('status').text_content()!r}")
+        steps = [m["step"] for m in messages(page, "step")]
+        assert steps in ([1], [1, 2]), steps        # stopped inside step 2 (or just after it)
+        assert f"step {steps[-1]} of 4" in page.get_by_role("status").text_content()
+        assert export.is_enabled()
+        shot(page, "3-stopped")
+    finally:
+        page.close()
+
+
+def test_favicon_wide_layout_and_keyboard(browser_session):
+    """No 404 on load (the favicon); at 1400 x 900 the settings, the training controls
+    and the charts are on screen together; the page works from the keyboard."""
+    page = browser_session.new_page()
+    missing = []
+    page.on("response", lambda r: missing.append(r.url) if r.status >= 400 else None)
+    try:
+        page.set_viewport_size({"width": 1400, "height": 900})
+        page.goto(browser_session.server.url)
+        page.get_by_role("status").filter(has_text="press Train").wait_for(timeout=120_000)
+        assert missing == [], missing
+        assert page.evaluate("() => document.querySelector('link[rel=icon]').href").endswith("favicon.svg")
+        page.locator("#settings-h").scroll_into_view_if_needed()
+        shot(page, "6-layout-1400")
+        for sel in ("#settings-h", "#settings [name=lr]", "#train", "#stop", "#export", "#chart-loss",
+                    "#chart-tps"):
+            box = page.locator(sel).bounding_box()
+            assert box and 0 <= box["y"] and box["y"] + min(box["height"], 40) <= 900 and box["x"] + 10 <= 1400, (sel, box)
+        # keyboard: Tab reaches Train; Enter on a focused button acts; Escape closes the banner
+        page.locator("body").focus()
+        for i in range(80):
+            page.keyboard.press("Tab")
+            if page.evaluate("() => document.activeElement.id") == "train":
+                break
+        else:
+            raise AssertionError("Tab never reached Train")
+        print(f"\nTrain is Tab stop {i + 1}")
+        page.locator("#load-demo-data").focus()
+        page.keyboard.press("Enter")
+        page.get_by_role("status").filter(has_text="Dataset loaded").wait_for(timeout=60_000)
+        page.evaluate("() => { document.getElementById('banner').hidden = false; }")
+        page.keyboard.press("Escape")
+        assert page.locator("#banner").is_hidden()
+    finally:
+        page.close()
+
+
+def test_fit_to_device_proposes_and_applies_settings_and_train_says_why(browser_session):
+    """With a 20 MB budget the defaults (micro-batch 4, ~46 MB on the demo) do not fit:
+    Train refuses before allocating anything and says why; Fit to device applies settings
+    that fit, keeping the sequences per step."""
+    page = open_page(browser_session)
+    try:
+        page.get_by_role("button", name="Load demo model").click()
+        page.get_by_role("status").filter(has_text="Model loaded").wait_for(timeout=120_000)
+        page.get_by_role("button", name="Reset to defaults").click()
+        page.get_by_label("GPU memory budget (MB)").fill("20")
+        page.get_by_label("GPU memory budget (MB)").dispatch_event("change")
+        est = page.locator("#memory-estimate", has_text="Too big")
+        est.wait_for(timeout=30_000)
+        print("\n" + est.text_content())
+        assert "over your budget of 20 MB" in est.text_content()
+        page.get_by_role("button", name="Train").click()
+        status = page.get_by_role("status").filter(has_text="not started")
+        status.wait_for(timeout=60_000)
+        assert "over your budget" in status.text_content()
+        res = page.evaluate("() => bitloraTest.run('from bitlora import webapp\\nstr(webapp.S.trainer)', 30000)")
+        assert res["ok"] and res["value"] == "None", res                  # nothing was set up
+        shot(page, "4-does-not-fit")
+        page.get_by_role("button", name="Fit to device").click()
+        page.locator("#memory-estimate:not(.warning)").wait_for(timeout=30_000)
+        mb = int(page.locator("#settings [name=micro_batch_size]").input_value())
+        ga = int(page.locator("#settings [name=grad_accum]").input_value())
+        assert mb < 4 and mb * ga >= 16, (mb, ga)
+        assert page.get_by_role("button", name="Fit to device").is_hidden()
+        shot(page, "4-fitted")
+    finally:
+        page.close()
