@@ -112,7 +112,7 @@ def test_progress_within_a_step_stop_at_a_micro_batch_and_export_at_once(browser
         wait_for(page, "micro", lambda m: m["step"] == 2 and m["micro"] >= 1)   # step 2 is running
         assert export.is_enabled() and not page.locator("#export-why").is_visible()
         downloads = []
-        page.on("download", downloads.append)
+        page.on("download", lambda d: downloads.append(d))
         t0 = time.monotonic()
         export.click()
         while not downloads:
@@ -174,20 +174,22 @@ def test_favicon_wide_layout_and_keyboard(browser_session):
 
 
 def test_fit_to_device_proposes_and_applies_settings_and_train_says_why(browser_session):
-    """With a 20 MB budget the defaults (micro-batch 4, ~46 MB on the demo) do not fit:
+    """With a 12 MB budget the defaults (micro-batch 4: 17 MB on the demo data) do not fit:
     Train refuses before allocating anything and says why; Fit to device applies settings
     that fit, keeping the sequences per step."""
     page = open_page(browser_session)
     try:
         page.get_by_role("button", name="Load demo model").click()
         page.get_by_role("status").filter(has_text="Model loaded").wait_for(timeout=120_000)
+        page.get_by_role("button", name="Load demo dataset").click()     # the estimate uses its longest example
+        page.get_by_role("status").filter(has_text="Dataset loaded").wait_for(timeout=60_000)
         page.get_by_role("button", name="Reset to defaults").click()
-        page.get_by_label("GPU memory budget (MB)").fill("20")
+        page.get_by_label("GPU memory budget (MB)").fill("12")
         page.get_by_label("GPU memory budget (MB)").dispatch_event("change")
         est = page.locator("#memory-estimate", has_text="Too big")
         est.wait_for(timeout=30_000)
         print("\n" + est.text_content())
-        assert "over your budget of 20 MB" in est.text_content()
+        assert "over your budget of 12 MB" in est.text_content()
         page.get_by_role("button", name="Train").click()
         status = page.get_by_role("status").filter(has_text="not started")
         status.wait_for(timeout=60_000)
