@@ -7,12 +7,14 @@ from bitlora.train import Trainer
 CFG = {"max_steps": 2, "micro_batch_size": 1, "grad_accum": 3, "cutoff_len": 64}
 
 
-def test_on_micro_reports_each_micro_batch_and_changes_no_number():
+def test_on_micro_reports_each_micro_batch_and_changes_no_number(tmp_path):
+    out = tmp_path / "out"    # with checkpoints: each step has landed already when one is written
+
     async def go():
         model = await Model.load(str(demo.MODEL_DIR))
         plain = Trainer(model, "demo", CFG)
         await plain.atrain()
-        tr = Trainer(model, "demo", CFG)
+        tr = Trainer(model, "demo", dict(CFG, save_every=1, out=str(out)))
         seen = []
         tr.on_micro, tr.keep_adapter = seen.append, True
         await tr.atrain()

@@ -192,8 +192,9 @@ class Trainer:
                 self._land(await self._finish(pending))
                 pending = None
             if cfg.save_every and self.step % cfg.save_every == 0:
-                self._land(await self._finish(pending))
-                pending = None
+                if pending is not None:
+                    self._land(await self._finish(pending))
+                    pending = None
                 await self.save_checkpoint()
         if pending is not None:
             self._land(await self._finish(pending))
