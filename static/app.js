@@ -1,10 +1,10 @@
 // app.js — the page. It moves messages between the controls and the Python worker,
 // and draws what the worker reports. No math here: Python does the work.
 //
-// Page -> worker: hello, load-model, load-data, train, pause, resume, stop,
+// Page -> worker: hello, load-model, load-data, train, pause, resume, stop, forget-models,
 //                 generate, export, resume-checkpoint, discard-checkpoint, estimate.
 // Worker -> page: boot, ready, fatal, log, defaults, hello, progress, model-info,
-//                 data-info, train-state, micro, step, generated, export, checkpoint,
+//                 data-info, train-state, micro, step, generated, export, checkpoint, model-cache,
 //                 estimate, error, gpu-error (each handled below; unknown types are reported).
 // The source radios show what is loaded; Train uses it, and the worker loads the
 // demo model and dataset itself when nothing else was chosen.
@@ -247,7 +247,11 @@ $("model-folder").onchange = (e) => {
   const paths = files.map((f) => f.webkitRelativePath || f.name);
   if (files.length) loadModel({ source: "folder", files, names: paths, folder: paths[0].includes("/") ? paths[0].split("/")[0] : "" });
 };
-$("model-url-load").onclick = () => { const url = $("model-url").value.trim(); if (url) loadModel({ source: "url", url }); };
+$("model-url-load").onclick = () => {
+  const url = $("model-url").value.trim();
+  if (url) loadModel({ source: "url", url, hub: $("hub-url").value.trim() });
+};
+$("forget-models").onclick = () => py.send({ type: "forget-models" });
 $("load-demo-data").onclick = () => loadData({ source: "demo" });
 $("data-file").onchange = (e) => { const f = e.target.files[0]; if (f) loadData({ source: "file", file: f, name: f.name }); };
 $("data-url-load").onclick = () => { const url = $("data-url").value.trim(); if (url) loadData({ source: "url", url }); };
@@ -459,6 +463,7 @@ const handlers = {
       log(`step ${m.step}: loss ${fmtNum(m.loss, 4)}, grad norm ${fmtNum(m.grad_norm, 3)}, lr ${m.lr.toExponential(2)}, ${m.tokens_per_s.toFixed(0)} tok/s`);
     }
   },
+  "model-cache": (m) => { $("model-cache").textContent = m.text; setStatus(m.text); },
   generated: (m) => {
     $("gen-base").textContent = m.base;
     $("gen-adapted").textContent = m.adapted ?? "(no adapter yet: train first)";

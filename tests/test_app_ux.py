@@ -4,7 +4,9 @@ line that says what to do next (point 1); Stop at a micro-batch boundary and Exp
 at any time once a step finished (3); progress within a step (2); the favicon, the
 wide layout and the keyboard (6); fitting the settings to the device (4).
 Screenshots land in test-artifacts/ (git-ignored)."""
+import http.server
 import re
+import threading
 import time
 
 import pytest
@@ -206,3 +208,147 @@ def test_fit_to_device_proposes_and_applies_settings_and_train_says_why(browser_
         shot(page, "4-fitted")
     finally:
         page.close()
+
+
+class _Foreign(http.server.BaseHTTPRequestHandler):
+    """Another origin: serves one dataset with CORS allowed, 404 for the rest."""
+    def do_GET(self):  # noqa: N802
+        body = b'[{"instruction": "Say hi.", "input": "", "output": "hi"}]'
+        self.send_response(200 if self.path == "/data.json" else 404)
+        self.send_header("Access-Control-Allow-Origin", "*")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def foreign():
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Foreign)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def test_a_foreign_origin_is_refused_with_a_reason_unless_allowed(browser_session, foreign):
+    """A dataset URL on another origin: the page's CSP blocks it and the status says why
+    and what to do; served with --allow-origin for that origin, it loads; an HTTP error
+    says its status."""
+    from bitlora.app.server import Server
+    page = open_page(browser_session)
+    try:
+        page.get_by_label("Dataset URL").fill(foreign + "/data.json")
+        page.get_by_label("Dataset URL").press("Enter")
+        status = page.get_by_role("status").filter(has_text="could not fetch")
+        status.wait_for(timeout=60_000)
+        print("\n" + status.text_content())
+        assert "--allow-origin" in status.text_content() and status.get_attribute("class") == "error"
+        assert page.evaluate("() => document.querySelector('input[name=data-source]:checked').value") == "demo"
+        shot(page, "5-origin-refused")
+    finally:
+        page.close()
+    with Server(port=0, allow_origins=[foreign]) as allowed:
+        page = browser_session.browser.new_page()
+        try:
+            page.goto(allowed.url)
+            page.get_by_role("status").filter(has_text="press Train").wait_for(timeout=120_000)
+            page.get_by_label("Dataset URL").fill(foreign + "/data.json")
+            page.get_by_role("button", name="Load URL").nth(1).click()
+            page.get_by_role("status").filter(has_text="Dataset loaded: 1 usable").wait_for(timeout=60_000)
+            assert page.evaluate("() => document.querySelector('input[name=data-source]:checked').value") == "url"
+            page.get_by_label("Dataset URL").fill(foreign + "/missing.json")
+            page.get_by_label("Dataset URL").press("Enter")
+            page.get_by_role("status").filter(has_text="HTTP 404").wait_for(timeout=60_000)
+        finally:
+            page.close()
+
+
+def _mimic_hub(root):
+    """A server laid out like the Hub: /{repo}/resolve/{rev}/{file} redirects (302) to
+    /cdn/{repo}/{file}, which serves the bytes (Range too) with CORS headers; the one
+    repo is org/tiny, holding the files of `root`. `got` counts the file downloads."""
+    got = []
+
+    class Hub(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802
+            parts = self.path.split("?")[0].strip("/").split("/")
+            if len(parts) == 5 and parts[2] == "resolve" and parts[3] == "main":
+                return self._send(302, b"", {"Location": f"/cdn/{parts[0]}/{parts[1]}/{parts[4]}"})
+            path = root / parts[3] if len(parts) == 4 and parts[:3] == ["cdn", "org", "tiny"] else None
+            if path is None or not path.is_file():
+                return self._send(404, b"not found")
+            body, code, extra = path.read_bytes(), 200, {"Accept-Ranges": "bytes"}
+            rng = re.fullmatch(r"bytes=(\d+)-(\d*)", self.headers.get("Range", ""))
+            if rng:
+                lo, hi = int(rng.group(1)), int(rng.group(2) or len(body) - 1)
+                extra["Content-Range"] = f"bytes {lo}-{hi}/{len(body)}"
+                body, code = body[lo:hi + 1], 206
+            got.append(parts[-1])
+            self._send(code, body, extra)
+
+        def _send(self, code, body, headers=None):
+            self.send_response(code)
+            for k, v in {"Access-Control-Allow-Origin": "*", "Access-Control-Expose-Headers": "Content-Length",
+                         "Content-Length": str(len(body)), **(headers or {})}.items():
+                self.send_header(k, v)
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hub)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    return httpd, f"http://127.0.0.1:{httpd.server_address[1]}", got
+
+
+def test_models_from_a_hub_by_repo_id_with_progress_and_the_browser_cache(browser_session, tmp_path):
+    """A repo id against a local server laid out like the Hub (its base URL set in the
+    page, its origin allowed by the server): byte progress, the model named after the
+    repo; a reload loads it again from the browser's cache without downloading; Forget
+    cached models frees it; a hub URL naming a GGUF file loads that file."""
+    from bitlora.app.server import Server
+    from fixtures.make_tiny import make_gguf
+    hf = make_hf(tmp_path / "tiny", "online_f32", dims=dict(TINY, max_position_embeddings=256), seed=1)
+    make_gguf(hf, hf / "tiny.gguf", "tq2_0")
+    httpd, hub, got = _mimic_hub(hf)
+    try:
+        with Server(port=0, allow_origins=[hub]) as app:
+            page = browser_session.browser.new_page()
+            page.set_viewport_size({"width": 1400, "height": 900})
+
+            def load(ref):
+                page.locator("summary", has_text="Hub and cache").click() if not page.locator("#hub-url").is_visible() else None
+                page.locator("#hub-url").fill(hub)
+                page.get_by_label("Model URL").fill(ref)
+                page.get_by_label("Model URL").press("Enter")
+
+            try:
+                page.goto(app.url + "?test-hooks")
+                page.get_by_role("status").filter(has_text="press Train").wait_for(timeout=120_000)
+                load("org/tiny")
+                page.get_by_role("status").filter(has_text="Model loaded: org/tiny").wait_for(timeout=120_000)
+                assert sorted(got) == ["config.json", "model.safetensors", "tokenizer.json"], got
+                prog = [m for m in messages(page, "progress") if "model.safetensors" in (m.get("text") or "")]
+                assert prog and prog[-1]["done"] == prog[-1]["total"] == (hf / "model.safetensors").stat().st_size
+                assert page.evaluate("() => document.querySelector('input[name=model-source]:checked').value") == "url"
+                shot(page, "5-hub-loaded")
+                page.reload()
+                page.get_by_role("status").filter(has_text="press Train").wait_for(timeout=120_000)
+                load("org/tiny")
+                page.get_by_role("status").filter(has_text="Model loaded: org/tiny").wait_for(timeout=120_000)
+                assert len(got) == 3, got                                       # nothing downloaded again
+                page.get_by_role("button", name="Forget cached models").click()
+                page.get_by_role("status").filter(has_text="Cached models forgotten").wait_for(timeout=30_000)
+                load(f"{hub}/org/tiny/blob/main/tiny.gguf")
+                page.get_by_role("status").filter(has_text="Model loaded: org/tiny").wait_for(timeout=120_000)
+                assert got[-1] == "tiny.gguf", got
+                print(f"\ndownloads: {got}")
+            finally:
+                page.close()
+    finally:
+        httpd.shutdown()
+        httpd.server_close()

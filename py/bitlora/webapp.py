@@ -65,12 +65,31 @@ def blob_bytes(blob) -> bytes:
     return js.Uint8Array.new(js.FileReaderSync.new().readAsArrayBuffer(blob)).to_bytes()
 
 
-async def url_bytes(url: str) -> bytes:
-    from pyodide.http import pyfetch
-    resp = await pyfetch(url)
+FETCH_HELP = ("the page may fetch only from its own server, the Hugging Face Hub and the origins "
+              "`bitlora serve --allow-origin` names, and another server must allow it (CORS)")
+
+
+async def fetch(url: str):
+    """js.fetch(url) -> an ok Response, or an OSError that says why in the page's words
+    (a browser says only "Failed to fetch" for a blocked origin, CORS or the network)."""
+    import js
+    try:
+        resp = await js.fetch(url)
+    except Exception as e:  # noqa: BLE001 - a JS TypeError: CSP, CORS or the network
+        raise OSError(f"{url}: could not fetch ({str(e).splitlines()[-1] if str(e) else e}): {FETCH_HELP}") from None
     if not resp.ok:
-        raise OSError(f"{url}: HTTP {resp.status}")
-    return await resp.bytes()
+        raise OSError(f"{url}: HTTP {resp.status} {resp.statusText}".rstrip())
+    return resp
+
+
+async def url_bytes(url: str) -> bytes:
+    resp = await fetch(url)
+    return js_bytes(await resp.arrayBuffer())
+
+
+def js_bytes(buf) -> bytes:
+    import js
+    return js.Uint8Array.new(buf).to_bytes()
 
 
 # -- handlers ------------------------------------------------------------------------
@@ -146,8 +165,13 @@ async def on_load_data(msg: dict) -> None:
     elif source == "file":
         name, raw = str(msg.get("name") or "dataset"), blob_bytes(msg["file"])
     elif source == "url":
-        name = str(msg["url"])
-        raw = await url_bytes(name)
+        url = str(msg["url"])
+        name = url.split("?")[0].rstrip("/").split("/")[-1] or url
+        try:
+            raw = await url_bytes(url)
+        except OSError as e:
+            post({"type": "error", "where": "dataset", "text": str(e)})
+            return
     else:
         raise ValueError(f"unknown dataset source {source!r}")
     try:
@@ -172,6 +196,59 @@ class _Progress:
         if now - self.last >= 0.1 or done >= total:
             self.last = now
             post({"type": "progress", "what": self.what, "done": int(done), "total": int(total), "text": text})
+
+
+MODEL_CACHE = "bitlora-models"     # Cache Storage: downloaded model files, keyed by URL
+
+
+async def cached_download(url: str, progress, label: str):
+    """A JS Blob of url's bytes: from the browser's Cache Storage, else downloaded with
+    byte progress and kept there (a full cache only costs the next download)."""
+    import js
+    cache = await js.caches.open(MODEL_CACHE)
+    hit = await cache.match(url)
+    if hit:
+        blob = await hit.blob()
+        progress(blob.size, blob.size, f"{label} (from this browser's cache)")
+        return blob
+    resp = await fetch(url)
+    total, done = int(resp.headers.get("Content-Length") or 0), 0
+    reader, chunks = resp.body.getReader(), js.Array.new()
+    while True:
+        part = await reader.read()
+        if part.done:
+            break
+        chunks.push(part.value)
+        done += part.value.length
+        progress(done, max(total, done), label)
+    blob = js.Blob.new(chunks)
+    try:
+        await cache.put(url, js.Response.new(blob))
+    except Exception as e:  # noqa: BLE001 - QuotaExceededError: the model still loads
+        post({"type": "log", "level": "error", "text": f"{label}: not kept in the browser's cache ({e})"})
+    return blob
+
+
+async def hub_model(ref: dict, base: str, progress):
+    """The files of a hub reference (hub.parse): a GGUF Blob, or {name: Blob} of a folder."""
+    from . import hub
+    files = {}
+    for i, name in enumerate(ref["files"]):
+        url = hub.file_url(ref["repo"], ref["revision"], name, base)
+        try:
+            files[name] = await cached_download(url, progress, f"{name} ({i + 1} of {len(ref['files'])})")
+        except OSError as e:
+            if name in hub.OPTIONAL and "HTTP 404" in str(e):
+                continue
+            raise
+    return files[ref["files"][0]] if ref["files"][0].endswith(".gguf") else files
+
+
+async def on_forget_models(msg: dict) -> None:
+    import js
+    gone = await js.caches.delete(MODEL_CACHE)
+    post({"type": "model-cache", "text": "Cached models forgotten: the space is free again." if gone
+          else "No models were cached in this browser."})
 
 
 async def demo_model_files() -> dict:
@@ -202,14 +279,16 @@ async def on_load_model(msg: dict) -> None:
             folder = paths[0].split("/")[0] if "/" in paths[0] else ""
             name, src = str(msg.get("folder") or folder or "model folder"), dict(zip(names, msg["files"]))
         elif source == "url":
-            import js
-            url = str(msg["url"])
-            name = url.split("?")[0].rstrip("/").split("/")[-1] or url
+            from . import hub
+            url, base = str(msg["url"]).strip(), str(msg.get("hub") or hub.HUB)
+            ref = hub.parse(url, base)
             progress(0, 1, "downloading…")
-            resp = await js.fetch(url)
-            if not resp.ok:
-                raise OSError(f"{url}: HTTP {resp.status}")
-            src = await resp.blob()
+            if ref is not None:     # a repo id or a hub URL
+                name = ref["repo"] + ("" if ref["revision"] == "main" else "@" + ref["revision"])
+                src = await hub_model(ref, base, progress)
+            else:
+                name = url.split("?")[0].rstrip("/").split("/")[-1] or url
+                src = await cached_download(url, progress, name)
         else:
             raise ValueError(f"unknown model source {source!r}")
     except (OSError, ValueError) as e:
@@ -692,6 +771,7 @@ HANDLERS = {
     "pause": on_pause,
     "resume": on_resume,
     "stop": on_stop,
+    "forget-models": on_forget_models,
     "resume-checkpoint": on_resume_checkpoint,
     "generate": on_generate,
     "export": on_export,
