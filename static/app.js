@@ -220,10 +220,10 @@ function syncRadios() {
 }
 
 // What the page is doing is said by whoever starts it; this says what the user can do next.
-function readyStatus() {
+function readyStatus(prefix = "") {
   if (!gpuOk) return;
   const m = loaded.model.name || "the demo model", d = loaded.data.name || "the demo dataset";
-  setStatus(`Ready: press Train to finetune ${m} on ${d}, or choose another model or dataset first.`);
+  setStatus(`${prefix}Ready: press Train to finetune ${m} on ${d}, or choose another model or dataset first.`);
 }
 
 function loadModel(msg) {
@@ -370,7 +370,7 @@ const handlers = {
     $("kernel-result").textContent = `x = [${m.x.join(", ")}]  y = [${m.y.join(", ")}]`;
     gpuOk = true;
     updateButtons();
-    readyStatus();
+    readyStatus("WebGPU works: the kernel ran in the worker. ");
   },
   "gpu-error": (m) => {
     showError("WebGPU", m.text);
