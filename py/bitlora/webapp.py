@@ -375,7 +375,7 @@ def estimate_message(model, cfg, budget: int | None = None) -> dict:
         else:
             out["proposal"] = {k: getattr(fit, k) for k in ("micro_batch_size", "grad_accum", "cutoff_len")}
             words = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in out["proposal"].items())
-            text += f" Fits: {words} ({mb(_estimate(model, fit)['total'])})."
+            text += f" Fits: {words} ({mb(_estimate(model, fit)['total'])}): press Fit to device (under Settings)."
     out["text"] = text
     return out
 
