@@ -17,8 +17,8 @@ def cmd_serve(args) -> int:
     from .server import MissingAssets, Server
 
     try:
-        server = Server(host=args.host, port=args.port, quiet=args.quiet)
-    except MissingAssets as e:
+        server = Server(host=args.host, port=args.port, quiet=args.quiet, allow_origins=args.allow_origin)
+    except (MissingAssets, ValueError) as e:
         print(f"bitlora serve: {e}", file=sys.stderr)
         return 2
     except OSError as e:
@@ -78,6 +78,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback only)")
     s.add_argument("--port", type=int, default=8765, help="TCP port (0 picks a free one; default 8765)")
     s.add_argument("--quiet", action="store_true", help="do not log requests")
+    s.add_argument("--allow-origin", action="append", default=[], metavar="ORIGIN",
+                   help="an origin (https://host[:port]) the page may fetch datasets and models from, "
+                        "besides this server and the Hugging Face Hub; repeatable")
     s.set_defaults(func=cmd_serve)
 
     s = sub.add_parser("train", help="LoRA-finetune a BitNet model on Alpaca-format data",

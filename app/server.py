@@ -41,15 +41,32 @@ MIME = {
     ".ts": "text/plain; charset=utf-8", ".ico": "image/x-icon",
 }
 
+# The Hugging Face Hub's origins: the page may fetch models from there (downloads
+# redirect from huggingface.co to its file hosts). Named one by one: no wildcards.
+HUB_ORIGINS = ("https://huggingface.co", "https://cdn-lfs.huggingface.co", "https://cdn-lfs.hf.co",
+               "https://cdn-lfs-us-1.hf.co", "https://cdn-lfs-eu-1.hf.co", "https://cas-bridge.xethub.hf.co")
+
+
+def check_origin(origin: str) -> str:
+    """An origin for connect-src: scheme://host[:port], nothing else (no path, no wildcard)."""
+    u = urllib.parse.urlsplit(origin)
+    if u.scheme not in ("http", "https") or not u.hostname or u.path not in ("", "/") or u.query \
+            or u.fragment or u.username or "*" in origin or not origin.isprintable() or " " in origin:
+        raise ValueError(f"--allow-origin: expected an origin like https://example.org:8000, got {origin!r}")
+    return f"{u.scheme}://{u.netloc}"
+
+
 # Pyodide compiles WebAssembly ('wasm-unsafe-eval'); nothing else is evaluated.
 # frame-ancestors: who may show the app in a frame; only itself unless the Server is
-# told otherwise (show_app lets a notebook on this machine frame it).
-def csp(frame_ancestors: str = "'self'") -> str:
+# told otherwise (show_app lets a notebook on this machine frame it). connect-src:
+# the page fetches from itself, the Hub, and the origins the user allowed.
+def csp(frame_ancestors: str = "'self'", allow_origins=()) -> str:
     if not frame_ancestors.strip() or any(c in frame_ancestors for c in ";,") \
             or not frame_ancestors.isprintable():
         raise ValueError(f"frame_ancestors: expected CSP sources separated by spaces, got {frame_ancestors!r}")
+    connect = " ".join(["'self'", *HUB_ORIGINS, *(check_origin(o) for o in allow_origins)])
     return ("default-src 'self'; script-src 'self' 'wasm-unsafe-eval'; worker-src 'self'; "
-            "connect-src 'self'; img-src 'self' data: blob:; style-src 'self'; object-src 'none'; "
+            f"connect-src {connect}; img-src 'self' data: blob:; style-src 'self'; object-src 'none'; "
             f"base-uri 'none'; form-action 'none'; frame-ancestors {frame_ancestors}")
 
 
@@ -157,11 +174,13 @@ class Handler(http.server.BaseHTTPRequestHandler):
 
 class Server:
     """`with Server(port=0) as s: s.url` — serves in a background thread.
-    frame_ancestors: the CSP sources allowed to frame the app (default: only itself)."""
+    frame_ancestors: the CSP sources allowed to frame the app (default: only itself);
+    allow_origins: origins the page may fetch datasets and models from, besides itself
+    and the Hub."""
 
     def __init__(self, host: str = "127.0.0.1", port: int = 8765, quiet: bool = True,
-                 frame_ancestors: str = "'self'"):
-        policy = csp(frame_ancestors)
+                 frame_ancestors: str = "'self'", allow_origins=()):
+        policy = csp(frame_ancestors, allow_origins)
         check_assets()
         name, data = build_wheel()
         handler = type("BoundHandler", (Handler,), {"wheel_name": name, "wheel_bytes": data, "quiet": quiet,

@@ -67,7 +67,13 @@ def train_in_browser(cfg, session=None, on_checkpoint=None) -> int:
     from .browser import BrowserError, BrowserSession
 
     try:
-        model_files = None if cfg.model == "demo" else _files(cfg.model)
+        model_path, model_name = cfg.model, _model_name(cfg.model)
+        if model_path != "demo" and not os.path.exists(model_path):
+            from bitlora import hub       # a repo id or hub URL: downloaded once into the cache folder
+            got = hub.download(model_path)
+            if got is not None:
+                model_path, model_name = got
+        model_files = None if model_path == "demo" else _files(model_path)
         data = _dataset(cfg.data)
         init = _files(cfg.init_adapter) if cfg.init_adapter else None
         resume = None
@@ -81,7 +87,7 @@ def train_in_browser(cfg, session=None, on_checkpoint=None) -> int:
     # all of cfg goes along (checkpoints record it), with the worker's own paths for these two
     config = {k: v for k, v in cfg.to_dict().items() if k not in ("init_adapter", "resume")}
     setup = {"type": "cli-setup", "model_files": model_files, "data": data, "init_adapter": init,
-             "resume": resume, "config": config, "model_name": _model_name(cfg.model)}
+             "resume": resume, "config": config, "model_name": model_name}
     ckpt_dir = os.path.join(cfg.out, "checkpoint")
     os.makedirs(cfg.out, exist_ok=True)
     mw, last = None, [{"step": 0}]    # metrics rows go to the file once each, in step order

@@ -1,11 +1,13 @@
 // app.js — the page. It moves messages between the controls and the Python worker,
 // and draws what the worker reports. No math here: Python does the work.
 //
-// Page -> worker: hello, load-model, load-data, train, pause, resume, stop,
+// Page -> worker: hello, load-model, load-data, train, pause, resume, stop, forget-models,
 //                 generate, export, resume-checkpoint, discard-checkpoint, estimate.
 // Worker -> page: boot, ready, fatal, log, defaults, hello, progress, model-info,
-//                 data-info, train-state, step, generated, export, checkpoint,
-//                 error, gpu-error (each handled below; unknown types are reported).
+//                 data-info, train-state, micro, step, generated, export, checkpoint, model-cache,
+//                 estimate, error, gpu-error (each handled below; unknown types are reported).
+// The source radios show what is loaded; Train uses it, and the worker loads the
+// demo model and dataset itself when nothing else was chosen.
 // Tests only: with ?test-hooks in the URL, window.bitloraTest lets a test run Python
 // in the worker (to read logits, or destroy the GPU device) and read every message.
 import uPlot from "/vendor/uplot/uPlot.esm.js";
@@ -41,6 +43,7 @@ function banner(text, action = null) {
   $("banner").hidden = false;
 }
 $("banner-close").onclick = () => { $("banner").hidden = true; };
+document.addEventListener("keydown", (e) => { if (e.key === "Escape" && !$("banner").hidden) $("banner").hidden = true; });
 
 function showError(where, text) {
   setStatus(`${where}: ${text}`, "error");
@@ -79,6 +82,7 @@ function saveSettings() {
 }
 
 $("settings").addEventListener("change", () => { saveSettings(); requestEstimate(); });
+$("memory-budget").addEventListener("change", requestEstimate);
 $("reset-settings").onclick = () => { if (defaults) { writeSettings(defaults); saveSettings(); requestEstimate(); } };
 
 // ---------------------------------------------------------------- charts
@@ -87,7 +91,7 @@ function makeChart(id, label, color, opts = {}) {
   const el = $(id);
   const width = Math.max(240, el.clientWidth || 320);
   const plot = new uPlot({
-    width, height: 180,
+    width, height: 150,
     scales: { x: { time: false }, ...(opts.scales || {}) },
     axes: [{ label: opts.xLabel || "step" }, { size: 60 }],
     series: [{ label: opts.xLabel || "step" }, { label, stroke: color, width: 2, ...(opts.series || {}) }],
@@ -186,31 +190,53 @@ function renderInvalid(invalid) {
 }
 
 let modelReady = false;
-let dataReady = false;
+let dataReady = true;          // the demo dataset, loaded by Train if nothing else is
+let gpuOk = false;
+let loading = "";              // "model" / "data" while one loads
 let trainState = "idle";
+let hasAdapter = false;
+// what Train uses: the loaded model and dataset, else the demo ones (the radios show it)
+const loaded = { model: { source: "demo", name: "" }, data: { source: "demo", name: "" } };
 
 function updateButtons() {
-  const busy = trainState === "running" || trainState === "paused" || trainState === "starting";
-  $("train").disabled = !(modelReady && dataReady) || busy;
+  const busy = ["running", "paused", "starting", "stopping"].includes(trainState);
+  $("train").disabled = !gpuOk || !dataReady || busy || loading !== "";
   $("pause").disabled = trainState !== "running";
   $("resume").disabled = trainState !== "paused";
-  $("stop").disabled = !busy;
-  $("generate").disabled = !modelReady || trainState === "running";
+  $("stop").disabled = !busy || trainState === "stopping";
+  $("generate").disabled = !modelReady || busy;
   $("export").disabled = !hasAdapter;
+  $("export-why").hidden = hasAdapter;
   for (const id of ["load-demo-model", "model-file", "model-folder", "model-url-load",
                     "load-demo-data", "data-file", "data-url-load"]) $(id).disabled = busy;
+  for (const el of document.querySelectorAll("input[name=model-source], input[name=data-source]")) el.disabled = busy;
 }
-let hasAdapter = false;
+
+// The radios always show what is loaded (or, before anything is, the demo that Train loads).
+function syncRadios() {
+  for (const what of ["model", "data"]) {
+    for (const el of document.querySelectorAll(`input[name=${what}-source]`)) el.checked = el.value === loaded[what].source;
+  }
+}
+
+// What the page is doing is said by whoever starts it; this says what the user can do next.
+function readyStatus(prefix = "") {
+  if (!gpuOk) return;
+  const m = loaded.model.name || "the demo model", d = loaded.data.name || "the demo dataset";
+  setStatus(`${prefix}Ready: press Train to finetune ${m} on ${d}, or choose another model or dataset first.`);
+}
 
 function loadModel(msg) {
-  modelReady = false; updateButtons();
+  modelReady = false; loading = "model"; updateButtons();
   $("model-progress").hidden = false;
   $("model-progress").value = 0;
+  setStatus(`Loading the model ${msg.name || msg.url || "(demo)"}…`);
   py.send({ type: "load-model", ...msg });
 }
 
 function loadData(msg) {
-  dataReady = false; updateButtons();
+  loading = "data"; updateButtons();
+  setStatus(`Loading the dataset ${msg.name || msg.url || "(demo)"}…`);
   py.send({ type: "load-data", ...msg });
 }
 
@@ -218,26 +244,73 @@ $("load-demo-model").onclick = () => loadModel({ source: "demo" });
 $("model-file").onchange = (e) => { const f = e.target.files[0]; if (f) loadModel({ source: "file", file: f, name: f.name }); };
 $("model-folder").onchange = (e) => {
   const files = [...e.target.files];
-  if (files.length) loadModel({ source: "folder", files, names: files.map((f) => f.name) });
+  const paths = files.map((f) => f.webkitRelativePath || f.name);
+  if (files.length) loadModel({ source: "folder", files, names: paths, folder: paths[0].includes("/") ? paths[0].split("/")[0] : "" });
 };
-$("model-url-load").onclick = () => { const url = $("model-url").value.trim(); if (url) loadModel({ source: "url", url }); };
+$("model-url-load").onclick = () => {
+  const url = $("model-url").value.trim();
+  if (url) loadModel({ source: "url", url, hub: $("hub-url").value.trim() });
+};
+$("forget-models").onclick = () => py.send({ type: "forget-models" });
 $("load-demo-data").onclick = () => loadData({ source: "demo" });
 $("data-file").onchange = (e) => { const f = e.target.files[0]; if (f) loadData({ source: "file", file: f, name: f.name }); };
 $("data-url-load").onclick = () => { const url = $("data-url").value.trim(); if (url) loadData({ source: "url", url }); };
 
+// Choosing a radio starts that source: the demo loads, a file or folder opens its picker,
+// a URL waits for its field. Until something loads, the radios keep showing what is loaded.
+for (const what of ["model", "data"]) {
+  for (const el of document.querySelectorAll(`input[name=${what}-source]`)) {
+    el.addEventListener("change", () => {
+      const v = el.value;
+      syncRadios();
+      if (v === "demo" && loaded[what].source !== "demo") (what === "model" ? loadModel : loadData)({ source: "demo" });
+      else if (v === "file") $(`${what}-file`).click();
+      else if (v === "folder") $("model-folder").click();
+      else if (v === "url") $(`${what}-url`).focus();
+    });
+  }
+}
+$("model-url").addEventListener("keydown", (e) => { if (e.key === "Enter") $("model-url-load").click(); });
+$("data-url").addEventListener("keydown", (e) => { if (e.key === "Enter") $("data-url-load").click(); });
+
+const budgetMB = () => Number($("memory-budget").value) || null;
+
 function requestEstimate() {
-  if (modelReady) py.send({ type: "estimate", config: readSettings() });
+  if (modelReady) py.send({ type: "estimate", config: readSettings(), budget_mb: budgetMB() });
 }
 
+let proposal = null;
+$("fit").onclick = () => {
+  if (!proposal) return;
+  writeSettings({ ...readSettings(), ...proposal });
+  saveSettings(); requestEstimate();
+  log(`settings fitted to the device: ${JSON.stringify(proposal)}`);
+};
+
 // ---------------------------------------------------------------- training
-let trainStart = 0;
+// Progress within a step: the worker reports each micro-batch; a clock ticks between them.
+let trainStart = 0, stepStart = 0, micro = null;
+function showDetail() {
+  const el = $("train-detail");
+  const busy = ["running", "starting", "stopping"].includes(trainState);
+  if (!busy) return;
+  const since = (t) => `${Math.floor((performance.now() - t) / 1000)} s`;
+  if (!micro) { el.textContent = `Preparing: ${since(trainStart)} since Train was pressed.`; return; }
+  el.textContent = `Step ${micro.step} of ${micro.total_steps}: micro-batch ${Math.min(micro.micro + 1, micro.micros)} `
+    + `of ${micro.micros}${micro.micro >= micro.micros ? " done, updating" : ""} · ${micro.tokens} of ${micro.step_tokens} `
+    + `tokens done · ${since(stepStart)} since the step began.`;
+}
+setInterval(showDetail, 500);
+
 $("train").onclick = () => {
   saveSettings();
-  trainState = "starting"; updateButtons();
+  trainState = "starting"; hasAdapter = false; updateButtons();
   resetCharts();
   skippedSeen = 0; showSkipped(0);
-  trainStart = performance.now();
-  py.send({ type: "train", config: readSettings() });
+  trainStart = performance.now(); micro = null;
+  setStatus("Starting training…");
+  showDetail();
+  py.send({ type: "train", config: readSettings(), budget_mb: budgetMB() });
 };
 $("pause").onclick = () => py.send({ type: "pause" });
 $("resume").onclick = () => py.send({ type: "resume" });
@@ -295,7 +368,9 @@ const handlers = {
       ["Max buffer", `${(m.limits.maxBufferSize / 2 ** 20).toFixed(0)} MiB`],
       ["Storage buffers per stage", m.limits.maxStorageBuffersPerShaderStage]]);
     $("kernel-result").textContent = `x = [${m.x.join(", ")}]  y = [${m.y.join(", ")}]`;
-    setStatus("WebGPU works: the kernel ran in the worker. Load a model and a dataset, then Train.");
+    gpuOk = true;
+    updateButtons();
+    readyStatus("WebGPU works: the kernel ran in the worker. ");
   },
   "gpu-error": (m) => {
     showError("WebGPU", m.text);
@@ -312,44 +387,69 @@ const handlers = {
     }
   },
   "model-info": (m) => {
-    modelReady = true;
+    modelReady = true; loading = "";
+    loaded.model = { source: m.source, name: m.name };
+    syncRadios();
     renderKV($("model-info"), m.rows);
     $("model-progress-text").textContent = "Loaded.";
-    setStatus(`Model loaded: ${m.name}.`);
+    if (trainState === "idle" || trainState === "done" || trainState === "stopped" || trainState === "failed") {
+      setStatus(`Model loaded: ${m.name}. Press Train to finetune it on ${loaded.data.name || "the demo dataset"}.`);
+    }
     log(`model loaded: ${m.name}`);
     updateButtons();
     requestEstimate();
   },
   "data-info": (m) => {
+    const asked = loading === "data";      // not the re-count after a model load
+    loading = "";
+    loaded.data = { source: m.source, name: m.name };
+    syncRadios();
     dataReady = m.valid > 0;
     $("data-summary").textContent = `${m.name}: ${m.total} records, ${m.valid} usable, ${m.invalid.length} invalid.`;
     renderPreview(m.preview);
     renderInvalid(m.invalid);
     if (m.histogram) drawHistogram(m.histogram);
-    setStatus(m.valid > 0 ? `Dataset loaded: ${m.valid} usable records.` : "The dataset has no usable records.",
-              m.valid > 0 ? "" : "error");
+    if (asked) {
+      setStatus(m.valid > 0 ? `Dataset loaded: ${m.valid} usable records. Press Train to finetune `
+                              + `${loaded.model.name || "the demo model"} on it.`
+                            : "The dataset has no usable records: choose another file or the demo dataset.",
+                m.valid > 0 ? "" : "error");
+    }
     updateButtons();
   },
   estimate: (m) => {
     const el = $("memory-estimate");
     el.textContent = m.text;
     el.className = m.fits ? "muted" : "warning";
-    if (!m.fits) banner(m.text);
+    proposal = m.proposal;
+    $("fit").hidden = !proposal;
   },
   "train-state": (m) => {
     trainState = m.state;
     if (m.has_adapter !== undefined) hasAdapter = m.has_adapter;
     updateButtons();
-    const words = { running: "Training…", paused: "Paused.", stopped: "Stopped.", done: "Training finished.",
-                    failed: "Training failed.", starting: "Preparing training…", idle: "Ready." };
-    setStatus(m.text || words[m.state] || m.state, m.state === "failed" ? "error" : "");
+    const words = { running: "Training: Pause or Stop at any time; Export adapter as soon as step 1 is done.",
+                    paused: "Paused: Resume, or Stop.", stopped: "Stopped: press Train to start again.",
+                    done: "Training finished.", failed: "Training failed: see the log, then press Train to try again.",
+                    starting: "Preparing training…", stopping: "Stopping after the current micro-batch…" };
+    if (m.state === "idle" && !m.text) readyStatus();
+    else setStatus(m.text || words[m.state] || m.state, m.state === "failed" ? "error" : "");
+    if (!["running", "starting", "stopping"].includes(m.state)) $("train-detail").textContent = "";
     if (m.history) {
       resetCharts(m.history);
       skippedSeen = m.history.length ? m.history[m.history.length - 1].skipped || 0 : 0;
       showSkipped(skippedSeen);
     }
   },
+  micro: (m) => {
+    if (m.micro === 0) stepStart = performance.now();
+    micro = m;
+    showDetail();
+    const bar = $("train-progress");
+    bar.max = m.total_steps; bar.value = m.step - 1 + m.micro / m.micros;
+  },
   step: (m) => {
+    if (!hasAdapter) { hasAdapter = true; updateButtons(); }
     addStepPoint(m);
     redrawCharts();
     const bar = $("train-progress");
@@ -363,14 +463,16 @@ const handlers = {
       log(`step ${m.step}: loss ${fmtNum(m.loss, 4)}, grad norm ${fmtNum(m.grad_norm, 3)}, lr ${m.lr.toExponential(2)}, ${m.tokens_per_s.toFixed(0)} tok/s`);
     }
   },
+  "model-cache": (m) => { $("model-cache").textContent = m.text; setStatus(m.text); },
   generated: (m) => {
     $("gen-base").textContent = m.base;
     $("gen-adapted").textContent = m.adapted ?? "(no adapter yet: train first)";
-    setStatus("Generated.");
+    setStatus("Generated: change the instruction and Generate again, or train further.");
   },
   export: (m) => {
     for (const f of m.files) download(f.name, f.bytes);
-    log(`exported ${m.files.map((f) => f.name).join(", ")}`);
+    log(`exported the adapter of step ${m.step}: ${m.files.map((f) => f.name).join(", ")}`);
+    if (!["running", "starting", "stopping"].includes(trainState)) setStatus(`Exported the adapter of step ${m.step}.`);
   },
   checkpoint: (m) => {
     if (m.available) {
@@ -387,6 +489,7 @@ const handlers = {
   error: (m) => {
     showError(m.where || "Error", m.text);
     if (m.where === "model") { $("model-progress").hidden = true; $("model-progress-text").textContent = ""; }
+    if (m.where === "model" || m.where === "dataset" || m.where === "data") { loading = ""; syncRadios(); }
     updateButtons();
   },
 };

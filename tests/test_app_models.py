@@ -54,14 +54,15 @@ def test_model_files_bad_then_good_gguf_and_folder_train(browser_session, tiny):
     try:
         print("\n" + model_error(page, tiny["noise"], "not a GGUF file"))
         print(model_error(page, tiny["cut"], "truncated or corrupt"))
-        assert page.get_by_role("button", name="Train").is_disabled()
+        # nothing was loaded: the radios still show the demo model, which Train would use
+        assert page.evaluate("() => document.querySelector('input[name=model-source]:checked').value") == "demo"
 
         L, C, F, V = TINY["num_hidden_layers"], TINY["hidden_size"], TINY["intermediate_size"], TINY["vocab_size"]
         KV = C // TINY["num_attention_heads"] * TINY["num_key_value_heads"]
         n_params = L * (2 * C * C + 2 * KV * C + 3 * C * F) + V * C
 
         page.get_by_label("Model folder").set_input_files(str(tiny["hf"]))
-        page.get_by_role("status").filter(has_text="Model loaded: model folder").wait_for(timeout=120_000)
+        page.get_by_role("status").filter(has_text="Model loaded: hf").wait_for(timeout=120_000)
         rows = model_rows(page)
         assert rows["Parameters"] == f"{n_params / 1e6:.2f} M" and rows["Layers"] == str(L), rows
 

@@ -218,3 +218,13 @@ def test_server_module_docstring_matches_routes():
     src = pathlib.Path(server.__file__).read_text()
     for route in ("/pyodide/", "/vendor/uplot/", "/demo/", "/wheels/", "/bitlora.json"):
         assert route in server.__doc__ and route in src
+
+
+def test_connect_src_admits_self_the_hub_and_allowed_origins_only():
+    policy = server.csp(allow_origins=["http://127.0.0.1:9000", "https://data.example.org/"])
+    connect = dict(d.strip().split(" ", 1) for d in policy.split(";") if d.strip())["connect-src"].split()
+    assert connect == ["'self'", *server.HUB_ORIGINS, "http://127.0.0.1:9000", "https://data.example.org"]
+    for bad in ("*", "https://*.example.org", "example.org", "https://a.org/path", "https://a.org; script-src *",
+                "ftp://a.org"):
+        with pytest.raises(ValueError):
+            server.csp(allow_origins=[bad])

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import array
 import math
+import os
 import random
 import struct
 from dataclasses import dataclass
@@ -355,6 +356,12 @@ class Model:
         if it has none). `max_binding` caps the bytes of one embedding / lm_head chunk
         (default: the device's binding limit). progress(done_bytes, total_bytes)."""
         name = source_name(src)
+        if isinstance(src, str) and not gpu.IN_BROWSER and not src.startswith(("/", ".")) and src != "demo" \
+                and not os.path.exists(src):
+            from . import hub      # a repo id or hub URL: downloaded once into the cache folder
+            got = hub.download(src, progress)
+            if got is not None:
+                src, name = got
         if isinstance(src, str) and src == "demo":
             src, name = await demo.model_source(), "demo"   # the same adapter metadata in both backends
         dev = device or await gpu.get_device()

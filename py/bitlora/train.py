@@ -124,6 +124,11 @@ class Trainer:
         self.opt = None
         self.on_step = None               # callback(metrics_row) after each step lands
         self.on_checkpoint = None         # callback(step) after a checkpoint is written; awaited if async
+        self.on_micro = None              # callback(dict) as each micro-batch finishes on the GPU; set, it
+                                          #   makes a step one submit per micro-batch (progress, and stop()
+                                          #   takes effect at the next micro-batch boundary)
+        self.keep_adapter = False         # read the adapter back with each step's loss (adapter_snapshot)
+        self.adapter_snapshot = None      # (step, raw f32 bytes of the arena's params) after that step
         self.checkpoint_dir = None        # where save_every writes (default OUT/checkpoint)
         self._step_times: list[float] = []   # recent step durations, for the ETA
 
@@ -173,27 +178,56 @@ class Trainer:
             self.opt.lr = lr
             loss_sum = self.acts.top.loss_sum
             dev.clear(loss_sum)
-            for j, mb in enumerate(step.micro_batches):
-                self.model.forward(mb.rows(), self.acts, self.lora, targets=mb.targets, micro=j, step=step.index)
-                self.model.backward(self.acts, self.lora)
+            if not await self._micro_batches(step, t0):
+                dev.clear(self.lora.arena.grads)      # stopped inside the step: its gradients go
+                break
             loss_rb = dev.read_later(loss_sum, 0, 4)
-            res = await self.opt.step(step.n_targets)
+            res = await self.opt.record_step(step.n_targets)
+            snap = dev.read_later(self.lora.arena.params) if self.keep_adapter else None
+            dev.submit()
             if pending is not None:
                 self._land(await self._finish(pending), t0)
-            pending = (step, lr, loss_rb, res, t0)
+            pending = (step, lr, loss_rb, res, t0, snap)
             self.step, self.cursor = step.index + 1, step.cursor
-            if cfg.save_every and self.step % cfg.save_every == 0:
+            if self.on_micro is not None:   # already waited for each micro-batch: show the step now
                 self._land(await self._finish(pending))
                 pending = None
+            if cfg.save_every and self.step % cfg.save_every == 0:
+                if pending is not None:
+                    self._land(await self._finish(pending))
+                    pending = None
                 await self.save_checkpoint()
         if pending is not None:
             self._land(await self._finish(pending))
         return self.metrics
 
+    async def _micro_batches(self, step, t0: float) -> bool:
+        """Record forward + backward of each micro-batch of `step`. With on_micro set,
+        submit each and wait for it, report it, and return False if stop() came."""
+        n, done = len(step.micro_batches), 0
+        tokens = sum(len(mb.ids) for mb in step.micro_batches)     # padded positions, B*T per micro-batch
+        for j, mb in enumerate(step.micro_batches):
+            if self.on_micro is not None:
+                self.on_micro({"step": step.index + 1, "micro": j, "micros": n, "tokens": done,
+                               "step_tokens": tokens, "elapsed_s": time.perf_counter() - t0})
+            self.model.forward(mb.rows(), self.acts, self.lora, targets=mb.targets, micro=j, step=step.index)
+            self.model.backward(self.acts, self.lora)
+            done += len(mb.ids)
+            if self.on_micro is not None:
+                await self.model.dev.sync()
+                if self.control.stopped:
+                    return False
+        if self.on_micro is not None:
+            self.on_micro({"step": step.index + 1, "micro": n, "micros": n, "tokens": done,
+                           "step_tokens": tokens, "elapsed_s": time.perf_counter() - t0})
+        return True
+
     async def _finish(self, pending) -> dict:
-        step, lr, loss_rb, res, t0 = pending
+        step, lr, loss_rb, res, t0, snap = pending
         loss_sum = struct.unpack("<f", await loss_rb.get())[0]
         info = await res.get()
+        if snap is not None:
+            self.adapter_snapshot = (step.index + 1, await snap.get())
         return {"step": step.index + 1, "loss": loss_sum / step.n_targets, "grad_norm": info["norm"],
                 "lr": lr, "tokens": step.n_targets, "epoch": step.epoch,
                 "clip": info["clip"], "skipped": info["skipped"], "skipped_step": info["skipped_step"],
@@ -249,6 +283,14 @@ class Trainer:
     async def asave_adapter(self, out_dir) -> None:
         tensors = await self.aadapter_tensors()
         adapter_io.save_adapter(out_dir, tensors, self.config, base_model_name_or_path=self.model.name)
+
+    def save_adapter_snapshot(self, out_dir) -> int:
+        """Write the adapter as of the last finished step from adapter_snapshot (no GPU
+        access: answers at once while a step runs); returns that step."""
+        step, raw = self.adapter_snapshot
+        adapter_io.save_adapter(out_dir, self.lora.adapter_from(raw), self.config,
+                                base_model_name_or_path=self.model.name)
+        return step
 
     def save_adapter(self, out_dir):
         return gpu.maybe_run(self.asave_adapter(out_dir))

@@ -46,6 +46,7 @@ class Session:
         self.saved_step = None    # step of the last checkpoint that reached the browser's storage
         self.records = None
         self.data_name = ""
+        self.data_source = None   # "demo", "file" or "url": which radio the page checks
         self.longest = None       # tokens of the dataset's longest example (with the model's tokenizer)
         self.trainer = None
         self.task = None
@@ -64,12 +65,31 @@ def blob_bytes(blob) -> bytes:
     return js.Uint8Array.new(js.FileReaderSync.new().readAsArrayBuffer(blob)).to_bytes()
 
 
-async def url_bytes(url: str) -> bytes:
-    from pyodide.http import pyfetch
-    resp = await pyfetch(url)
+FETCH_HELP = ("the page may fetch only from its own server, the Hugging Face Hub and the origins "
+              "`bitlora serve --allow-origin` names, and another server must allow it (CORS)")
+
+
+async def fetch(url: str):
+    """js.fetch(url) -> an ok Response, or an OSError that says why in the page's words
+    (a browser says only "Failed to fetch" for a blocked origin, CORS or the network)."""
+    import js
+    try:
+        resp = await js.fetch(url)
+    except Exception as e:  # noqa: BLE001 - a JS TypeError: CSP, CORS or the network
+        raise OSError(f"{url}: could not fetch ({str(e).splitlines()[-1] if str(e) else e}): {FETCH_HELP}") from None
     if not resp.ok:
-        raise OSError(f"{url}: HTTP {resp.status}")
-    return await resp.bytes()
+        raise OSError(f"{url}: HTTP {resp.status} {resp.statusText}".rstrip())
+    return resp
+
+
+async def url_bytes(url: str) -> bytes:
+    resp = await fetch(url)
+    return js_bytes(await resp.arrayBuffer())
+
+
+def js_bytes(buf) -> bytes:
+    import js
+    return js.Uint8Array.new(buf).to_bytes()
 
 
 # -- handlers ------------------------------------------------------------------------
@@ -132,7 +152,7 @@ def data_report() -> dict:
             preview.append({"index": i, **{k: str(rec.get(k) if rec.get(k) is not None else "")
                                            for k in ("instruction", "input", "output")}})
     S.longest = max(lengths) if lengths else None
-    return {"type": "data-info", "name": S.data_name, "total": len(records),
+    return {"type": "data-info", "name": S.data_name, "source": S.data_source, "total": len(records),
             "valid": len(records) - len(invalid), "invalid": invalid[:1000], "preview": preview,
             "histogram": _histogram(lengths) if lengths else None}
 
@@ -145,8 +165,13 @@ async def on_load_data(msg: dict) -> None:
     elif source == "file":
         name, raw = str(msg.get("name") or "dataset"), blob_bytes(msg["file"])
     elif source == "url":
-        name = str(msg["url"])
-        raw = await url_bytes(name)
+        url = str(msg["url"])
+        name = url.split("?")[0].rstrip("/").split("/")[-1] or url
+        try:
+            raw = await url_bytes(url)
+        except OSError as e:
+            post({"type": "error", "where": "dataset", "text": str(e)})
+            return
     else:
         raise ValueError(f"unknown dataset source {source!r}")
     try:
@@ -154,7 +179,7 @@ async def on_load_data(msg: dict) -> None:
     except DataError as e:
         post({"type": "error", "where": "dataset", "text": str(e)})
         return
-    S.records, S.data_name = records, name
+    S.records, S.data_name, S.data_source = records, name, source
     post(data_report())
 
 
@@ -171,6 +196,59 @@ class _Progress:
         if now - self.last >= 0.1 or done >= total:
             self.last = now
             post({"type": "progress", "what": self.what, "done": int(done), "total": int(total), "text": text})
+
+
+MODEL_CACHE = "bitlora-models"     # Cache Storage: downloaded model files, keyed by URL
+
+
+async def cached_download(url: str, progress, label: str):
+    """A JS Blob of url's bytes: from the browser's Cache Storage, else downloaded with
+    byte progress and kept there (a full cache only costs the next download)."""
+    import js
+    cache = await js.caches.open(MODEL_CACHE)
+    hit = await cache.match(url)
+    if hit:
+        blob = await hit.blob()
+        progress(blob.size, blob.size, f"{label} (from this browser's cache)")
+        return blob
+    resp = await fetch(url)
+    total, done = int(resp.headers.get("Content-Length") or 0), 0
+    reader, chunks = resp.body.getReader(), js.Array.new()
+    while True:
+        part = await reader.read()
+        if part.done:
+            break
+        chunks.push(part.value)
+        done += part.value.length
+        progress(done, max(total, done), label)
+    blob = js.Blob.new(chunks)
+    try:
+        await cache.put(url, js.Response.new(blob))
+    except Exception as e:  # noqa: BLE001 - QuotaExceededError: the model still loads
+        post({"type": "log", "level": "error", "text": f"{label}: not kept in the browser's cache ({e})"})
+    return blob
+
+
+async def hub_model(ref: dict, base: str, progress):
+    """The files of a hub reference (hub.parse): a GGUF Blob, or {name: Blob} of a folder."""
+    from . import hub
+    files = {}
+    for i, name in enumerate(ref["files"]):
+        url = hub.file_url(ref["repo"], ref["revision"], name, base)
+        try:
+            files[name] = await cached_download(url, progress, f"{name} ({i + 1} of {len(ref['files'])})")
+        except OSError as e:
+            if name in hub.OPTIONAL and "HTTP 404" in str(e):
+                continue
+            raise
+    return files[ref["files"][0]] if ref["files"][0].endswith(".gguf") else files
+
+
+async def on_forget_models(msg: dict) -> None:
+    import js
+    gone = await js.caches.delete(MODEL_CACHE)
+    post({"type": "model-cache", "text": "Cached models forgotten: the space is free again." if gone
+          else "No models were cached in this browser."})
 
 
 async def demo_model_files() -> dict:
@@ -196,16 +274,21 @@ async def on_load_model(msg: dict) -> None:
         elif source == "file":
             name, src = str(msg.get("name") or "model file"), msg["file"]
         elif source == "folder":
-            names = [str(n).split("/")[-1] for n in msg["names"]]
-            name, src = "model folder", dict(zip(names, msg["files"]))
+            paths = [str(n) for n in msg["names"]]
+            names = [p.split("/")[-1] for p in paths]
+            folder = paths[0].split("/")[0] if "/" in paths[0] else ""
+            name, src = str(msg.get("folder") or folder or "model folder"), dict(zip(names, msg["files"]))
         elif source == "url":
-            import js
-            name = str(msg["url"])
+            from . import hub
+            url, base = str(msg["url"]).strip(), str(msg.get("hub") or hub.HUB)
+            ref = hub.parse(url, base)
             progress(0, 1, "downloading…")
-            resp = await js.fetch(name)
-            if not resp.ok:
-                raise OSError(f"{name}: HTTP {resp.status}")
-            src = await resp.blob()
+            if ref is not None:     # a repo id or a hub URL
+                name = ref["repo"] + ("" if ref["revision"] == "main" else "@" + ref["revision"])
+                src = await hub_model(ref, base, progress)
+            else:
+                name = url.split("?")[0].rstrip("/").split("/")[-1] or url
+                src = await cached_download(url, progress, name)
         else:
             raise ValueError(f"unknown model source {source!r}")
     except (OSError, ValueError) as e:
@@ -233,25 +316,73 @@ async def open_model(source: str, name: str, src, progress=None) -> bool:
             ["Layers", c["num_hidden_layers"]], ["Hidden / FFN", f"{c['hidden_size']} / {c['intermediate_size']}"],
             ["Heads / KV heads", f"{c['num_attention_heads']} / {c['num_key_value_heads']}"],
             ["Vocabulary", c["vocab_size"]], ["Context", c.get("max_position_embeddings")]]
-    post({"type": "model-info", "name": name, "rows": [[str(a), str(b)] for a, b in rows]})
+    post({"type": "model-info", "name": name, "source": source, "rows": [[str(a), str(b)] for a, b in rows]})
     if S.records is not None:
         post(data_report())
     return True
 
 
-def estimate_message(model, cfg) -> dict:
-    """The `estimate` message: the model's estimate of the run's GPU bytes (at the
-    dataset's longest example when one is loaded), and whether its largest buffer fits."""
-    est = model.memory_estimate(cfg, seq_len=min(S.longest, cfg.cutoff_len) if S.longest else None)
-    total, largest = est["total"], est["largest"]
-    limit = min(model.dev.limits.get("maxBufferSize", 1 << 30), model.dev.limits.get("maxStorageBufferBindingSize", 1 << 30))
-    mb = lambda x: f"{x / 2**20:.0f} MB"  # noqa: E731
-    fits = largest <= limit
-    text = (f"Training with these settings needs about {mb(total)} of GPU memory "
-            f"(largest buffer {mb(largest)}; this device allows {mb(limit)} per buffer).")
+def _limit(model) -> int:
+    """The largest buffer this device allows (WebGPU says nothing of its total memory)."""
+    lim = model.dev.limits
+    return min(lim.get("maxBufferSize", 1 << 30), lim.get("maxStorageBufferBindingSize", 1 << 30))
+
+
+def _estimate(model, cfg) -> dict:
+    return model.memory_estimate(cfg, seq_len=min(S.longest, cfg.cutoff_len) if S.longest else None)
+
+
+def _fits(model, cfg, budget) -> bool:
+    est = _estimate(model, cfg)
+    return est["largest"] <= _limit(model) and (not budget or est["total"] <= budget)
+
+
+def fit_settings(model, cfg, budget):
+    """Settings that fit: the micro-batch halved first (gradient accumulation raised to
+    keep the sequences per step), then the cutoff halved; None if nothing does."""
+    import dataclasses
+    batch, cut = cfg.micro_batch_size * cfg.grad_accum, cfg.cutoff_len
+    while cut >= 16:
+        mb = cfg.micro_batch_size
+        while mb >= 1:
+            trial = dataclasses.replace(cfg, micro_batch_size=mb, grad_accum=max(1, -(-batch // mb)), cutoff_len=cut)
+            if _fits(model, trial, budget):
+                return trial
+            mb //= 2
+        cut //= 2
+    return None
+
+
+def estimate_message(model, cfg, budget: int | None = None) -> dict:
+    """The `estimate` message: the model's exact estimate of the run's GPU bytes (at the
+    dataset's longest example when one is loaded), whether it fits the device's largest
+    buffer and the user's memory budget, and if not, settings that do (`proposal`)."""
+    est = _estimate(model, cfg)
+    total, largest, limit = est["total"], est["largest"], _limit(model)
+    mb = lambda x: f"{x / 2**20:.0f} MB" if x >= 10 * 2**20 else f"{x / 2**20:.1f} MB"  # noqa: E731
+    fits = _fits(model, cfg, budget)
+    text = (f"Training with these settings needs {mb(total)} of GPU memory "
+            f"(largest buffer {mb(largest)}; this device allows {mb(limit)} per buffer"
+            + (f"; your budget is {mb(budget)}" if budget else "") + ").")
+    out = {"type": "estimate", "fits": fits, "bytes": total, "largest": largest, "limit": limit, "proposal": None}
     if not fits:
-        text += " Too big for this device: lower the micro-batch size or the cutoff length."
-    return {"type": "estimate", "text": text, "fits": fits, "bytes": total}
+        why = (f"its largest buffer ({mb(largest)}) is over the device's {mb(limit)}" if largest > limit
+               else f"{mb(total)} is over your budget of {mb(budget)}")
+        text += f" Too big: {why}."
+        fit = fit_settings(model, cfg, budget)
+        if fit is None:
+            text += " No micro-batch size or cutoff length fits: try a smaller LoRA rank or fewer target modules."
+        else:
+            out["proposal"] = {k: getattr(fit, k) for k in ("micro_batch_size", "grad_accum", "cutoff_len")}
+            words = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in out["proposal"].items())
+            text += f" Fits: {words} ({mb(_estimate(model, fit)['total'])}): press Fit to device (under Settings)."
+    out["text"] = text
+    return out
+
+
+def _budget(msg: dict):
+    b = msg.get("budget_mb")
+    return int(float(b) * 2**20) if b else None
 
 
 async def on_estimate(msg: dict) -> None:
@@ -261,9 +392,9 @@ async def on_estimate(msg: dict) -> None:
     try:
         cfg = TrainConfig.from_dict(dict(msg.get("config") or {}))
     except ConfigError as e:
-        post({"type": "estimate", "text": f"Settings: {e}", "fits": False})
+        post({"type": "estimate", "text": f"Settings: {e}", "fits": False, "proposal": None})
         return
-    post(estimate_message(S.model, cfg))
+    post(estimate_message(S.model, cfg, _budget(msg)))
 
 
 # -- training --------------------------------------------------------------------------
@@ -358,24 +489,31 @@ async def _run_training(trainer, resumed: bool) -> None:
     can_save = await storage()
     S.saved_step = None
     trainer.on_step = lambda row: post(_step_message(row, total))
+    trainer.on_micro = lambda m: post({"type": "micro", "total_steps": total, **m})
+    trainer.keep_adapter = True      # Export answers from the last step's copy, even mid-step
     if can_save:
         with open(CKPT + "/records.json", "w") as f:   # reaches IndexedDB with the first checkpoint
             json.dump(S.records, f)
         trainer.on_checkpoint = lambda step: _store_checkpoint(trainer, step)
     else:
         trainer.config.save_every = 0
-    post({"type": "train-state", "state": "running", "has_adapter": True,
+    post({"type": "train-state", "state": "running", "has_adapter": False,
           "history": trainer.metrics if resumed else None})
     try:
         await trainer.setup()
         if resumed:
             S.saved_step = trainer.step
-            post({"type": "train-state", "state": "running", "history": trainer.metrics})
+            post({"type": "train-state", "state": "running", "history": trainer.metrics, "has_adapter": True})
         await trainer.atrain()
         state = "stopped" if trainer.control.stopped else "done"
         if can_save and trainer.metrics and trainer.step != S.saved_step:
             await trainer.save_checkpoint()
-        post({"type": "train-state", "state": state, "has_adapter": True})
+        text = (f"Stopped after step {trainer.step} of {total}: Export adapter saves the adapter of step "
+                f"{trainer.step}, or press Train to start again." if state == "stopped" and trainer.step else
+                "Stopped before step 1 was done: press Train to start again." if state == "stopped" else
+                f"Training finished ({trainer.step} steps): Export adapter to download it, or try it below.")
+        post({"type": "train-state", "state": state, "has_adapter": trainer.adapter_snapshot is not None,
+              "text": text})
     except Exception as e:  # noqa: BLE001 - the app stays usable
         if isinstance(e, gpu.GPUError) and (isinstance(e, gpu.DeviceLost) or await _lost(trainer.model.dev)):
             S.device_lost, S.trainer = True, None
@@ -389,25 +527,33 @@ async def _run_training(trainer, resumed: bool) -> None:
             return
         post({"type": "log", "level": "error", "text": traceback.format_exc()})
         post({"type": "error", "where": "training", "text": f"{type(e).__name__}: {e}"})
-        post({"type": "train-state", "state": "failed", "has_adapter": S.trainer is not None})
+        post({"type": "train-state", "state": "failed",
+              "has_adapter": S.trainer is not None and trainer.adapter_snapshot is not None})
 
 
 async def on_train(msg: dict) -> None:
     from .config import ConfigError
     from .data import DataError
     from .train import Trainer
-    if S.model is None or S.records is None:
-        post({"type": "error", "where": "training", "text": "load a model and a dataset first"})
-        return
     if S.task is not None and not S.task.done():
         post({"type": "error", "where": "training", "text": "a training run is already going"})
         return
+    if S.model is None:       # the defaults: what the page's radios show before anything is chosen
+        post({"type": "train-state", "state": "starting", "text": "Loading the demo model…"})
+        await on_load_model({"source": "demo"})
+    if S.records is None and S.model is not None:
+        post({"type": "train-state", "state": "starting", "text": "Loading the demo dataset…"})
+        await on_load_data({"source": "demo"})
+    if S.model is None or S.records is None:
+        post({"type": "train-state", "state": "idle", "text": "Could not load the model or the dataset (see above)."})
+        return
     try:
         cfg = _training_config(msg.get("config"))
-        est = estimate_message(S.model, cfg)
+        est = estimate_message(S.model, cfg, _budget(msg))
         if not est["fits"]:
             post({"type": "train-state", "state": "idle"})   # first: the error stays in the status
-            post({"type": "error", "where": "training", "text": est["text"]})
+            post({"type": "error", "where": "training", "text": "not started: " + est["text"]})
+            post(est)
             return
         trainer = Trainer(S.model, S.records, cfg)
     except (ConfigError, DataError, ValueError) as e:
@@ -430,8 +576,10 @@ async def on_resume(msg: dict) -> None:
 
 
 async def on_stop(msg: dict) -> None:
-    if S.trainer is not None:
+    if S.trainer is not None and S.task is not None and not S.task.done():
         S.trainer.stop()
+        post({"type": "train-state", "state": "stopping",
+              "text": f"Stopping after the current micro-batch (step {S.trainer.step + 1} is not kept)…"})
 
 
 async def on_checkpoint_query(reason: str = "") -> bool:
@@ -515,7 +663,11 @@ async def on_export(msg: dict) -> None:
         post({"type": "error", "where": "export", "text": "train first: there is no adapter yet"})
         return
     out = "/tmp/bitlora-export"
-    await S.trainer.asave_adapter(out)
+    if S.trainer.adapter_snapshot is not None:
+        step = S.trainer.save_adapter_snapshot(out)     # no GPU wait: answers while a step runs
+    else:                                               # a resumed run before its first new step
+        await S.trainer.asave_adapter(out)
+        step = S.trainer.step
     files = []
     for name in ("adapter_config.json", "adapter_model.safetensors"):
         with open(os.path.join(out, name), "rb") as f:
@@ -523,7 +675,7 @@ async def on_export(msg: dict) -> None:
         arr = js.Uint8Array.new(len(data))
         arr.assign(data)
         files.append({"name": name, "bytes": arr})
-    post({"type": "export", "files": files})
+    post({"type": "export", "files": files, "step": step})
 
 
 # -- `bitlora train --backend browser` (app/train_browser.py) ------------------------------
@@ -619,6 +771,7 @@ HANDLERS = {
     "pause": on_pause,
     "resume": on_resume,
     "stop": on_stop,
+    "forget-models": on_forget_models,
     "resume-checkpoint": on_resume_checkpoint,
     "generate": on_generate,
     "export": on_export,

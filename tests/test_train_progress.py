@@ -1,0 +1,44 @@
+"""The trainer's per-micro-batch mode (the page's progress within a step, Stop at a
+micro-batch boundary) and its adapter snapshot (the page's Export during a step)."""
+from bitlora import demo, gpu
+from bitlora.model import Model
+from bitlora.train import Trainer
+
+CFG = {"max_steps": 2, "micro_batch_size": 1, "grad_accum": 3, "cutoff_len": 64}
+
+
+def test_on_micro_reports_each_micro_batch_and_changes_no_number(tmp_path):
+    out = tmp_path / "out"    # with checkpoints: each step has landed already when one is written
+
+    async def go():
+        model = await Model.load(str(demo.MODEL_DIR))
+        plain = Trainer(model, "demo", CFG)
+        await plain.atrain()
+        tr = Trainer(model, "demo", dict(CFG, save_every=1, out=str(out)))
+        seen = []
+        tr.on_micro, tr.keep_adapter = seen.append, True
+        await tr.atrain()
+        now = await tr.lora.read_adapter()
+        snap = tr.lora.adapter_from(tr.adapter_snapshot[1])
+        return plain.metrics, tr.metrics, seen, tr.adapter_snapshot[0], now, snap
+    plain, micro, seen, snap_step, now, snap = gpu.run(go())
+    assert [r["loss"] for r in plain] == [r["loss"] for r in micro]      # bitwise: same work, more submits
+    assert [(m["step"], m["micro"], m["micros"]) for m in seen] == [(s, j, 3) for s in (1, 2) for j in range(4)]
+    assert seen[0]["tokens"] == 0 and seen[3]["tokens"] == seen[3]["step_tokens"] > 0
+    assert snap_step == 2 and all(list(now[k][1]) == list(snap[k][1]) for k in now)
+
+
+def test_stop_inside_a_step_ends_at_the_micro_batch_boundary():
+    async def go():
+        model = await Model.load(str(demo.MODEL_DIR))
+        tr = Trainer(model, "demo", dict(CFG, max_steps=3))
+        tr.keep_adapter = True
+
+        def micro(m):
+            if (m["step"], m["micro"]) == (2, 1):
+                tr.stop()
+        tr.on_micro = micro
+        await tr.atrain()
+        return tr.step, [r["step"] for r in tr.metrics], tr.adapter_snapshot[0]
+    step, steps, snap_step = gpu.run(go())
+    assert step == 1 and steps == [1] and snap_step == 1    # step 2 was dropped after its micro-batch 1
