@@ -64,8 +64,8 @@ def test_train_demo_pause_resume_and_export(app, tmp_path):
     app.get_by_role("status").filter(has_text="Model loaded").wait_for(timeout=120_000)
     app.get_by_role("button", name="Load demo dataset").click()
     app.locator("#data-summary", has_text="usable").wait_for(timeout=60_000)
-    _fill(app, max_steps=4, micro_batch_size=1, grad_accum=1, cutoff_len=64, lr=0.003, warmup_steps=0,
-          save_every=2)
+    _fill(app, max_steps=30, micro_batch_size=1, grad_accum=1, cutoff_len=64, lr=0.003, warmup_steps=0,
+          save_every=2)   # enough steps that Pause lands in mid-run (a step takes well under a second)
     app.get_by_role("button", name="Train").click()
     app.locator("#train-progress-text", has_text="step 1 /").wait_for(timeout=300_000)
     app.get_by_role("button", name="Pause").click()
@@ -76,9 +76,9 @@ def test_train_demo_pause_resume_and_export(app, tmp_path):
     assert t < 100
     app.get_by_role("button", name="Resume").click()
     app.get_by_role("status").filter(has_text="finished").wait_for(timeout=600_000)
-    assert "step 4 / 4" in app.locator("#train-progress-text").text_content()
+    assert "step 30 / 30" in app.locator("#train-progress-text").text_content()
     chart = app.locator("#chart-loss")
-    assert chart.get_attribute("data-points") == "4"
+    assert chart.get_attribute("data-points") == "30"
     assert float(chart.get_attribute("data-last")) < float(chart.get_attribute("data-first")), "loss did not fall"
     app.screenshot(path=str(ARTIFACTS / "training-run.png"), full_page=True)
     with app.expect_download() as dl:

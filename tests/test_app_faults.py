@@ -15,6 +15,10 @@ from test_app import _fill
 pytestmark = pytest.mark.browser   # headless Chromium: skipped by -m "not browser"
 
 SETTINGS = dict(micro_batch_size=1, grad_accum=1, cutoff_len=64, lr=0.003, warmup_steps=0, save_every=2)
+# Steps per run: enough that the run is still going when a test reloads, poisons or
+# destroys something after its first steps (a demo step takes well under a second
+# with the CPU kernels).
+STEPS = 40
 
 
 def open_app(session, page=None):
@@ -81,12 +85,12 @@ def click_latencies(page, n=8):
 
 
 def test_reload_mid_training_then_resume_continues_the_curve(browser_session):
-    """Reload while step 3 or 4 runs (checkpoint at step 2): the page offers the stored
-    run; resuming keeps the earlier points and recomputes the lost steps exactly."""
+    """Reload in mid-run, after a checkpoint: the page offers the stored run; resuming
+    keeps the earlier points and recomputes the lost steps exactly."""
     page = open_app(browser_session)
     try:
         load_demo(page)
-        _fill(page, max_steps=5, **SETTINGS)
+        _fill(page, max_steps=STEPS, **SETTINGS)
         page.get_by_role("button", name="Train").click()
         wait_for(page, "step", lambda m: m["step"] == 1)
         lat = click_latencies(page)
@@ -99,13 +103,13 @@ def test_reload_mid_training_then_resume_continues_the_curve(browser_session):
         before = losses(page)
         reload(page)
         ckpt = offered_step(page)
-        assert saved <= ckpt < 5, (saved, ckpt)
+        assert saved <= ckpt < STEPS, (saved, ckpt)
         page.get_by_role("button", name="Resume training").click()
         page.get_by_role("status").filter(has_text="finished").wait_for(timeout=300_000)
         after = losses(page)
-        assert sorted(after) == list(range(ckpt + 1, 6)), after          # continues from the checkpoint
+        assert sorted(after) == list(range(ckpt + 1, STEPS + 1)), after  # continues from the checkpoint
         chart = page.locator("#chart-loss")
-        assert chart.get_attribute("data-points") == "5"                 # earlier points kept
+        assert chart.get_attribute("data-points") == str(STEPS)          # earlier points kept
         assert float(chart.get_attribute("data-first")) == before[1]
         for step in set(before) & set(after):                            # a lost step comes out the same
             assert after[step] == before[step], (step, before[step], after[step])
@@ -119,7 +123,7 @@ def test_gpu_device_lost_offers_resume_and_loses_at_most_save_every(browser_sess
     page = open_app(browser_session)
     try:
         load_demo(page)
-        _fill(page, max_steps=5, **SETTINGS)
+        _fill(page, max_steps=STEPS, **SETTINGS)
         page.get_by_role("button", name="Train").click()
         wait_for(page, "checkpoint", lambda m: m.get("saved"))
         wait_for(page, "step", lambda m: m["step"] >= 3)
@@ -134,8 +138,8 @@ def test_gpu_device_lost_offers_resume_and_loses_at_most_save_every(browser_sess
         page.get_by_role("button", name="Resume training").click()
         page.get_by_role("status").filter(has_text="finished").wait_for(timeout=300_000)
         after = {s: v for s, v in losses(page).items() if s > ckpt}
-        assert page.locator("#chart-loss").get_attribute("data-points") == "5"
-        assert sorted(after)[0] == ckpt + 1 and max(after) == 5
+        assert page.locator("#chart-loss").get_attribute("data-points") == str(STEPS)
+        assert sorted(after)[0] == ckpt + 1 and max(after) == STEPS
         for step in set(before) & set(after):
             assert after[step] == before[step], (step, before[step], after[step])
         print(f"\nlost after step {max(before)}, resumed from checkpoint {ckpt}")
@@ -163,7 +167,7 @@ def test_non_finite_steps_are_skipped_counted_and_shown(browser_session):
     page = open_app(browser_session)
     try:
         load_demo(page)
-        _fill(page, max_steps=4, **SETTINGS)
+        _fill(page, max_steps=STEPS, **SETTINGS)
         page.get_by_role("button", name="Train").click()
         wait_for(page, "step", lambda m: m["step"] == 1)
         res = page.evaluate("(code) => bitloraTest.run(code, 60000)", POISON)
@@ -172,7 +176,7 @@ def test_non_finite_steps_are_skipped_counted_and_shown(browser_session):
         steps = messages(page, "step")
         skipped = steps[-1]["skipped"]
         print(f"\nskipped counts per step: {[m['skipped'] for m in steps]}, losses {[m['loss'] for m in steps]}")
-        assert [m["step"] for m in steps] == [1, 2, 3, 4] and skipped >= 2
+        assert [m["step"] for m in steps] == list(range(1, STEPS + 1)) and skipped >= 2
         assert [m["skipped"] for m in steps][-skipped:] == list(range(1, skipped + 1))  # every step after the NaN
         assert page.locator("#skipped-steps").text_content() == f"Skipped steps (NaN/Inf gradients): {skipped}"
         assert "non-finite" in page.locator("#log").text_content()
