@@ -126,3 +126,25 @@ def test_tolerated_tensors(folders, tmp_path):
         assert a.config == b.config
         ta, tb = a.load(name), b.load(name)
         assert bytes(ta.packed) == bytes(tb.packed) and tb.scale == pytest.approx(2.5 * ta.scale, rel=1e-7)
+
+
+def test_same_greedy_generation_hf_folder_and_each_gguf(run_case, tmp_path):
+    """One model as a HF folder and as I2_S, TQ2_0 and TQ1_0 GGUFs (bf16 embedding; its
+    bf16 weight scales are exact in TQ's f16 `d`, so no format rounds anything here):
+    from the same prompt ids (the GGUF tokenizer adds BOS, tokenizer.json does not) the
+    same greedy continuation from each, and transformers' own."""
+    from test_model import files_of
+    f = make_hf(tmp_path / "hf", "offline_autobitlinear", dims=WIDE, seed=5)
+    kw = dict(prompt="The quick brown", max_new_tokens=10)
+    want = run_case("model_cases", "case_generate", files=files_of(f), **kw)
+    m = hf_model(f)
+    ids = torch.tensor([want["prompt_ids"]])
+    with torch.no_grad():
+        g = m.generate(ids, max_new_tokens=10, do_sample=False, eos_token_id=m.config.eos_token_id,
+                       pad_token_id=m.config.eos_token_id)
+    assert want["ids"] == g[0, ids.shape[1]:].tolist()
+    for ttype in ("i2_s", "tq2_0", "tq1_0"):
+        p = make_gguf(f, tmp_path / f"{ttype}.gguf", ttype, "bitnet-b1.58", embed_type="bf16")
+        r = run_case("model_cases", "case_generate", files={"m.gguf": base64.b64encode(p.read_bytes()).decode()},
+                     prompt=want["prompt_ids"], max_new_tokens=10)
+        assert r["ids"] == want["ids"], ttype
