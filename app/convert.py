@@ -8,6 +8,8 @@ here: codes 0/1/2 = -1/0/+1, 128-weight blocks of 32 bytes, byte j holding weigh
 j, 32+j, 64+j, 96+j in bits 7-6, 5-4, 3-2, 1-0, then one f32 scale padded to 32
 bytes), or F16/F32 dequantised values t*scale. Norms are F32; the embedding (and an
 untied lm_head) F16, F32 or BF16. Q/K rows stay in HF order (see formats/gguf.py).
+Besides the reference converters' keys it writes `{arch}.hidden_activation` (the
+folder's hidden_act), which bitlora's reader needs for arch `bitnet` to mean relu2.
 The weights are read through bitlora.formats, so offline (packed) and online
 (master) folders both work.
 """
@@ -91,22 +93,29 @@ def tokenizer_metadata(w: gguf.GGUFWriter, tok: dict, vocab_size: int):
 
 
 def convert(hf_dir, out_path, ttype: str = "tq2_0", arch: str = "bitnet-b1.58",
-            embed_type: str = "f16") -> str:
+            embed_type: str = "f16", kv: dict | None = None, extra: dict | None = None) -> str:
+    """Write `hf_dir` as a GGUF of architecture `arch`. `kv` overrides `{arch}.<key>`
+    metadata ({key: value}, None leaves the key out: e.g. {"rope.freq_base": None} is
+    what the reference converters write for a folder without a top-level rope_theta,
+    {"hidden_activation": None} what they write for any folder); `extra` adds tensors
+    {gguf name: f32 array} (files with what bitlora refuses, for its tests)."""
     qt = TYPES[ttype]
     ck = open_checkpoint(hf_dir)
     cfg = ck.config
     w = gguf.GGUFWriter(os.fspath(out_path), arch)
     w.add_name(os.path.basename(os.path.normpath(os.fspath(hf_dir))))
-    w.add_context_length(cfg["max_position_embeddings"])
-    w.add_embedding_length(cfg["hidden_size"])
-    w.add_feed_forward_length(cfg["intermediate_size"])
-    w.add_block_count(cfg["num_hidden_layers"])
-    w.add_head_count(cfg["num_attention_heads"])
-    w.add_head_count_kv(cfg["num_key_value_heads"])
-    w.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
-    w.add_rope_freq_base(cfg["rope_theta"])
-    w.add_rope_dimension_count(cfg["head_dim"])
-    w.add_vocab_size(cfg["vocab_size"])
+    U32, F32, STR = gguf.GGUFValueType.UINT32, gguf.GGUFValueType.FLOAT32, gguf.GGUFValueType.STRING
+    meta = {"context_length": cfg["max_position_embeddings"], "embedding_length": cfg["hidden_size"],
+            "feed_forward_length": cfg["intermediate_size"], "block_count": cfg["num_hidden_layers"],
+            "attention.head_count": cfg["num_attention_heads"],
+            "attention.head_count_kv": cfg["num_key_value_heads"],
+            "attention.layer_norm_rms_epsilon": cfg["rms_norm_eps"], "rope.freq_base": cfg["rope_theta"],
+            "rope.dimension_count": cfg["head_dim"], "vocab_size": cfg["vocab_size"],
+            "hidden_activation": cfg["hidden_act"]}
+    meta.update(kv or {})
+    for key, val in meta.items():
+        if val is not None:
+            w.add_key_value(f"{arch}.{key}", val, STR if isinstance(val, str) else F32 if isinstance(val, float) else U32)
     if ck.tokenizer_json:
         tokenizer_metadata(w, json.loads(ck.tokenizer_json), cfg["vocab_size"])
     w.add_bos_token_id(cfg["bos_token_id"])
@@ -135,6 +144,8 @@ def convert(hf_dir, out_path, ttype: str = "tq2_0", arch: str = "bitnet-b1.58",
             else:                                  # bf16, truncated from f32 (exact for bf16 input)
                 u = (a.view(np.uint32) >> 16).astype(np.uint16)
                 w.add_tensor(g, u, raw_shape=a.shape, raw_dtype=Q.BF16)
+    for g, a in (extra or {}).items():
+        w.add_tensor(g, np.asarray(a, np.float32))
     ck.close()
     w.write_header_to_file()
     w.write_kv_data_to_file()
@@ -148,7 +159,7 @@ def main(argv=None):
     p.add_argument("hf_dir")
     p.add_argument("out")
     p.add_argument("--type", default="tq2_0", choices=sorted(TYPES))
-    p.add_argument("--arch", default="bitnet-b1.58", choices=["bitnet", "bitnet-b1.58"])
+    p.add_argument("--arch", default="bitnet-b1.58", choices=["bitnet", "bitnet-b1.58", "bitnet-25"])
     p.add_argument("--embed-type", default="f16", choices=["f16", "f32", "bf16"])
     a = p.parse_args(argv)
     print(convert(a.hf_dir, a.out, a.type, a.arch, a.embed_type))

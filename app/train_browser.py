@@ -116,6 +116,8 @@ def train_in_browser(cfg, session=None, on_checkpoint=None) -> int:
         info = session.request(setup, timeout_s=3600)
         if info["error"]:
             return _fail(info["error"])
+        for w in info.get("warnings") or []:
+            print(f"bitlora: warning: {w}", file=sys.stderr, flush=True)
         print(f"bitlora: {info['name']} on {info['device']}; {info['records']} records "
               f"({len(info['skipped'])} skipped), {info['total_steps']} optimizer steps", flush=True)
         for index, reason in info["skipped"][:20]:

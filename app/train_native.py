@@ -34,6 +34,8 @@ def train_native(cfg) -> int:
                 from bitlora.demo import MODEL_DIR
                 src = str(MODEL_DIR)
             model = load_model(src, progress=progress)
+        for w in model.warnings:
+            print(f"bitlora: warning: {w}", file=sys.stderr, flush=True)
         trainer = Trainer(model, cfg.data, cfg)
     except (FormatError, DataError, ValueError, OSError, gpu.GPUError) as e:
         return _fail(str(e))

@@ -1,13 +1,17 @@
-// relu2.wgsl — BitNet's MLP gating (before ffn_sub_norm) and its backward:
-//   h = relu(g)^2 * u,   dg = 2 relu(g) u dh,   du = relu(g)^2 dh   (overwrite)
-// The backward needs g and u, so forward keeps them.
+// relu2.wgsl — BitNet's MLP gating (before ffn_sub_norm) and its backward, in the two
+// activations a BitNet checkpoint may name (config hidden_act; docs/FORMATS.md):
+//   relu2 (b1.58 2B-4T):  h = relu(g)^2 * u,   dg = 2 relu(g) u dh,   du = relu(g)^2 dh
+//   silu (1bitLLM, the GGUF arch `bitnet`):  h = silu(g) * u,  silu(g) = g sigmoid(g),
+//         dg = u dh sigmoid(g) (1 + g (1 - sigmoid(g))),   du = silu(g) dh
+// (all overwrite). The backward needs g and u, so forward keeps them.
 //
 // relu2_gating_forward
 //   0 params Relu2Params {count = N*F} | 1 g[N, F] read | 2 u[N, F] read | 3 h[N, F] write
 // relu2_gating_backward
 //   0 params Relu2Params {count} | 1 dh[N, F] read | 2 g[N, F] read | 3 u[N, F] read |
 //   4 dg[N, F] write | 5 du[N, F] write
-// dispatch (both): ceil(count / 256) workgroups split over x, y
+// silu_gating_forward, silu_gating_backward: the same bindings as their relu2 twins
+// dispatch (all): ceil(count / 256) workgroups split over x, y
 
 struct Relu2Params { count: u32 };
 @group(0) @binding(0) var<uniform> p: Relu2Params;   // both entry points
@@ -39,4 +43,31 @@ fn relu2_gating_backward(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(
     let dh = gt_dh[k];
     gt_dg[k] = 2.0 * a * gt_u[k] * dh;
     gt_du[k] = a * a * dh;
+}
+
+// sigmoid without overflow: exp of a non-positive number only
+fn sigmoid(x: f32) -> f32 {
+    let e = exp(-abs(x));
+    return select(e / (1.0 + e), 1.0 / (1.0 + e), x >= 0.0);
+}
+
+@compute @workgroup_size(WG)
+fn silu_gating_forward(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>,
+                       @builtin(num_workgroups) nw: vec3<u32>) {
+    let i = (wid.x + wid.y * nw.x) * WG + lid.x;
+    if (i >= p.count) { return; }
+    let x = g[i];
+    h[i] = x * sigmoid(x) * u[i];
+}
+
+@compute @workgroup_size(WG)
+fn silu_gating_backward(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>,
+                        @builtin(num_workgroups) nw: vec3<u32>) {
+    let k = (wid.x + wid.y * nw.x) * WG + lid.x;
+    if (k >= p.count) { return; }
+    let x = gt_g[k];
+    let sg = sigmoid(x);
+    let dh = gt_dh[k];
+    gt_dg[k] = gt_u[k] * dh * sg * (1.0 + x * (1.0 - sg));
+    gt_du[k] = x * sg * dh;
 }

@@ -95,6 +95,15 @@ def relu2_backward_ref(dh, g, u):
     return 2 * a * u * dh, a * a * dh
 
 
+def silu_gating_ref(g, u):
+    return g / (1 + np.exp(-g)) * u
+
+
+def silu_backward_ref(dh, g, u):
+    sg = 1 / (1 + np.exp(-g))
+    return u * dh * sg * (1 + g * (1 - sg)), g * sg * dh
+
+
 def rope_backward_ref(dy, cos, sin, T, H, D):
     N = dy.shape[0]
     g = dy.reshape(N, H, D)
@@ -338,6 +347,36 @@ def test_relu2_gating_backward(run_case):
     dg, du = relu2_backward_ref(dh.astype(np.float64), g, u)
     assert_close(r["dg"], dg, 1e-6, "dg")
     assert_close(r["du"], du, 1e-6, "du")
+
+
+def test_silu_backward_ref_finite_differences():
+    rng = np.random.default_rng(7)
+    g, u, dh = rng.normal(size=50) * 4, rng.normal(size=50), rng.normal(size=50)
+    dg, du = silu_backward_ref(dh, g, u)
+    e = 1e-6
+    fd_g = ((silu_gating_ref(g + e, u) - silu_gating_ref(g - e, u)) / (2 * e)) * dh
+    fd_u = ((silu_gating_ref(g, u + e) - silu_gating_ref(g, u - e)) / (2 * e)) * dh
+    assert_close(dg, fd_g, 1e-7, "dg vs finite differences")
+    assert_close(du, fd_u, 1e-7, "du vs finite differences")
+
+
+@pytest.mark.parametrize("kind", ["gpu", "cpu"])
+@pytest.mark.parametrize("act", ["relu2", "silu"])
+def test_gating_forward_backward(run_case, act, kind):
+    """Both FFN gatings (hidden_act relu2 and silu), forward and backward, on each device
+    kind's kernel list; g spans saturated sigmoids (|g| up to ~40) and count % 256 != 0."""
+    rng = np.random.default_rng(11)
+    dh, u = f32(rng.normal(size=(3, 301))), f32(rng.normal(size=(3, 301)))
+    g = f32(rng.normal(size=(3, 301)) * np.where(rng.random((3, 301)) < 0.05, 10.0, 2.0))
+    r = run_case("backward_cases", "case_gating", act=act, dh=L(dh), g=L(g), u=L(u), kind=kind)
+    g64, u64, dh64 = (a.astype(np.float64) for a in (g, u, dh))
+    if act == "silu":
+        h, (dg, du) = silu_gating_ref(g64, u64), silu_backward_ref(dh64, g64, u64)
+    else:
+        h, (dg, du) = np.maximum(g64, 0) ** 2 * u64, relu2_backward_ref(dh64, g64, u64)
+    assert_close(r["h"], h, 1e-6, f"{act} h")
+    assert_close(r["dg"], dg, 1e-6, f"{act} dg")
+    assert_close(r["du"], du, 1e-6, f"{act} du")
 
 
 @pytest.mark.parametrize("B,T,H,D", [(1, 1, 1, 2), (2, 5, 3, 6)])

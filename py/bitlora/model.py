@@ -11,7 +11,9 @@ One decoder layer, as HF's BitNetForCausalLM computes it:
   n1 = input_layernorm(x);  q, k, v = BitLinear(n1);  q, k = rope(q), rope(k)
   x_mid = x + o_proj(attn_sub_norm(attention(q, k, v)))
   n2 = post_attention_layernorm(x_mid)
-  x_out = x_mid + down_proj(ffn_sub_norm(relu(gate_proj(n2))^2 * up_proj(n2)))
+  x_out = x_mid + down_proj(ffn_sub_norm(act(gate_proj(n2)) * up_proj(n2)))
+with act = relu^2 (hidden_act "relu2", BitNet b1.58 2B-4T) or SiLU ("silu", 1bitLLM's;
+docs/FORMATS.md says which a GGUF architecture name means)
 and logits = lm_head(norm(x)), lm_head a plain float linear (tied: the embedding).
 Every BitLinear is actquant (per-token int8) + packed ternary matmul; an adapted
 projection adds its LoRA branch (lora.Lora.apply) computed from the same input.
@@ -53,7 +55,7 @@ from .ops.bitlinear import actquant_forward, bitlinear_backward_input, bitlinear
 from .ops.cross_entropy import cross_entropy_forward_backward, cross_entropy_sum
 from .ops.embedding import embedding_forward
 from .ops.linear import linear_backward_input, linear_forward
-from .ops.relu2 import relu2_gating_backward, relu2_gating_forward
+from .ops.relu2 import ACTS as GATINGS, gating_backward, gating_forward
 from .ops.rmsnorm import rmsnorm_backward, rmsnorm_forward
 from .ops.rope import rope_backward, rope_forward, rope_tables
 from .optim import AdamW, ParamArena
@@ -80,7 +82,7 @@ ACTS = (
     ("rstd2",   "N",      "f32", "layer"),
     ("g",       "N F",    "f32", "layer"),   # gate_proj(n2)
     ("u",       "N F",    "f32", "layer"),   # up_proj(n2)
-    ("hf",      "N F",    "f32", "layer"),   # relu(g)^2 * u
+    ("hf",      "N F",    "f32", "layer"),   # act(g) * u
     ("fn",      "N F",    "f32", "layer"),   # ffn_sub_norm(hf)
     ("rstd_f",  "N",      "f32", "layer"),
     ("lora_u",  "N R",    "f32", "lora"),    # A dropout(x) of one adapted projection
@@ -307,6 +309,10 @@ class Model:
         self.L, self.eps = c["num_hidden_layers"], float(c["rms_norm_eps"])
         if self.H * self.D != self.C:
             raise ValueError(f"H*D = {self.H * self.D} must equal hidden_size {self.C} (attn_sub_norm)")
+        self.act = c.get("hidden_act", "relu2")      # the FFN gating: "relu2" or "silu" (ops.relu2.ACTS)
+        if self.act not in GATINGS:
+            raise ValueError(f"hidden_act {self.act!r} is not implemented (bitlora: {', '.join(GATINGS)})")
+        self.warnings: list[str] = []   # the checkpoint's (defaults that differ between implementations)
         lim = min(int(dev.limits.get("maxStorageBufferBindingSize", 1 << 27)),
                   int(dev.limits.get("maxBufferSize", 1 << 30)))
         self.max_binding = min(lim, max_binding or lim)
@@ -366,7 +372,9 @@ class Model:
             src, name = await demo.model_source(), "demo"   # the same adapter metadata in both backends
         dev = device or await gpu.get_device()
         with open_checkpoint(src, progress=progress) as ck:
-            return await cls.create(dev, ck.config, ck.load, ck.tokenizer(), max_binding, name)
+            m = await cls.create(dev, ck.config, ck.load, ck.tokenizer(), max_binding, name)
+            m.warnings = list(ck.warnings)
+            return m
 
     async def prepare(self, training: bool) -> None:
         """Compile every kernel the forward (and with `training`, the loss and backward)
@@ -579,7 +587,7 @@ class Model:
         self._proj(li, ("o_proj",), a.an, C, (a.x_mid,), acts, lora, train, accumulate=True)
         rmsnorm_forward(dev, a.x_mid, W["post_attention_layernorm"], a.n2, a.rstd2, N, C, eps)
         self._proj(li, ("gate_proj", "up_proj"), a.n2, C, (a.g, a.u), acts, lora, train)
-        relu2_gating_forward(dev, a.g, a.u, a.hf, N * F)
+        gating_forward(dev, self.act, a.g, a.u, a.hf, N * F)
         rmsnorm_forward(dev, a.hf, W["mlp.ffn_sub_norm"], a.fn, a.rstd_f, N, F, eps)
         if out is not a.x_mid:
             dev.copy(a.x_mid, out, 4 * N * C)
@@ -630,10 +638,10 @@ class Model:
         B, T, N = acts.B, acts.T, acts.B * acts.T
         W, a, g = self.layers[li].norms, acts.layer(li), acts.grad
         back = lambda mod, dy, x, dx, acc: self._proj_back(li, mod, dy, x, dx, acc, acts, lora)  # noqa: E731
-        # FFN: x_out = x_mid + down(ffn_sub_norm(relu2(gate(n2), up(n2))))
+        # FFN: x_out = x_mid + down(ffn_sub_norm(act(gate(n2)) * up(n2)))
         back("down_proj", g.dh, a.fn, g.d_fn, False)
         rmsnorm_backward(dev, g.d_fn, a.hf, W["mlp.ffn_sub_norm"], a.rstd_f, g.d_hf, N, F)
-        relu2_gating_backward(dev, g.d_hf, a.g, a.u, g.dg, g.du, N * F)
+        gating_backward(dev, self.act, g.d_hf, a.g, a.u, g.dg, g.du, N * F)
         back("gate_proj", g.dg, a.n2, g.dn, False)
         back("up_proj", g.du, a.n2, g.dn, True)
         rmsnorm_backward(dev, g.dn, a.x_mid, W["post_attention_layernorm"], a.rstd2, g.dh, N, C, accumulate=True)

@@ -309,6 +309,8 @@ async def open_model(source: str, name: str, src, progress=None) -> bool:
         post({"type": "error", "where": "model", "text": str(e)})
         return False
     model.name = name
+    for w in model.warnings:          # a default that differs between implementations (formats/gguf.py)
+        post({"type": "log", "level": "warning", "text": f"{name}: {w}"})
     S.model, S.model_name, S.trainer = model, name, None
     S.model_source, S.model_src = {"source": source, "name": name}, src
     c = model.config
@@ -743,7 +745,8 @@ async def on_cli_setup(msg: dict) -> None:
         error = str(e)
     post({"type": "cli-ready", "id": msg.get("id"), "error": error, "step": trainer.step,
           "total_steps": trainer.total_steps, "name": model.name, "device": model.dev.describe(),
-          "records": len(trainer.dataset), "skipped": [list(x) for x in trainer.dataset.invalid]})
+          "records": len(trainer.dataset), "skipped": [list(x) for x in trainer.dataset.invalid],
+          "warnings": model.warnings})
 
 
 async def on_cli_train(msg: dict) -> None:

@@ -117,6 +117,19 @@ async def case_relu2_gating_backward(dev, dh, g, u):
     return {"dg": await _get(dev, bdg, n), "du": await _get(dev, bdu, n)}
 
 
+async def case_gating(dev, act, dh, g, u, kind="gpu"):
+    """h of ops.relu2.gating_forward and dg, du of gating_backward for `act` ("relu2"
+    or "silu"), recorded with dev.kind = `kind` (one entry serves both kinds)."""
+    await _prepare(dev)
+    n = len(dh)
+    bh, bdg, bdu = dev.buffer(4 * n, "h"), dev.buffer(4 * n, "dg"), dev.buffer(4 * n, "du")
+    bg, bu = _f32(dev, g, "g"), _f32(dev, u, "u")
+    with _kind(dev, kind):
+        relu2.gating_forward(dev, act, bg, bu, bh, n)
+        relu2.gating_backward(dev, act, _f32(dev, dh, "dh"), bg, bu, bdg, bdu, n)
+    return {"h": await _get(dev, bh, n), "dg": await _get(dev, bdg, n), "du": await _get(dev, bdu, n)}
+
+
 async def case_rope_backward(dev, dy, cos, sin, N, T, H, D):
     await _prepare(dev)
     bg = _f32(dev, dy, "g")

@@ -7,6 +7,7 @@ reader), the config check, a HF folder's file access, and big tensors read on de
     ck.tensor_names()                          # HF names, lm_head only if untied
     w = ck.load("model.layers.0.self_attn.q_proj.weight")   # TernaryTensor
     tok = ck.tokenizer()                       # a bitlora Tokenizer, or None
+    ck.warnings                                # lines about defaults that differ between implementations
     ck.close()
 
 Projections always come out as `TernaryTensor` (packed 2-bit codes + one scale),
@@ -24,6 +25,7 @@ from .errors import FormatError
 from .source import Source, as_source
 
 CHUNK = 16 << 20
+ACTIVATIONS = ("relu2", "silu")   # the FFN gating activations model.py implements
 LAZY_OVER = 4 * CHUNK   # float tensors bigger than this are read slice by slice while uploading
 MAX_DIM = 1 << 24          # no BitNet dimension comes near this; larger means corrupt
 
@@ -48,6 +50,9 @@ def normalize_config(raw: dict, where: str) -> dict:
     if h % hkv:
         raise FormatError(f"{where}: config num_attention_heads {h} is not a multiple of num_key_value_heads {hkv}")
     cfg["head_dim"] = head_dim
+    if cfg["hidden_act"] not in ACTIVATIONS:
+        raise FormatError(f"{where}: config hidden_act = {cfg['hidden_act']!r} is not implemented "
+                          f"(bitlora: {', '.join(ACTIVATIONS)})")
     cfg["tie_word_embeddings"] = bool(cfg["tie_word_embeddings"])
     for k in ("rms_norm_eps", "rope_theta"):
         v = cfg[k]
@@ -79,6 +84,7 @@ class Checkpoint:
         self._total = 0
         self._shapes: dict[str, tuple] = {}
         self._sources: list[Source] = []
+        self.warnings: list[str] = []
 
     def tensor_names(self) -> list[str]:
         return list(self._shapes)

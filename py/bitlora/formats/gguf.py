@@ -6,14 +6,25 @@ File: magic "GGUF", u32 version, u64 tensor count, u64 metadata count, metadata
 u32 type, u64 offset), padding to `general.alignment` (32), tensor data. ne[0] is
 the row length, so a HF weight [O, I] has ne = [I, O].
 
+What each architecture name means as a graph is docs/FORMATS.md's table, from
+llama.cpp's and bitnet.cpp's sources: `bitnet` (1bitLLM's models) gates the FFN with
+SiLU unless `bitnet.hidden_activation` says "relu2"; `bitnet-b1.58` and `bitnet-25`
+(BitNet b1.58 2B-4T) with relu^2; all three use rotate-half ("NEOX") RoPE over the
+whole head, sub-norms before o_proj and down_proj. Anything else that would change
+the graph (another arch name, biases, RoPE scaling or frequency factors, partial
+rotary, experts, unknown tensors) is refused with a FormatError naming it. A missing
+key whose default differs between implementations gets the value the table gives and
+a line in `GGUFCheckpoint.warnings` (shown by the page and the CLI).
+
 Q/K row order: BitNet GGUF files keep HF's row order (no LLaMA-style Q/K
-permutation; the `bitnet` arch uses NEOX RoPE), so no rows are reordered here.
+permutation, since the graph uses NEOX RoPE), so no rows are reordered here.
 
 Ternary types decode to our packed layout with one scale per tensor: I2_S holds
 one f32 scale; TQ1_0/TQ2_0 hold an f16 `d` per 256-weight block, which must be
 equal across blocks (all-zero blocks may have d = 0). F32/F16/BF16 projections are
 taken as already ternary if every |w| is 0 or one value, else ternarised with the
-absmean rule.
+absmean rule. A `bitnet` file's optional per-projection `blk.N.<proj>.scale` [1]
+multiplies that projection's output, so it is folded into its scale.
 """
 from __future__ import annotations
 
@@ -227,15 +238,56 @@ def _short(x):
     return x
 
 
-def gguf_config(md: dict, tensors: dict, fn: str) -> dict:
+# Per arch: the FFN activation when the file does not name one, and the RoPE base when
+# `rope.freq_base` is missing (llama.cpp's loader: 10000; HF BitNetConfig and the
+# 2B-4T: 500000), each with why (docs/FORMATS.md).
+ARCH_DEFAULTS = {
+    "bitnet": dict(hidden_act="silu", rope_theta=10000.0),
+    "bitnet-b1.58": dict(hidden_act="relu2", rope_theta=500000.0),
+    "bitnet-25": dict(hidden_act="relu2", rope_theta=500000.0),
+}
+ACTIVATIONS = {"silu": "silu", "swiglu": "silu", "swish": "silu", "relu2": "relu2"}
+
+
+def gguf_config(md: dict, tensors: dict, fn: str, warnings: list | None = None) -> dict:
+    """The HF-style config of a BitNet GGUF (hidden_act included); refuses what we do not
+    implement; appends to `warnings` a line per missing key whose default differs."""
+    warn = warnings.append if warnings is not None else (lambda _: None)
     arch = md.get("general.architecture")
     if arch not in ARCHS:
-        raise FormatError(f"{fn}: general.architecture {arch!r} is not a BitNet arch {ARCHS}")
+        raise FormatError(f"{fn}: general.architecture {arch!r} is not a BitNet arch bitlora implements {ARCHS}")
 
     def get(key, default=None):
         return md.get(f"{arch}.{key}", default)
     if "token_embd.weight" not in tensors:
         raise FormatError(f"{fn}: tensor 'token_embd.weight' missing")
+    if get("expert_count") or get("attention.causal") is False:
+        key = "expert_count" if get("expert_count") else "attention.causal"
+        raise FormatError(f"{fn}: metadata {arch}.{key} = {get(key)!r}: not implemented for BitNet")
+    scaling = get("rope.scaling.type")
+    factor = get("rope.scaling.factor", get("rope.scale_linear"))
+    if scaling not in (None, "none", "linear") or factor not in (None, 0, 0.0, 1, 1.0):
+        raise FormatError(f"{fn}: RoPE scaling {arch}.rope.scaling.type = {scaling!r}, factor {factor!r}: "
+                          f"not implemented (only unscaled RoPE)")
+    dflt = ARCH_DEFAULTS[arch]
+    act = get("hidden_activation")
+    if act is None:
+        act = dflt["hidden_act"]
+        if arch == "bitnet":
+            warn(f"{arch}.hidden_activation missing: FFN gated with SiLU, as llama.cpp's build_bitnet does "
+                 f"(1bitLLM's models); a BitNet b1.58 2B-4T converted with arch 'bitnet' needs relu2")
+    elif ACTIVATIONS.get(act) is None or (arch != "bitnet" and ACTIVATIONS[act] != dflt["hidden_act"]):
+        raise FormatError(f"{fn}: metadata {arch}.hidden_activation = {act!r}: not implemented for "
+                          f"arch {arch!r} (bitlora: {'silu or relu2' if arch == 'bitnet' else dflt['hidden_act']})")
+    theta = get("rope.freq_base")
+    if theta is None:
+        theta = dflt["rope_theta"]
+        warn(f"{arch}.rope.freq_base missing: using {theta:g} (the {arch} models' value); llama.cpp would use "
+             f"10000, HF's BitNetConfig 500000")
+    eps = get("attention.layer_norm_rms_epsilon")
+    if eps is None:
+        eps = 1e-5
+        warn(f"{arch}.attention.layer_norm_rms_epsilon missing: using 1e-05 (HF's default); llama.cpp refuses such a file")
     emb_ne = tensors["token_embd.weight"][1]
     vocab = get("vocab_size") or len(md.get("tokenizer.ggml.tokens") or []) or emb_ne[-1]
     raw = {
@@ -245,21 +297,33 @@ def gguf_config(md: dict, tensors: dict, fn: str) -> dict:
         "num_hidden_layers": get("block_count"),
         "num_attention_heads": get("attention.head_count"),
         "num_key_value_heads": get("attention.head_count_kv") or get("attention.head_count"),
-        "rms_norm_eps": _short(get("attention.layer_norm_rms_epsilon", 1e-5)),
-        "rope_theta": _short(get("rope.freq_base", 500000.0)),
+        "rms_norm_eps": _short(eps),
+        "rope_theta": _short(theta),
         "max_position_embeddings": get("context_length", 2048),
         "tie_word_embeddings": "output.weight" not in tensors,
         "bos_token_id": md.get("tokenizer.ggml.bos_token_id", 128000),
         "eos_token_id": md.get("tokenizer.ggml.eos_token_id", 128001),
-        "hidden_act": "relu2",
+        "hidden_act": ACTIVATIONS[act],
     }
-    for k in ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads"):
+    names = {"hidden_size": "embedding_length", "intermediate_size": "feed_forward_length",
+             "num_hidden_layers": "block_count", "num_attention_heads": "attention.head_count"}
+    for k, key in names.items():
         if raw[k] is None:
-            raise FormatError(f"{fn}: metadata {arch}.{ {'hidden_size': 'embedding_length', 'intermediate_size': 'feed_forward_length', 'num_hidden_layers': 'block_count', 'num_attention_heads': 'attention.head_count'}[k]} missing")
-    hd = get("attention.key_length") or get("rope.dimension_count")
-    if hd:
-        raw["head_dim"] = hd
-    return normalize_config(raw, fn)
+            raise FormatError(f"{fn}: metadata {arch}.{key} missing")
+    kl, vl = get("attention.key_length"), get("attention.value_length")
+    if kl and vl and kl != vl:
+        raise FormatError(f"{fn}: {arch}.attention.key_length {kl} != value_length {vl}: not implemented")
+    if kl or vl:
+        raw["head_dim"] = kl or vl
+    cfg = normalize_config(raw, fn)
+    rot = get("rope.dimension_count")
+    if rot is not None and rot != cfg["head_dim"]:
+        raise FormatError(f"{fn}: {arch}.rope.dimension_count {rot} != head dim {cfg['head_dim']}: "
+                          f"partial RoPE is not implemented")
+    if not cfg["tie_word_embeddings"]:
+        warn("output.weight present: used as the lm_head (HF's untied head); llama.cpp's BitNet graphs "
+             "multiply by token_embd.weight instead")
+    return cfg
 
 
 class GGUFCheckpoint(Checkpoint):
@@ -270,15 +334,28 @@ class GGUFCheckpoint(Checkpoint):
         fn = src.name
         self.version, md, tensors = parse_gguf(src)
         self.gguf_metadata = md
-        self.config = gguf_config(md, tensors, fn)
+        self.warnings = []
+        self.config = gguf_config(md, tensors, fn, self.warnings)
         check_layer_count(self.config, len(tensors), fn)
         want = tensor_shapes(self.config)
-        self._where = {}
+        arch = md["general.architecture"]
+        self._where, self._out_scale = {}, {}
         for gname, info in tensors.items():
             name = hf_name(gname)
-            if name is None or name not in want:
-                continue                          # rope_freqs etc.
             ttype, ne, off, nbytes = info
+            if name is None and gname == "rope_freqs.weight":
+                self._check_ones(gname, info)         # frequency factors: only all-ones (none) is implemented
+                continue
+            if name is None and gname.endswith(".scale") and arch == "bitnet" \
+                    and is_projection(hf_name(gname[:-len(".scale")] + ".weight") or ""):
+                if ttype != F32 or ne != [1]:
+                    raise FormatError(f"{fn}: tensor {gname!r}: expected one F32 value")
+                self._out_scale[hf_name(gname[:-len(".scale")] + ".weight")] = \
+                    struct.unpack("<f", src.read_exact(off, 4, gname))[0]
+                continue
+            if name is None or name not in want:
+                raise FormatError(f"{fn}: tensor {gname!r} is not part of the BitNet graph bitlora implements "
+                                  f"(arch {arch!r}: no biases, experts or extra tensors)")
             shape = tuple(reversed(ne))
             if shape != want[name]:
                 raise FormatError(f"{fn}: tensor {gname!r} ({name}) has shape {shape}, the config "
@@ -294,6 +371,15 @@ class GGUFCheckpoint(Checkpoint):
             raise FormatError(f"{fn}: {len(missing)} tensors missing, e.g. {missing[0]!r}")
         self._shapes = want
         self._total = sum(v[3] for v in self._where.values())
+
+    def _check_ones(self, gname, info):
+        ttype, ne, off, nbytes = info
+        data = self.src.read_exact(off, nbytes, gname) if ttype in (F32, F16) else None
+        n = nbytes // (4 if ttype == F32 else 2)
+        vals = struct.unpack(f"<{n}{'f' if ttype == F32 else 'e'}", data) if data is not None else (None,)
+        if any(v != 1.0 for v in vals):
+            raise FormatError(f"{self.src.name}: tensor {gname!r}: RoPE frequency factors are not implemented "
+                              f"(only all ones)")
 
     def tokenizer(self):
         md = self.gguf_metadata
@@ -330,4 +416,4 @@ class GGUFCheckpoint(Checkpoint):
             packed = T.pack_codes(codes, O, I)
         if not T.check_codes_packed(packed):
             raise FormatError(f"{fn}: tensor {gname!r}: invalid 2-bit code 3 in ternary data")
-        return TernaryTensor((O, I), packed, scale)
+        return TernaryTensor((O, I), packed, scale * self._out_scale.get(name, 1.0))

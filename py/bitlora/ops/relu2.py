@@ -1,5 +1,7 @@
-"""Wrappers for shaders/relu2.wgsl: BitNet's MLP gating h = relu(g)^2 * u and its
-backward. Browser-safe: standard library + bitlora only."""
+"""Wrappers for shaders/relu2.wgsl: BitNet's MLP gating h = act(g) * u and its
+backward, act relu^2 (hidden_act "relu2") or SiLU ("silu"). `gating_forward` /
+`gating_backward` pick the entry by hidden_act. Browser-safe: standard library +
+bitlora only."""
 from __future__ import annotations
 
 from ._check import need
@@ -7,23 +9,40 @@ from ._uniform import Uniform
 
 SHADER = "relu2.wgsl"
 PARAMS = Uniform("Relu2Params", "count:u32")
+ACTS = ("relu2", "silu")   # hidden_act -> entry points <act>_gating_forward / _backward
 
 
 def kernel_specs(table_dtype: str = "f32", training: bool = False, kind: str | None = None) -> list:
-    return [(SHADER, "relu2_gating_forward")] + ([(SHADER, "relu2_gating_backward")] if training else [])
+    """Both activations' entries (the same for device kinds "gpu" and "cpu")."""
+    fwd = [(SHADER, f"{a}_gating_forward") for a in ACTS]
+    return fwd + ([(SHADER, f"{a}_gating_backward") for a in ACTS] if training else [])
+
+
+def gating_forward(dev, act: str, g, u, h, count: int) -> None:
+    """h = act(g) * u over count = N*F elements; act "relu2" or "silu"."""
+    if act not in ACTS:
+        raise ValueError(f"gating_forward: activation {act!r} is not one of {ACTS}")
+    for b, what in ((g, "g"), (u, "u"), (h, "h")):
+        need(b, count, what, "gating_forward")
+    dev.dispatch(dev.prepared(SHADER, f"{act}_gating_forward"), [g, u, h], groups=-(-count // 256),
+                 params=PARAMS.pack(count))
+
+
+def gating_backward(dev, act: str, dh, g, u, dg, du, count: int) -> None:
+    """h = act(g) * u over count = N*F elements: dh, g, u -> dg, du (overwrite)."""
+    if act not in ACTS:
+        raise ValueError(f"gating_backward: activation {act!r} is not one of {ACTS}")
+    for b, what in ((dh, "dh"), (g, "g"), (u, "u"), (dg, "dg"), (du, "du")):
+        need(b, count, what, "gating_backward")
+    dev.dispatch(dev.prepared(SHADER, f"{act}_gating_backward"), [dh, g, u, dg, du], groups=-(-count // 256),
+                 params=PARAMS.pack(count))
 
 
 def relu2_gating_forward(dev, g, u, h, count: int) -> None:
     """h = relu(g)^2 * u over count = N*F elements."""
-    for b, what in ((g, "g"), (u, "u"), (h, "h")):
-        need(b, count, what, "relu2_gating_forward")
-    dev.dispatch(dev.prepared(SHADER, "relu2_gating_forward"), [g, u, h], groups=-(-count // 256),
-                 params=PARAMS.pack(count))
+    gating_forward(dev, "relu2", g, u, h, count)
 
 
 def relu2_gating_backward(dev, dh, g, u, dg, du, count: int) -> None:
-    """h = relu(g)^2 * u over count = N*F elements: dh, g, u -> dg, du (overwrite)."""
-    for b, what in ((dh, "dh"), (g, "g"), (u, "u"), (dg, "dg"), (du, "du")):
-        need(b, count, what, "relu2_gating_backward")
-    dev.dispatch(dev.prepared(SHADER, "relu2_gating_backward"), [dh, g, u, dg, du], groups=-(-count // 256),
-                 params=PARAMS.pack(count))
+    """h = relu(g)^2 * u: dh, g, u -> dg, du (overwrite)."""
+    gating_backward(dev, "relu2", dh, g, u, dg, du, count)
