@@ -12,7 +12,7 @@ os.environ.setdefault("XDG_RUNTIME_DIR", tempfile.gettempdir())  # quiets Mesa o
 
 import wgpu  # noqa: E402
 
-from .device import COPY_DST, COPY_SRC, MAP_READ, RAISED_LIMITS, GPUError, GPUUnavailable  # noqa: E402
+from .device import COPY_DST, COPY_SRC, MAP_READ, RAISED_LIMITS, GPUError, GPUUnavailable, OutOfMemory, mib  # noqa: E402
 
 
 def _hyphen(name: str) -> str:
@@ -71,6 +71,9 @@ class NativeBackend:
         try:
             return self.device.create_buffer(size=size, usage=usage, label=label)
         except Exception as e:  # noqa: BLE001
+            if isinstance(e, wgpu.GPUOutOfMemoryError) or "out of memory" in str(e).lower():
+                raise OutOfMemory(f"buffer {label!r} ({mib(size)}) does not fit: the GPU is out of memory "
+                                  f"({e})", label, size) from None
             raise GPUError(f"could not allocate buffer {label!r} of {size} bytes: {e}") from e
 
     def write_buffer(self, handle, offset, mv):
