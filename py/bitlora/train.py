@@ -88,9 +88,8 @@ def _url_records(url: str) -> list:
         from pyodide.http import open_url
         raw = open_url(url).getvalue().encode("utf-8")
     else:
-        import urllib.request
-        with urllib.request.urlopen(url, timeout=60) as resp:
-            raw = resp.read()
+        from .formats.source import url_bytes
+        raw = url_bytes(url)      # resumes a dropped connection; refuses an HTML page
     return load_records(raw, name=url.split("?")[0])
 
 
