@@ -5,6 +5,7 @@ so the same `await`-based code above runs unchanged under CPython's asyncio.
 """
 from __future__ import annotations
 
+import asyncio
 import os
 import tempfile
 
@@ -98,6 +99,10 @@ class NativeBackend:
         staging.map_sync(wgpu.MapMode.READ, 0, size)
         data = bytes(staging.read_mapped(0, size))
         staging.unmap()
+        # Inside a running asyncio loop, wgpu-py schedules each resolved promise's
+        # callback with call_soon_threadsafe; a training task that never suspends
+        # would let them pile up (~1 KB per read) until it ends. Let the loop run them.
+        await asyncio.sleep(0)
         return data
 
     # pipelines
