@@ -229,3 +229,69 @@ def test_storage_full_keeps_training_and_the_previous_checkpoint(browser_session
         assert offered_step(page) == 2
     finally:
         page.close()
+
+
+# A GPU memory budget for the worker's device (Device.memory_limit): what the model and
+# other buffers use now, minus the finished run's buffers (a new run frees them), plus
+# half of what a run with the same settings needs.
+LIMIT = """
+from bitlora import webapp
+tr = webapp.S.trainer
+dev = tr.model.dev
+base = dev.allocated - sum(b.size for b in tr._buffers)
+dev.memory_limit = base + (tr.memory_estimate()["total"] - tr.model.weight_bytes) // 2
+dev.memory_limit
+"""
+
+# A real WebGPU out-of-memory error, as the device reports one it cannot pin to a call
+# (another tab took the memory): a GPUOutOfMemoryError in an uncapturederror event.
+OOM_EVENT = """
+import js
+from bitlora import webapp
+dev = webapp.S.trainer.model.dev
+dev.memory_limit = None
+err = js.GPUOutOfMemoryError.new("test: allocation failed")
+init = js.Object.fromEntries([["error", err]])
+dev.backend.device.dispatchEvent(js.GPUUncapturedErrorEvent.new("uncapturederror", init))
+"sent"
+"""
+
+
+def test_out_of_gpu_memory_says_what_fits_keeps_the_checkpoint_and_the_page(browser_session):
+    """A 2-step run saves a checkpoint; then the worker's device gets a memory budget
+    half of what the next run needs: Train stops with a message naming the buffer and
+    the settings that fit, the step-2 checkpoint is still offered, Train works again.
+    Then a WebGPU GPUOutOfMemoryError in mid-run stops that run the same way."""
+    page = open_app(browser_session)
+    try:
+        load_demo(page)
+        _fill(page, max_steps=2, **SETTINGS)
+        page.get_by_role("button", name="Train", exact=True).click()
+        page.get_by_role("status").filter(has_text="finished").wait_for(timeout=300_000)
+        res = page.evaluate("(code) => bitloraTest.run(code, 60000)", LIMIT)
+        assert res["ok"], res
+        page.evaluate("() => { bitloraTest.messages.length = 0; }")
+        page.get_by_role("button", name="Train", exact=True).click()
+        status = page.get_by_role("status").filter(has_text="Out of GPU memory")
+        status.wait_for(timeout=120_000)
+        text = status.text_content()
+        print(f"\n{text}")
+        assert "does not fit" in text and "Settings that fit" in text
+        assert offered_step(page) == 2                                    # the checkpoint is intact
+        assert page.get_by_role("button", name="Train", exact=True).is_enabled()
+        page.evaluate("() => { bitloraTest.messages.length = 0; }")
+        _fill(page, max_steps=3)
+        page.evaluate("(code) => bitloraTest.run(code, 60000)", "from bitlora import webapp\n"
+                      "webapp.S.model.dev.memory_limit = None")
+        page.get_by_role("button", name="Train", exact=True).click()               # the page still trains
+        wait_for(page, "step", lambda m: m["step"] == 1)
+        res = page.evaluate("(code) => bitloraTest.run(code, 60000)", OOM_EVENT)
+        assert res["ok"], res
+        status = page.get_by_role("status").filter(has_text="Out of GPU memory")
+        status.wait_for(timeout=120_000)
+        print(status.text_content())
+        assert "WebGPU" in status.text_content() and "test: allocation failed" in status.text_content()
+        page.get_by_role("button", name="Train", exact=True).wait_for(timeout=10_000)
+        assert page.get_by_role("button", name="Train", exact=True).is_enabled()
+    finally:
+        page.close()

@@ -88,9 +88,8 @@ def _url_records(url: str) -> list:
         from pyodide.http import open_url
         raw = open_url(url).getvalue().encode("utf-8")
     else:
-        import urllib.request
-        with urllib.request.urlopen(url, timeout=60) as resp:
-            raw = resp.read()
+        from .formats.source import url_bytes
+        raw = url_bytes(url)      # resumes a dropped connection; refuses an HTML page
     return load_records(raw, name=url.split("?")[0])
 
 
@@ -131,6 +130,7 @@ class Trainer:
         self.adapter_snapshot = None      # (step, raw f32 bytes of the arena's params) after that step
         self.checkpoint_dir = None        # where save_every writes (default OUT/checkpoint)
         self._step_times: list[float] = []   # recent step durations, for the ETA
+        self._buffers: list = []          # the GPU buffers setup() made (close() frees them)
 
     # -- set-up ----------------------------------------------------------------
     async def setup(self) -> None:
@@ -145,23 +145,81 @@ class Trainer:
             settings = adapter_io.adapter_settings(conf)
             cfg.lora_r, cfg.lora_alpha = settings["lora_r"], settings["lora_alpha"]
             cfg.target_modules = settings["target_modules"]
-        self.lora = await Lora.create(self.model, cfg, init=init)
-        self.acts = self.model.activations(cfg.micro_batch_size, min(self.dataset.max_len(), self.cutoff_len),
-                                           self.lora, cfg.grad_accum, cfg.gradient_checkpointing)
-        self.opt = AdamW(self.model.dev, self.lora.arena, lr=cfg.lr, betas=(cfg.adam_beta1, cfg.adam_beta2),
-                         eps=cfg.adam_eps, weight_decay=cfg.weight_decay, max_grad_norm=cfg.max_grad_norm)
+        dev, bufs = self.model.dev, []
+        try:
+            with dev.collect(bufs):
+                lora = await Lora.create(self.model, cfg, init=init)
+                acts = self.model.activations(cfg.micro_batch_size, min(self.dataset.max_len(), self.cutoff_len),
+                                              lora, cfg.grad_accum, cfg.gradient_checkpointing)
+                opt = AdamW(dev, lora.arena, lr=cfg.lr, betas=(cfg.adam_beta1, cfg.adam_beta2), eps=cfg.adam_eps,
+                            weight_decay=cfg.weight_decay, max_grad_norm=cfg.max_grad_norm)
+        except gpu.OutOfMemory as e:
+            failed_at = dev.allocated
+            for b in bufs:                      # give back what this set-up got; the model stays usable
+                dev.destroy(b)
+            raise gpu.OutOfMemory(self.out_of_memory_text(e, failed_at), e.label, e.size) from None
+        self.lora, self.acts, self.opt, self._buffers = lora, acts, opt, bufs
         if cfg.resume:
             await self.load_checkpoint(cfg.resume)
 
-    def memory_estimate(self) -> dict:
-        """GPU bytes this run allocates (Model.memory_estimate at the data's longest example)."""
-        return self.model.memory_estimate(self.config, seq_len=min(self.dataset.max_len(), self.cutoff_len))
+    def memory_estimate(self, cfg=None) -> dict:
+        """GPU bytes this run (or one with TrainConfig `cfg`) allocates: Model.memory_estimate
+        at the data's longest example."""
+        cfg = cfg or self.config
+        return self.model.memory_estimate(cfg, seq_len=min(self.dataset.max_len(), cfg.cutoff_len, self.cutoff_len))
+
+    def out_of_memory_text(self, e, failed_at: int) -> str:
+        """What did not fit, what the run needs and settings that would fit: the budget is
+        the device's memory_limit, else what was allocated when the allocation failed
+        (known to fit). The model's weights and other runs' buffers stay; the rest must fit."""
+        dev, cfg = self.model.dev, self.config
+        others = dev.allocated - sum(b.size for b in self._buffers) - (dev.splitk_scratch.size if dev.splitk_scratch else 0)
+        free = (dev.memory_limit or failed_at) - others
+        need = lambda c: self.memory_estimate(c)["total"] - self.model.weight_bytes  # noqa: E731
+        mb = lambda n: f"{n / 2**20:.1f} MiB"  # noqa: E731
+        tries, ckpt = [], [False, True] if not cfg.gradient_checkpointing else [True]
+        for mbs in sorted({cfg.micro_batch_size >> k for k in range(8)} - {0}, reverse=True):
+            for gc in ckpt:
+                tries.append({"micro_batch_size": mbs, "grad_accum": cfg.grad_accum * cfg.micro_batch_size // mbs,
+                              "gradient_checkpointing": gc})
+        for gc in ckpt:
+            for cut in (cfg.cutoff_len >> k for k in range(1, 4)):
+                if 16 <= cut < self.dataset.max_len():   # a cutoff above the longest example changes nothing
+                    tries.append({"micro_batch_size": 1, "grad_accum": cfg.grad_accum * cfg.micro_batch_size,
+                                  "gradient_checkpointing": gc, "cutoff_len": cut})
+        fits = []
+        for t in tries:
+            c = TrainConfig.from_dict({**cfg.to_dict(), **t})
+            if need(c) <= free and c.to_dict() != cfg.to_dict():
+                changed = {k: v for k, v in t.items() if getattr(cfg, k) != v}
+                fits.append(", ".join(f"{k}={v}" for k, v in changed.items()) + f" (needs {mb(need(c))})")
+        advice = ("Settings that fit: " + "; ".join(fits[:3]) + "." if fits else
+                  "No smaller setting tried fits (micro_batch_size 1, gradient checkpointing, shorter "
+                  "cutoff_len): free GPU memory or use a smaller model.")
+        room = (f"about {mb(max(free, 0))} are free" if dev.memory_limit else
+                f"about {mb(max(free, 0))} were in use when an allocation failed")
+        return f"Out of GPU memory: {e}. This run needs {mb(need(cfg))} besides the model's weights and {room}. {advice}"
+
+    def close(self) -> None:
+        """Free the GPU buffers of the adapter, activations and optimizer (the model
+        stays); the trainer cannot train or generate afterwards."""
+        for b in self._buffers:
+            self.model.dev.destroy(b)
+        self._buffers, self.lora, self.acts, self.opt = [], None, None, None
 
     # -- the loop --------------------------------------------------------------
     async def atrain(self, until_step: int | None = None) -> list:
         """Train until optimizer step `until_step` has been taken (None: the configured
-        end), or stop(); returns the metrics. Called again, it goes on from there."""
+        end), or stop(); returns the metrics. Called again, it goes on from there. Out of
+        GPU memory, it stops with gpu.OutOfMemory saying which settings would fit; the
+        last checkpoint is left as it was."""
         await self.setup()
+        try:
+            return await self._atrain(until_step)
+        except gpu.OutOfMemory as e:
+            raise gpu.OutOfMemory(self.out_of_memory_text(e, self.model.dev.allocated), e.label, e.size) from None
+
+    async def _atrain(self, until_step: int | None) -> list:
         cfg, ds, dev = self.config, self.dataset, self.model.dev
         pending = None
         for step in ds.steps(cfg.micro_batch_size, cfg.grad_accum, cfg.epochs, seed=cfg.seed,

@@ -485,6 +485,8 @@ async def _store_checkpoint(trainer, step: int) -> None:
 
 
 async def _run_training(trainer, resumed: bool) -> None:
+    if S.trainer is not None and S.trainer is not trainer and not S.device_lost:
+        S.trainer.close()          # the previous run's GPU buffers (its adapter was exportable until now)
     S.trainer = trainer
     total = trainer.total_steps
     trainer.checkpoint_dir = CKPT + "/state"
@@ -517,6 +519,11 @@ async def _run_training(trainer, resumed: bool) -> None:
         post({"type": "train-state", "state": state, "has_adapter": trainer.adapter_snapshot is not None,
               "text": text})
     except Exception as e:  # noqa: BLE001 - the app stays usable
+        if isinstance(e, gpu.OutOfMemory):   # the text names what did not fit and settings that would
+            post({"type": "train-state", "state": "failed", "has_adapter": trainer.lora is not None, "text": str(e)})
+            post({"type": "error", "where": "training", "text": str(e)})
+            await on_checkpoint_query("Training ran out of GPU memory.")
+            return
         if isinstance(e, gpu.GPUError) and (isinstance(e, gpu.DeviceLost) or await _lost(trainer.model.dev)):
             S.device_lost, S.trainer = True, None
             done = trainer.metrics[-1]["step"] if trainer.metrics else 0

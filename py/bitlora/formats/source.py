@@ -5,7 +5,10 @@ reads and each tensor on demand. Sources:
 
 - `FileSource(path)`: a local file (natively).
 - `BytesSource(data, name)`: bytes already in memory (tests, small files).
-- `UrlSource(url)`: HTTP(S) with Range requests (natively, urllib).
+- `UrlSource(url)`: HTTP(S) with Range requests (natively, urllib); `fetch` is
+  its downloader: a connection that drops mid-way is resumed with a Range request
+  (restarted where the server ignores Range) and logged; a body shorter than its
+  Content-Length after the retries, an HTTP error or an HTML page raise FormatError.
 - `BlobSource(blob, name)`: a JS File/Blob inside Pyodide, read synchronously
   with `FileReaderSync` (only available in a Web Worker).
 
@@ -14,10 +17,104 @@ raises `FormatError` naming the file ("truncated").
 """
 from __future__ import annotations
 
+import io
+import logging
 import os
+import re
 import sys
 
 from .errors import FormatError
+
+RETRIES = 3       # a dropped download is resumed (or restarted) this many times
+TIMEOUT = 60      # seconds without data before a connection counts as dropped
+log = logging.getLogger("bitlora.download")   # resumed / restarted downloads are logged here
+
+
+def _dropped(e) -> bool:
+    """Whether `e` is a connection that broke (worth resuming), not an answer."""
+    import http.client
+    import urllib.error
+    drops = (http.client.HTTPException, ConnectionError, TimeoutError)
+    if isinstance(e, urllib.error.HTTPError):
+        return False
+    if isinstance(e, urllib.error.URLError):
+        return isinstance(e.reason, drops)
+    return isinstance(e, drops)
+
+
+def _check_page(url: str, ctype: str, head: bytes) -> None:
+    """An HTML page where a file was expected (a login, an error or a landing page)."""
+    if "html" in ctype.lower() or head.lstrip()[:15].lower().startswith((b"<!doctype html", b"<html")):
+        m = re.search(rb"<title[^>]*>(.*?)</title>", head, re.I | re.S)
+        title = f" titled {m.group(1).decode('utf-8', 'replace').strip()[:80]!r}" if m else ""
+        raise FormatError(f"{url}: the server sent an HTML page{title} (Content-Type {ctype or 'none'}), "
+                          "not the file: check the URL (a login, error or download page?)")
+
+
+def fetch(url: str, out, start: int = 0, end: int | None = None, retries: int = RETRIES) -> dict:
+    """Write bytes start..end-1 of `url` (end None: to the end of the file) to the binary
+    file `out`. Returns {"bytes", "size" (of the whole file, if the server says),
+    "resumed", "restarted"}. A dropped connection is resumed from where it stopped with a
+    Range request, or, for a whole download from a server that ignores Range, restarted
+    from the start (`out` truncated); each is logged. After `retries` drops, or on an
+    HTTP error or an HTML page, FormatError."""
+    import http.client
+    import urllib.error
+    import urllib.request
+    pos, size, info = start, None, {"resumed": 0, "restarted": 0}
+    expect = None
+    for attempt in range(retries + 1):
+        ranged = pos > 0 or end is not None
+        headers = {"Range": f"bytes={pos}-{'' if end is None else end - 1}"} if ranged else {}
+        try:
+            with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=TIMEOUT) as r:
+                if ranged and r.status != 206:
+                    if start or end is not None:
+                        raise FormatError(f"{url}: the server ignored a Range request (HTTP {r.status})")
+                    out.seek(0)
+                    out.truncate()
+                    pos, info["restarted"] = 0, info["restarted"] + 1
+                    log.warning("%s: the server cannot resume (it ignores Range): downloading again from the start", url)
+                length = r.headers.get("Content-Length", "")
+                expect = pos + int(length) if length.isdigit() else None
+                cr = r.headers.get("Content-Range", "")
+                size = int(cr.rsplit("/", 1)[1]) if r.status == 206 and cr.rsplit("/", 1)[-1].isdigit() else expect
+                while True:
+                    chunk = r.read(1 << 20)
+                    if not chunk:
+                        break
+                    if pos == start:
+                        _check_page(url, r.headers.get("Content-Type", ""), chunk[:1024])
+                    out.write(chunk)
+                    pos += len(chunk)
+                if expect is not None and pos < expect:
+                    raise http.client.IncompleteRead(b"", expect - pos)
+            info.update(bytes=pos - start, size=size)
+            return info
+        except urllib.error.HTTPError as e:
+            raise FormatError(f"{url}: HTTP {e.code} {e.reason}") from None
+        except Exception as e:  # noqa: BLE001 - sorted by _dropped
+            if not _dropped(e):
+                if isinstance(e, OSError):
+                    raise FormatError(f"{url}: cannot download: {e}") from None
+                raise
+            if attempt == retries:
+                raise FormatError(f"{url}: the connection dropped {retries + 1} times, the last at byte {pos} "
+                                  f"of {expect if expect is not None else '?'} ({type(e).__name__}); the "
+                                  "download is incomplete (a server that sends fewer bytes than its "
+                                  "Content-Length announces looks the same)") from None
+            info["resumed"] += 1
+            log.warning("%s: the connection dropped at byte %d of %s (%s); resuming there with a Range "
+                        "request (retry %d of %d)", url, pos, expect if expect is not None else "?",
+                        type(e).__name__, attempt + 1, retries)
+    raise AssertionError("unreachable")
+
+
+def url_bytes(url: str, retries: int = RETRIES) -> bytes:
+    """The whole of `url`, natively, with fetch's resuming and checks."""
+    buf = io.BytesIO()
+    fetch(url, buf, retries=retries)
+    return buf.getvalue()
 
 
 class Source:
@@ -78,29 +175,34 @@ class FileSource(Source):
 
 class UrlSource(Source):
     """HTTP(S), natively (urllib). Reads use Range requests; a server that ignores
-    Range gets the file downloaded once into a temporary file instead. (In the
-    browser, fetch the file in JS and pass the Blob.)"""
+    Range gets the file downloaded once into a temporary file instead. Both go through
+    `fetch`: dropped connections are resumed, HTML pages refused. (In the browser,
+    fetch the file in JS and pass the Blob.)"""
 
     def __init__(self, url: str):
+        import tempfile
+        import urllib.error
         import urllib.request
         self.name = url
-        self._urlopen = urllib.request.urlopen
-        self._Request = urllib.request.Request
         self._file = None
-        req = self._Request(url, headers={"Range": "bytes=0-0"})
+        self.resumed = 0          # dropped connections resumed so far (tests read it)
+        req = urllib.request.Request(url, headers={"Range": "bytes=0-0"})
         try:
-            with self._urlopen(req) as r:
+            with urllib.request.urlopen(req, timeout=TIMEOUT) as r:
                 cr = r.headers.get("Content-Range")
                 if r.status == 206 and cr and "/" in cr and cr.rsplit("/", 1)[1].isdigit():
+                    _check_page(url, r.headers.get("Content-Type", ""), b"")
                     self.size = int(cr.rsplit("/", 1)[1])
                     return
-                import shutil
-                import tempfile
-                self._file = tempfile.TemporaryFile()
-                shutil.copyfileobj(r, self._file, 1 << 20)
-                self.size = self._file.tell()
+        except urllib.error.HTTPError as e:
+            raise FormatError(f"{url}: HTTP {e.code} {e.reason}") from None
         except OSError as e:
-            raise FormatError(f"{url}: cannot open: {e}") from e
+            if not _dropped(e):
+                raise FormatError(f"{url}: cannot open: {e}") from e
+        self._file = tempfile.TemporaryFile()    # no Range support (or the probe dropped): download it
+        info = fetch(url, self._file)
+        self.resumed += info["resumed"] + info["restarted"]
+        self.size = self._file.tell()
 
     def read(self, offset, n):
         if n == 0:
@@ -108,9 +210,9 @@ class UrlSource(Source):
         if self._file is not None:
             self._file.seek(offset)
             return self._file.read(n)
-        req = self._Request(self.name, headers={"Range": f"bytes={offset}-{offset + n - 1}"})
-        with self._urlopen(req) as r:
-            return r.read(n)
+        buf = io.BytesIO()
+        self.resumed += fetch(self.name, buf, offset, offset + n)["resumed"]
+        return buf.getvalue()
 
     def close(self):
         if self._file is not None:

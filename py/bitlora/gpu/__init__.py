@@ -16,10 +16,10 @@ import concurrent.futures
 import sys
 
 from .device import (Buffer, BufferView, Device, DeviceLost, GPUError, GPUUnavailable, Kernel,
-                     Readback, groups_1d, read_shader)
+                     OutOfMemory, Readback, groups_1d, read_shader)
 
 __all__ = ["Buffer", "BufferView", "Device", "DeviceLost", "GPUError", "GPUUnavailable", "Kernel",
-           "Readback", "get_device", "groups_1d", "maybe_run", "read_shader", "run", "IN_BROWSER"]
+           "OutOfMemory", "Readback", "get_device", "groups_1d", "maybe_run", "read_shader", "run", "IN_BROWSER"]
 
 IN_BROWSER = sys.platform == "emscripten"
 _devices: dict[str, Device] = {}

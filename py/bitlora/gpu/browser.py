@@ -12,7 +12,7 @@ from __future__ import annotations
 import js  # noqa: F401 - only importable under Pyodide
 from pyodide.ffi import create_proxy, to_js
 
-from .device import RAISED_LIMITS, GPUError, GPUUnavailable, DeviceLost, MAP_READ, COPY_DST
+from .device import RAISED_LIMITS, GPUError, GPUUnavailable, DeviceLost, MAP_READ, COPY_DST, OutOfMemory
 
 ENABLE_HINT = (
     "WebGPU is not available in this browser. Use a recent Chrome, Edge or Safari 26+ "
@@ -68,7 +68,10 @@ class BrowserBackend:
 
         def on_error(event):
             if self._error is None:
-                self._error = GPUError(f"WebGPU error: {event.error.message}")
+                if str(event.error.constructor.name) == "GPUOutOfMemoryError":
+                    self._error = OutOfMemory(f"a WebGPU allocation failed ({event.error.message})")
+                else:
+                    self._error = GPUError(f"WebGPU error: {event.error.message}")
         self._on_error = create_proxy(on_error)
         self.device.addEventListener("uncapturederror", self._on_error)
 

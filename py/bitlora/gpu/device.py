@@ -25,6 +25,7 @@ submit would show both the last value. Each dispatch therefore gets its own
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib.resources
 import itertools
 from dataclasses import dataclass, field
@@ -67,6 +68,19 @@ def adapter_kind(info: dict) -> str:
 
 class GPUError(RuntimeError):
     """A WebGPU error: shader compilation, validation, out of memory, lost device."""
+
+
+class OutOfMemory(GPUError):
+    """A buffer did not fit: the GPU's memory, or the device's `memory_limit` budget.
+    `label` and `size` name the buffer (the Trainer adds which settings would fit)."""
+
+    def __init__(self, message: str, label: str = "", size: int = 0):
+        super().__init__(message)
+        self.label, self.size = label, size
+
+
+def mib(n: int) -> str:
+    return f"{n / 2**20:.1f} MiB"
 
 
 class GPUUnavailable(GPUError):
@@ -184,6 +198,11 @@ class Device:
         self._align = max(16, int(self.limits.get("minUniformBufferOffsetAlignment", 256)))
         self.allocated = 0       # bytes in live storage buffers made by buffer()
         self.peak_allocated = 0  # the most that ever were (benchmarks report it)
+        self.live_buffers = 0    # how many of them (the soak test watches it)
+        # A budget of storage-buffer bytes: buffer() refuses to go over it with
+        # OutOfMemory, as a real allocation failure would (tests use it to run out on purpose).
+        self.memory_limit: int | None = None
+        self._collect: list | None = None
         self.splitk_scratch: Buffer | None = None   # partial sums of split matmuls (ops/splitk.py)
 
     # -- buffers -------------------------------------------------------------
@@ -194,8 +213,14 @@ class Device:
         if max_size and size > max_size:
             raise GPUError(f"buffer {label!r} needs {size} bytes; this device allows "
                            f"at most {max_size} (maxBufferSize)")
+        if self.memory_limit is not None and self.allocated + size > self.memory_limit:
+            raise OutOfMemory(f"buffer {label!r} ({mib(size)}) does not fit: {mib(self.allocated)} of the "
+                              f"{mib(self.memory_limit)} GPU memory budget are in use", label, size)
         buf = Buffer(self.backend.create_buffer(size, STORAGE | COPY_SRC | COPY_DST, label), size, label)
         self.allocated += size
+        self.live_buffers += 1
+        if self._collect is not None:
+            self._collect.append(buf)
         self.peak_allocated = max(self.peak_allocated, self.allocated)
         if data is not None:
             self.write(buf, data)
@@ -221,6 +246,17 @@ class Device:
     def destroy(self, buf: Buffer) -> None:
         self.backend.destroy_buffer(buf.handle)
         self.allocated -= buf.size
+        self.live_buffers -= 1
+
+    @contextlib.contextmanager
+    def collect(self, into: list):
+        """Buffers made inside the block are also appended to `into`, so their owner
+        (a Trainer) can free them all: after a failed set-up, or when it is done."""
+        prev, self._collect = self._collect, into
+        try:
+            yield into
+        finally:
+            self._collect = prev
 
     # -- kernels -------------------------------------------------------------
     async def prepare(self, specs) -> int:

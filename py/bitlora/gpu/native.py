@@ -5,6 +5,7 @@ so the same `await`-based code above runs unchanged under CPython's asyncio.
 """
 from __future__ import annotations
 
+import asyncio
 import os
 import tempfile
 
@@ -12,7 +13,7 @@ os.environ.setdefault("XDG_RUNTIME_DIR", tempfile.gettempdir())  # quiets Mesa o
 
 import wgpu  # noqa: E402
 
-from .device import COPY_DST, COPY_SRC, MAP_READ, RAISED_LIMITS, GPUError, GPUUnavailable  # noqa: E402
+from .device import COPY_DST, COPY_SRC, MAP_READ, RAISED_LIMITS, GPUError, GPUUnavailable, OutOfMemory, mib  # noqa: E402
 
 
 def _hyphen(name: str) -> str:
@@ -71,6 +72,9 @@ class NativeBackend:
         try:
             return self.device.create_buffer(size=size, usage=usage, label=label)
         except Exception as e:  # noqa: BLE001
+            if isinstance(e, wgpu.GPUOutOfMemoryError) or "out of memory" in str(e).lower():
+                raise OutOfMemory(f"buffer {label!r} ({mib(size)}) does not fit: the GPU is out of memory "
+                                  f"({e})", label, size) from None
             raise GPUError(f"could not allocate buffer {label!r} of {size} bytes: {e}") from e
 
     def write_buffer(self, handle, offset, mv):
@@ -95,6 +99,10 @@ class NativeBackend:
         staging.map_sync(wgpu.MapMode.READ, 0, size)
         data = bytes(staging.read_mapped(0, size))
         staging.unmap()
+        # Inside a running asyncio loop, wgpu-py schedules each resolved promise's
+        # callback with call_soon_threadsafe; a training task that never suspends
+        # would let them pile up (~1 KB per read) until it ends. Let the loop run them.
+        await asyncio.sleep(0)
         return data
 
     # pipelines

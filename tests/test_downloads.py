@@ -1,0 +1,131 @@
+"""Model and dataset URLs against a local server that misbehaves on purpose: a
+connection that drops half-way is resumed with a Range request (or, where the server
+ignores Range, the download restarts) and the log says so; a server that sends fewer
+bytes than its Content-Length, an HTML page or an HTTP error gets a clear FormatError."""
+import functools
+import http.server
+import json
+import logging
+import threading
+
+import pytest
+
+from bitlora.formats import FormatError, open_checkpoint
+from bitlora.formats.source import UrlSource
+from bitlora.train import _url_records
+
+from fixtures.make_tiny import make_gguf, make_hf
+
+RECORDS = [{"instruction": f"Add {a} and {b}.", "input": "", "output": f"{a + b}"} for a, b in [(1, 2), (3, 4)]]
+PAGE = b"<!DOCTYPE html><html><head><title>Sign in</title></head><body>Please sign in.</body></html>"
+
+
+class Misbehaving(http.server.SimpleHTTPRequestHandler):
+    """GET /MODE/FILE. Modes: ok (Range served), drop (Range served; the first request
+    for more than a KiB breaks off half-way), norange-drop (Range ignored; the first
+    download breaks off half-way), lie (Content-Length 1000 bytes too long, always),
+    html (a sign-in page as text/html), sniff (that page as application/octet-stream),
+    missing (404 with an HTML body)."""
+
+    def log_message(self, *args):
+        pass
+
+    def do_GET(self):
+        mode, _, name = self.path.lstrip("/").partition("/")
+        data = (self.server.root / name).read_bytes()
+        if mode in ("html", "sniff", "missing"):
+            self.send_response(404 if mode == "missing" else 200)
+            self.send_header("Content-Type", "text/html" if mode != "sniff" else "application/octet-stream")
+            self.send_header("Content-Length", str(len(PAGE)))
+            self.end_headers()
+            self.wfile.write(PAGE)
+            return
+        rng = self.headers.get("Range")
+        start, end = 0, len(data)
+        if rng and mode in ("ok", "drop"):
+            a, b = rng.split("=")[1].split("-")
+            start, end = int(a), (int(b) + 1 if b else len(data))
+            self.send_response(206)
+            self.send_header("Content-Range", f"bytes {start}-{end - 1}/{len(data)}")
+        else:
+            self.send_response(200)
+        body = data[start:end]
+        self.send_header("Content-Type", "application/octet-stream")
+        self.send_header("Content-Length", str(len(body) + (1000 if mode == "lie" else 0)))
+        self.end_headers()
+        key = (mode, name)
+        probe = mode == "norange-drop" and rng == "bytes=0-0"      # UrlSource's first question
+        if mode in ("drop", "norange-drop") and len(body) > 1024 and key not in self.server.dropped and not probe:
+            self.server.dropped.add(key)
+            self.wfile.write(body[:len(body) // 2])
+            self.wfile.flush()
+            self.close_connection = True
+            self.connection.shutdown(2)       # the connection breaks off
+            return
+        self.wfile.write(body)
+        self.close_connection = True
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    root = tmp_path_factory.mktemp("downloads")
+    make_gguf(make_hf(root / "hf", "online_f32", seed=3), root / "model.gguf")
+    (root / "data.json").write_text(json.dumps(RECORDS))
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Misbehaving, directory=str(root)))
+    srv.root, srv.dropped = root, set()
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    yield srv, f"http://127.0.0.1:{srv.server_address[1]}"
+    srv.shutdown()
+
+
+def same_tensors(url, local):
+    ck, ref = open_checkpoint(url), open_checkpoint(local)
+    for name in ref.tensor_names():
+        assert ck.load(name) == ref.load(name), name
+    return ck
+
+
+@pytest.mark.parametrize("mode,says", [("drop", "resuming there with a Range request"),
+                                       ("norange-drop", "downloading again from the start")])
+def test_dropped_model_download_is_resumed_and_reported(server, mode, says, caplog):
+    srv, base = server
+    with caplog.at_level(logging.WARNING, logger="bitlora.download"):
+        same_tensors(f"{base}/{mode}/model.gguf", srv.root / "model.gguf")
+    print("\n" + "\n".join(r.getMessage() for r in caplog.records))
+    assert (mode, "model.gguf") in srv.dropped                      # it did break off
+    assert any(says in r.getMessage() for r in caplog.records)
+
+
+def test_dropped_dataset_download_is_resumed(server, caplog):
+    srv, base = server
+    srv.root.joinpath("big.json").write_text(json.dumps(RECORDS * 40))   # over a KiB: it breaks off
+    with caplog.at_level(logging.WARNING, logger="bitlora.download"):
+        assert _url_records(f"{base}/norange-drop/big.json") == RECORDS * 40
+    assert any("dropped at byte" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize("mode,file,says", [
+    ("lie", "model.gguf", "the connection dropped 4 times"),
+    ("lie", "data.json", "fewer bytes than its Content-Length"),
+    ("html", "model.gguf", "the server sent an HTML page titled 'Sign in' (Content-Type text/html)"),
+    ("sniff", "model.gguf", "the server sent an HTML page titled 'Sign in'"),
+    ("html", "data.json", "HTML page"),
+    ("sniff", "data.json", "HTML page"),
+    ("missing", "model.gguf", "HTTP 404"),
+])
+def test_bad_answers_get_a_clear_error(server, mode, file, says):
+    _, base = server
+    url = f"{base}/{mode}/{file}"
+    with pytest.raises(FormatError) as err:
+        if file.endswith(".json"):
+            _url_records(url)
+        else:
+            open_checkpoint(url)
+    print(f"\n{mode}/{file}: {err.value}")
+    assert says in str(err.value) and url in str(err.value)
+
+
+def test_url_source_counts_resumes(server):
+    srv, base = server
+    src = UrlSource(f"{base}/drop/data.json")      # under a KiB: never breaks off
+    assert src.read(0, src.size) == (srv.root / "data.json").read_bytes() and src.resumed == 0
