@@ -16,9 +16,9 @@ pytestmark = pytest.mark.browser   # headless Chromium: skipped by -m "not brows
 
 SETTINGS = dict(micro_batch_size=1, grad_accum=1, cutoff_len=64, lr=0.003, warmup_steps=0, save_every=2)
 # Steps per run: enough that the run is still going when a test reloads, poisons or
-# destroys something after its first steps (a demo step takes well under a second
-# with the CPU kernels).
-STEPS = 40
+# destroys something after its first steps (a demo step at these settings takes ~0.1 s
+# on SwiftShader with the CPU kernels).
+STEPS = 300
 
 
 def open_app(session, page=None):
