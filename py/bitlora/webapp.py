@@ -340,10 +340,12 @@ def _fits(model, cfg, budget) -> bool:
 
 
 def fit_settings(model, cfg, budget):
-    """Settings that fit: the micro-batch halved first (gradient accumulation raised to
-    keep the sequences per step), then the cutoff halved; None if nothing does."""
+    """Settings that fit: gradient checkpointing first (the same batches, one more
+    forward), then the micro-batch halved (gradient accumulation raised to keep the
+    sequences per step), then the cutoff halved; None if nothing does."""
     import dataclasses
     batch, cut = cfg.micro_batch_size * cfg.grad_accum, cfg.cutoff_len
+    cfg = dataclasses.replace(cfg, gradient_checkpointing=True)
     while cut >= 16:
         mb = cfg.micro_batch_size
         while mb >= 1:
@@ -375,8 +377,9 @@ def estimate_message(model, cfg, budget: int | None = None) -> dict:
         if fit is None:
             text += " No micro-batch size or cutoff length fits: try a smaller LoRA rank or fewer target modules."
         else:
-            out["proposal"] = {k: getattr(fit, k) for k in ("micro_batch_size", "grad_accum", "cutoff_len")}
-            words = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in out["proposal"].items())
+            keys = ("gradient_checkpointing", "micro_batch_size", "grad_accum", "cutoff_len")
+            out["proposal"] = {k: getattr(fit, k) for k in keys if getattr(fit, k) != getattr(cfg, k)}
+            words = ", ".join(k.replace("_", " ") + ("" if v is True else f" {v}") for k, v in out["proposal"].items())
             text += f" Fits: {words} ({mb(_estimate(model, fit)['total'])}): press Fit to device (under Settings)."
     out["text"] = text
     return out
