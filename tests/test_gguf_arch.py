@@ -148,3 +148,21 @@ def test_same_greedy_generation_hf_folder_and_each_gguf(run_case, tmp_path):
         r = run_case("model_cases", "case_generate", files={"m.gguf": base64.b64encode(p.read_bytes()).decode()},
                      prompt=want["prompt_ids"], max_new_tokens=10)
         assert r["ids"] == want["ids"], ttype
+
+
+def test_cli_prints_the_default_it_used(folders, tmp_path):
+    """`bitlora train` on a GGUF missing a key whose default differs between
+    implementations says which value it used, and trains (the tiny model's 64 positions
+    hold no Alpaca preamble plus a response: the prompt tokens are targets here)."""
+    import json
+    import subprocess
+    import sys
+    g = make_gguf(folders["relu2"], tmp_path / "w.gguf", "i2_s", "bitnet", kv={"rope.freq_base": None})
+    data = tmp_path / "d.json"
+    data.write_text(json.dumps([{"instruction": "Say yes.", "input": "", "output": "yes"}] * 4))
+    r = subprocess.run([sys.executable, "-m", "bitlora.app.cli", "train", "--model", str(g), "--data", str(data),
+                        "--max-steps", "1", "--micro-batch-size", "2", "--grad-accum", "1", "--train-on-inputs",
+                        "--out",
+                        str(tmp_path / "out")], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "warning: bitnet.rope.freq_base missing: using 10000" in r.stderr, r.stderr[-2000:]
