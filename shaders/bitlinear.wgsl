@@ -312,7 +312,15 @@ fn bl_store(n: u32, i0: u32, acc: vec4<f32>, z: u32) {
 //   dispatch: groups (ceil(ceil(I/16) / CPU_WG), ceil(N/8)); invocation j owns rows
 //   8gy .. 8gy+7 and the 16 columns of packed word gx*CPU_WG + j.
 
-const CPU_WG: u32 = 8u;   // invocations per workgroup (8 to 32 measured alike on lavapipe)
+// Override constants, per adapter (ops/bitlinear.py CPU_TILES; the defaults are lavapipe's):
+// CPU_WG   invocations per workgroup (8 to 32 measured alike on lavapipe; SwiftShader, 4
+//   lanes wide: 4 (-5%), 16 and 32 slower, and 4 or fewer rows per invocation slower too).
+// CPU_FWD_COLUMNS   bitlinear_forward_cpu's inner product: false (lavapipe's), per column
+//   quad four dot products per row (row_dots16); true (SwiftShader's: -22% there), per
+//   column a scalar x times the column's 16 weights (one multiply-add per weight and row).
+//   Integer sums, exact either way: the same bits.
+override CPU_WG: u32 = 8u;
+override CPU_FWD_COLUMNS: bool = false;
 @group(0) @binding(0) var<uniform> cf_p: BitlinearParams;
 @group(0) @binding(1) var<storage, read> cf_xq: array<f32>;
 @group(0) @binding(2) var<storage, read> cf_s: array<f32>;
@@ -324,6 +332,12 @@ fn cf_x4(row: u32, c: u32) -> vec4<f32> {   // xq[row, c .. c+3], columns clampe
     let im = cf_p.i - 1u;
     return vec4<f32>(cf_xq[b + min(c, im)], cf_xq[b + min(c + 1u, im)], cf_xq[b + min(c + 2u, im)],
                      cf_xq[b + min(c + 3u, im)]);
+}
+
+fn cf_x(row: u32, c: u32) -> f32 { return cf_xq[min(row, cf_p.n - 1u) * cf_p.i + c]; }
+
+fn cf_col(w0: u32, w1: u32, w2: u32, w3: u32, k: u32) -> vec4<f32> {   // column k's weights of 4 outputs' words
+    return vec4<f32>((vec4<u32>(w0, w1, w2, w3) >> vec4<u32>(2u * k)) & vec4<u32>(3u)) - 1.0;
 }
 
 fn cf_quads(w0: u32, w1: u32, w2: u32, w3: u32, q: u32) -> mat4x4<f32> {   // column quad q of 4 outputs' words
@@ -342,6 +356,17 @@ fn bitlinear_forward_cpu(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin
     for (var w = 0u; w < words; w++) {
         var wd: array<u32, 16>;
         for (var b = 0u; b < 16u; b++) { wd[b] = cf_w[ob[b] + w]; }
+        if (CPU_FWD_COLUMNS) {
+            for (var k = 0u; k < 16u; k++) {
+                let t = mat4x4<f32>(cf_col(wd[0], wd[1], wd[2], wd[3], k), cf_col(wd[4], wd[5], wd[6], wd[7], k),
+                                    cf_col(wd[8], wd[9], wd[10], wd[11], k), cf_col(wd[12], wd[13], wd[14], wd[15], k));
+                let c = min(w * 16u + k, cf_p.i - 1u);
+                a0 += cf_x(n0, c) * t;      a1 += cf_x(n0 + 1u, c) * t; a2 += cf_x(n0 + 2u, c) * t;
+                a3 += cf_x(n0 + 3u, c) * t; a4 += cf_x(n0 + 4u, c) * t; a5 += cf_x(n0 + 5u, c) * t;
+                a6 += cf_x(n0 + 6u, c) * t; a7 += cf_x(n0 + 7u, c) * t;
+            }
+            continue;
+        }
         for (var q = 0u; q < 4u; q++) {
             let m0 = cf_quads(wd[0], wd[1], wd[2], wd[3], q);
             let m1 = cf_quads(wd[4], wd[5], wd[6], wd[7], q);

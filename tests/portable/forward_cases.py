@@ -36,15 +36,18 @@ async def case_bitlinear_forward(dev, xq, s, packed, scale, y0, N, I, O, accumul
     bx, bs, bw = _buf(dev, "f", xq, "xq"), _buf(dev, "f", s, "s"), _buf(dev, "I", packed, "w")
     words = -(-I // 16)
     params = bitlinear.FORWARD.pack(N, I, O, scale, int(accumulate), words, 0)
-    tiles = {"gpu": [("bitlinear_forward", 64, 64)],
-             "cpu": [("bitlinear_forward_cpu", bitlinear.CPU_WG * bitlinear.CPU_TILE, 8)]}[kind]
+    # CPU: the default tile (lavapipe's) and every adapter's of ops.bitlinear.CPU_TILES
+    cpu = [("bitlinear_forward_cpu", "bitlinear_forward_cpu", bitlinear.CPU_WG * bitlinear.CPU_TILE, 8, None)]
+    cpu += [(f"bitlinear_forward_cpu {name}", "bitlinear_forward_cpu", c["CPU_WG"] * bitlinear.CPU_TILE, 8, c)
+            for name, c in bitlinear.CPU_TILES]
+    tiles = {"gpu": [("bitlinear_forward", "bitlinear_forward", 64, 64, None)], "cpu": cpu}[kind]
     out = {}
-    for entry, cols, rows in tiles + [("bitlinear_forward_rows", 64, 8)]:
+    for key, entry, cols, rows, consts in tiles + [("bitlinear_forward_rows", "bitlinear_forward_rows", 64, 8, None)]:
         y = _buf(dev, "f", y0, "y")
         binds = [bx, bs, bw, y] + ([dev.buffer(4, "part")] if entry == "bitlinear_forward" else [])
-        dev.dispatch(dev.prepared("bitlinear.wgsl", entry), binds, groups=(-(-O // cols), -(-N // rows), 1),
+        dev.dispatch(dev.prepared("bitlinear.wgsl", entry, consts), binds, groups=(-(-O // cols), -(-N // rows), 1),
                      params=params)
-        out[entry] = await _get(dev, y, N * O)
+        out[key] = await _get(dev, y, N * O)
     old, dev.kind = dev.kind, kind
     try:
         for key, split in [("op", None)] + [(f"split{n}", n) for n in splits]:

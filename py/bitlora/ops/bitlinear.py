@@ -27,14 +27,34 @@ def kernel_specs(table_dtype: str = "f32", training: bool = False, kind: str | N
 
 
 # -- CPU matmuls (Device.kind "cpu"): 8 rows x 16 outputs per invocation, no split-K --
-CPU_WG = 8     # invocations per workgroup (shaders/bitlinear.wgsl CPU_WG)
-CPU_TILE = 16  # outputs (forward) / input columns (input gradient) per invocation; 8 rows
+CPU_TILE = 16  # outputs (forward) / input columns (input gradient) per invocation
+# The override constants (shaders/bitlinear.wgsl CPU_WG, CPU_FWD_COLUMNS) per CPU adapter, matched
+# lower-cased against its vendor / architecture / device / description; the first match
+# wins, anything else gets the shader's defaults (lavapipe's).
+CPU_TILES = (
+    ("swiftshader", {"CPU_WG": 4, "CPU_FWD_COLUMNS": 1}),
+)
+CPU_DEFAULT = {"CPU_WG": 8}
+CPU_WG = CPU_DEFAULT["CPU_WG"]  # lavapipe's (the tests' awkward widths)
+
+
+def cpu_constants(dev) -> dict | None:
+    """The override constants of the CPU matmuls on `dev` (None: the shader's defaults)."""
+    info = getattr(dev, "adapter_info", None) or {}
+    text = " ".join(str(info.get(k, "")) for k in ("vendor", "architecture", "device", "description")).lower()
+    return next((c for name, c in CPU_TILES if name in text), None)
+
+
+def _cpu_wg(dev) -> int:
+    return (cpu_constants(dev) or CPU_DEFAULT)["CPU_WG"]
 
 
 def _cpu_matmul_specs(training: bool, kind: str | None) -> list:
+    """Every table entry's pipelines (prepare has no adapter; the unused ones cost a compile)."""
     if kind not in (None, "cpu"):
         return []
-    return [(SHADER, "bitlinear_forward_cpu")] + ([(SHADER, "bitlinear_backward_input_cpu")] if training else [])
+    entries = ["bitlinear_forward_cpu"] + (["bitlinear_backward_input_cpu"] if training else [])
+    return [(SHADER, e, c) for c in (None,) + tuple(c for _, c in CPU_TILES) for e in entries]
 
 
 def forward_plan(N: int, I: int, O: int, split: int | None = None) -> tuple:
@@ -93,8 +113,8 @@ def bitlinear_forward(dev, xq, s, w_packed, scale: float, y, N: int, I: int, O: 
                      params=FORWARD.pack(N, I, O, scale, int(accumulate), words, 0))
         return
     if dev.kind == "cpu":
-        dev.dispatch(dev.prepared(SHADER, "bitlinear_forward_cpu"), [xq, s, w_packed, y],
-                     groups=(-(-O // (CPU_WG * CPU_TILE)), -(-N // 8), 1),
+        dev.dispatch(dev.prepared(SHADER, "bitlinear_forward_cpu", cpu_constants(dev)), [xq, s, w_packed, y],
+                     groups=(-(-O // (_cpu_wg(dev) * CPU_TILE)), -(-N // 8), 1),
                      params=FORWARD.pack(N, I, O, scale, int(accumulate), words, 0))
         return
     slices, kw = forward_plan(N, I, O, split)
@@ -114,8 +134,8 @@ def bitlinear_backward_input(dev, dy, w_packed, scale: float, dx, N: int, I: int
     for b, n, what in ((dy, N * O, "dy"), (w_packed, O * words, "w_packed"), (dx, N * I, "dx")):
         need(b, n, what, "bitlinear_backward_input")
     if dev.kind == "cpu":
-        dev.dispatch(dev.prepared(SHADER, "bitlinear_backward_input_cpu"), [dy, w_packed, dx],
-                     groups=(-(-words // CPU_WG), -(-N // 8), 1),
+        dev.dispatch(dev.prepared(SHADER, "bitlinear_backward_input_cpu", cpu_constants(dev)), [dy, w_packed, dx],
+                     groups=(-(-words // _cpu_wg(dev)), -(-N // 8), 1),
                      params=BACKWARD.pack(N, I, O, scale, int(accumulate), O, 0))
         return
     slices, ko = backward_input_plan(N, I, O, split)
