@@ -18,8 +18,6 @@ Standard library only: this module runs in the browser.
 """
 from __future__ import annotations
 
-import array
-
 from .bitnet import MODULES
 from .formats import peft as adapter_io
 from .ops.lora import LoraShape, lora_backward, lora_forward
@@ -82,16 +80,12 @@ class Lora:
     # -- the whole adapter ------------------------------------------------------------
     async def read_adapter(self) -> dict:
         """{peft key: (shape, array('f'))} of the current parameters."""
-        vals = await self.arena.read(self.arena.params)
-        return {key: (tuple(shape), vals[key]) for key, shape in self.shapes}
+        return self.adapter_from(await self.dev.read(self.arena.params))
 
     def adapter_from(self, raw: bytes) -> dict:
         """read_adapter's dict from the arena's params as raw f32 bytes (a snapshot)."""
-        flat = array.array("f")
-        flat.frombytes(raw)
-        slots = {s.name: s for s in self.arena.slots}
-        return {key: (tuple(shape), flat[slots[key].offset:slots[key].offset + slots[key].size])
-                for key, shape in self.shapes}
+        vals = self.arena.unpack(raw)
+        return {key: (tuple(shape), vals[key]) for key, shape in self.shapes}
 
     async def load_state(self, params: dict, exp_avg: dict, exp_avg_sq: dict) -> None:
         """Restore parameters and AdamW moments ({peft key: (shape, values)})."""

@@ -126,8 +126,12 @@ class ParamArena:
 
     async def read(self, buf: Buffer) -> dict:
         """{name: array('f')} for one of params/grads/m/v (a full round trip)."""
+        return self.unpack(await self.dev.read(buf))
+
+    def unpack(self, raw: bytes) -> dict:
+        """{name: array('f')} from the bytes of one of params/grads/m/v."""
         flat = array.array("f")
-        flat.frombytes(await self.dev.read(buf))
+        flat.frombytes(raw)
         return {s.name: flat[s.offset:s.offset + s.size] for s in self.slots}
 
 
