@@ -7,6 +7,11 @@ import pytest
 
 pytestmark = pytest.mark.browser   # headless Chromium: skipped by -m "not browser"
 
+# Pause, Stop, Export, a reload, a NaN poison and a lost device must land while a run is
+# going; a demo step now takes ~0.1-1.5 s on SwiftShader, so on a loaded machine one of
+# them can miss its moment: such a test runs once more before it fails.
+TIMING = pytest.mark.flaky(reruns=1)
+
 ARTIFACTS = pathlib.Path(__file__).resolve().parent.parent / "test-artifacts"
 ARTIFACTS.mkdir(exist_ok=True)
 
@@ -63,6 +68,7 @@ def _fill(page, **values):
 STEPS = 200
 
 
+@TIMING
 def test_train_demo_pause_resume_and_export(app, tmp_path):
     """The demo model and data train a few steps in the worker: the loss chart fills,
     Pause/Resume work, the page stays responsive, the adapter downloads."""

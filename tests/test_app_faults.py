@@ -14,6 +14,11 @@ from test_app import _fill
 
 pytestmark = pytest.mark.browser   # headless Chromium: skipped by -m "not browser"
 
+# Pause, Stop, Export, a reload, a NaN poison and a lost device must land while a run is
+# going; a demo step now takes ~0.1-1.5 s on SwiftShader, so on a loaded machine one of
+# them can miss its moment: such a test runs once more before it fails.
+TIMING = pytest.mark.flaky(reruns=1)
+
 SETTINGS = dict(micro_batch_size=1, grad_accum=1, cutoff_len=64, lr=0.003, warmup_steps=0, save_every=2)
 # Steps per run: enough that the run is still going when a test reloads, poisons or
 # destroys something after its first steps (a demo step at these settings takes ~0.1 s
@@ -84,6 +89,7 @@ def click_latencies(page, n=8):
     return page.evaluate("() => window.__lat")
 
 
+@TIMING
 def test_reload_mid_training_then_resume_continues_the_curve(browser_session):
     """Reload in mid-run, after a checkpoint: the page offers the stored run; resuming
     keeps the earlier points and recomputes the lost steps exactly."""
@@ -119,6 +125,7 @@ def test_reload_mid_training_then_resume_continues_the_curve(browser_session):
         page.close()
 
 
+@TIMING
 def test_gpu_device_lost_offers_resume_and_loses_at_most_save_every(browser_session):
     page = open_app(browser_session)
     try:
@@ -160,6 +167,7 @@ tr.model.dev.write(tr.lora.arena.params, array.array("f", [float("nan")]), 0)
 """
 
 
+@TIMING
 def test_non_finite_steps_are_skipped_counted_and_shown(browser_session):
     """After step 1 a test hook puts a NaN into the LoRA weights: every later step has
     NaN gradients; AdamW skips them on the GPU, the run finishes, and the page shows

@@ -17,6 +17,11 @@ from test_app_faults import messages, wait_for
 
 pytestmark = pytest.mark.browser   # headless Chromium: skipped by -m "not browser"
 
+# Pause, Stop, Export, a reload, a NaN poison and a lost device must land while a run is
+# going; a demo step now takes ~0.1-1.5 s on SwiftShader, so on a loaded machine one of
+# them can miss its moment: such a test runs once more before it fails.
+TIMING = pytest.mark.flaky(reruns=1)
+
 FAST = dict(micro_batch_size=1, grad_accum=1, cutoff_len=64, lr=0.003, warmup_steps=0, save_every=0)
 
 
@@ -83,6 +88,7 @@ def test_defaults_train_without_a_load_step_and_radios_follow_what_is_loaded(bro
         page.close()
 
 
+@TIMING
 def test_progress_within_a_step_stop_at_a_micro_batch_and_export_at_once(browser_session, tmp_path):
     """Micro-batch progress moves within 5 s of Train; Export is disabled with a reason
     until step 1, then downloads within 2 s while step 2 runs; Stop ends the run at the
@@ -91,7 +97,7 @@ def test_progress_within_a_step_stop_at_a_micro_batch_and_export_at_once(browser
     try:
         page.get_by_role("button", name="Load demo model").click()
         page.get_by_role("status").filter(has_text="Model loaded").wait_for(timeout=120_000)
-        _fill(page, **dict(FAST, max_steps=4, grad_accum=4))
+        _fill(page, **dict(FAST, max_steps=4, grad_accum=4, micro_batch_size=4, cutoff_len=256))   # ~1.5 s steps
         export = page.get_by_role("button", name="Export adapter")
         assert export.is_disabled()
         assert page.locator("#export-why").is_visible()
