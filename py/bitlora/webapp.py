@@ -65,31 +65,10 @@ def blob_bytes(blob) -> bytes:
     return js.Uint8Array.new(js.FileReaderSync.new().readAsArrayBuffer(blob)).to_bytes()
 
 
-FETCH_HELP = ("the page may fetch only from its own server, the Hugging Face Hub and the origins "
-              "`bitlora serve --allow-origin` names, and another server must allow it (CORS)")
-
-
-async def fetch(url: str):
-    """js.fetch(url) -> an ok Response, or an OSError that says why in the page's words
-    (a browser says only "Failed to fetch" for a blocked origin, CORS or the network)."""
-    import js
-    try:
-        resp = await js.fetch(url)
-    except Exception as e:  # noqa: BLE001 - a JS TypeError: CSP, CORS or the network
-        raise OSError(f"{url}: could not fetch ({str(e).splitlines()[-1] if str(e) else e}): {FETCH_HELP}") from None
-    if not resp.ok:
-        raise OSError(f"{url}: HTTP {resp.status} {resp.statusText}".rstrip())
-    return resp
-
-
 async def url_bytes(url: str) -> bytes:
-    resp = await fetch(url)
-    return js_bytes(await resp.arrayBuffer())
-
-
-def js_bytes(buf) -> bytes:
-    import js
-    return js.Uint8Array.new(buf).to_bytes()
+    """The bytes of a URL (a dataset, the demo's files): webfetch.download's resuming and checks."""
+    from .webfetch import download
+    return blob_bytes(await download(url))
 
 
 # -- handlers ------------------------------------------------------------------------
@@ -159,6 +138,7 @@ def data_report() -> dict:
 
 async def on_load_data(msg: dict) -> None:
     from .data import DataError, load_records
+    from .formats import FormatError
     source = msg.get("source")
     if source == "demo":
         name, raw = "demo dataset", await url_bytes("/demo/alpaca_demo.json")
@@ -169,7 +149,7 @@ async def on_load_data(msg: dict) -> None:
         name = url.split("?")[0].rstrip("/").split("/")[-1] or url
         try:
             raw = await url_bytes(url)
-        except OSError as e:
+        except (OSError, FormatError) as e:     # no answer, an HTTP error, an HTML page, cut short
             post({"type": "error", "where": "dataset", "text": str(e)})
             return
     else:
@@ -203,27 +183,23 @@ MODEL_CACHE = "bitlora-models"     # Cache Storage: downloaded model files, keye
 
 async def cached_download(url: str, progress, label: str):
     """A JS Blob of url's bytes: from the browser's Cache Storage, else downloaded with
-    byte progress and kept there (a full cache only costs the next download)."""
+    byte progress (webfetch.download: resumed if the connection drops) and kept there;
+    then the cached copy, on disk, stands in for the downloaded one (a full cache only
+    costs the next download)."""
     import js
+    from .webfetch import download
     cache = await js.caches.open(MODEL_CACHE)
     hit = await cache.match(url)
     if hit:
         blob = await hit.blob()
         progress(blob.size, blob.size, f"{label} (from this browser's cache)")
         return blob
-    resp = await fetch(url)
-    total, done = int(resp.headers.get("Content-Length") or 0), 0
-    reader, chunks = resp.body.getReader(), js.Array.new()
-    while True:
-        part = await reader.read()
-        if part.done:
-            break
-        chunks.push(part.value)
-        done += part.value.length
-        progress(done, max(total, done), label)
-    blob = js.Blob.new(chunks)
+    blob = await download(url, progress, label)
     try:
         await cache.put(url, js.Response.new(blob))
+        hit = await cache.match(url)
+        if hit:
+            blob = await hit.blob()
     except Exception as e:  # noqa: BLE001 - QuotaExceededError: the model still loads
         post({"type": "log", "level": "error", "text": f"{label}: not kept in the browser's cache ({e})"})
     return blob
