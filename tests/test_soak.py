@@ -31,3 +31,17 @@ def test_short_browser_soak_is_flat(browser_session):
     worker = {m: g for m, g in res["growth"].items() if m != "page_heap"}
     assert all(g < 0.02 for g in worker.values()), worker
     assert res["rows"][-1]["step"] == 60
+
+
+def test_a_replaced_model_gives_its_gpu_memory_back():
+    """The page closes a model when another replaces it: every buffer of the model, its
+    decoding scratch and cache, and the bind groups using them are freed."""
+    from bitlora import gpu
+    from bitlora.model import load_model
+    dev = gpu.run(gpu.get_device())
+    before, live, groups = dev.allocated, dev.live_buffers, len(dev._bind_groups)
+    model = load_model("demo", device=dev)
+    model.generate("Hello", max_new_tokens=4)
+    assert dev.allocated > before + model.weight_bytes and len(dev._bind_groups) > groups
+    model.close()
+    assert (dev.allocated, dev.live_buffers, len(dev._bind_groups)) == (before, live, groups)

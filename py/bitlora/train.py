@@ -203,8 +203,7 @@ class Trainer:
     def close(self) -> None:
         """Free the GPU buffers of the adapter, activations and optimizer (the model
         stays); the trainer cannot train or generate afterwards."""
-        for b in self._buffers:
-            self.model.dev.destroy(b)
+        self.model.dev.destroy(*self._buffers)
         self._buffers, self.lora, self.acts, self.opt = [], None, None, None
 
     # -- the loop --------------------------------------------------------------

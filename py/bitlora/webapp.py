@@ -287,8 +287,12 @@ async def open_model(source: str, name: str, src, progress=None) -> bool:
     model.name = name
     for w in model.warnings:          # a default that differs between implementations (formats/gguf.py)
         post({"type": "log", "level": "warning", "text": f"{name}: {w}"})
+    old, old_trainer = S.model, S.trainer
     S.model, S.model_name, S.trainer = model, name, None
     S.model_source, S.model_src = {"source": source, "name": name}, src
+    for gone in (old_trainer, old):     # the replaced model's GPU memory (a lost device's is gone already)
+        if gone is not None and getattr(gone, "model", gone).dev is model.dev:
+            gone.close()
     c = model.config
     rows = [["Name", name], ["Architecture", "BitNet b1.58"], ["Parameters", f"{model.param_count() / 1e6:.2f} M"],
             ["Layers", c["num_hidden_layers"]], ["Hidden / FFN", f"{c['hidden_size']} / {c['intermediate_size']}"],
