@@ -244,7 +244,10 @@ class BlobSource(Source):
 
     def read(self, offset, n):
         buf = self._reader.readAsArrayBuffer(self.blob.slice(offset, offset + n))
-        return buf.to_bytes()
+        data = buf.to_bytes()
+        if hasattr(buf, "transfer"):    # detach it: its memory goes now, not at a later collection
+            buf.transfer(0)
+        return data
 
 
 def is_blob(x) -> bool:
