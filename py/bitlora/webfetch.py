@@ -118,11 +118,15 @@ async def _receive(url: str, got: dict, progress, label: str, resume: bool) -> N
                 await reader.cancel()
                 raise
             first = False
-        got["pending"].append(chunk)
+        pending = got["pending"]
+        pending.append(chunk)
         got["held"] += chunk.length
         got["pos"] = pos = pos + chunk.length
         if got["held"] >= PIECE:
             got.update(blob=js.Blob.new(to_js([got["blob"], *got["pending"]])), pending=[], held=0)
+            for c in pending:            # copied into the Blob: detach them, their memory goes now
+                if hasattr(c.buffer, "transfer"):
+                    c.buffer.transfer(0)
         if progress is not None:
             progress(pos, max(expect or 0, pos), label)
     if expect is not None and pos < expect:
