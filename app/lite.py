@@ -34,6 +34,8 @@ EXTRA = ROOT / "build" / "pyodide-extra"
 PYODIDE_LOCK = ROOT / "node_modules" / "pyodide" / "pyodide-lock.json"
 NOTEBOOKS = sorted((ROOT / "examples").glob("*.ipynb"))
 KERNEL_EXTENSION = "@jupyterlite/pyodide-kernel-extension"
+# What the kernel loads at start-up besides its own wheels (its worker's initKernel).
+KERNEL_NEEDS = ("micropip", "ipython", "jedi", "comm")
 
 # The kernel's settings, relative to the page: the server's routes (app/server.py).
 KERNEL_SETTINGS = {
@@ -67,24 +69,30 @@ def _wheel_meta(path: pathlib.Path) -> tuple[str, str, list[str], list[str]]:
 
 
 def kernel_lock() -> dict:
-    """npm pyodide's lock file with every wheel in build/pyodide-extra as its package's
-    entry (file name and sha256 of the PyPI wheel; a package the lock lacks is added)."""
+    """The kernel's Pyodide lock file: npm pyodide's, listing only the packages this
+    server has, the wheels in build/pyodide-extra (file name and sha256 of the PyPI
+    wheel; a package npm's lock lacks gets an entry from the wheel's metadata). A
+    package outside it then fails to install with a clear error instead of a 404."""
     if not PYODIDE_LOCK.exists() or not EXTRA.is_dir():
         raise LiteError("Pyodide or its extra wheels are missing: run `make setup` in the repository first")
     lock = json.loads(PYODIDE_LOCK.read_text())
-    by_norm = {_norm(k): k for k in lock["packages"]}
+    npm = {_norm(k): v for k, v in lock["packages"].items()}
+    lock["packages"] = {}
     for whl in sorted(EXTRA.glob("*.whl")):
         name, version, reqs, imports = _wheel_meta(whl)
-        key = by_norm.get(_norm(name))
-        entry = dict(lock["packages"][key]) if key else {
+        entry = dict(npm.get(_norm(name)) or {
             "name": name, "version": version, "imports": imports, "install_dir": "site",
-            "package_type": "package", "unvendored_tests": False,
-            "depends": [by_norm.get(_norm(r), r) for r in reqs]}
-        if key and entry["version"] != version:
+            "package_type": "package", "unvendored_tests": False, "depends": [_norm(r) for r in reqs]})
+        if entry["version"] != version:
             raise LiteError(f"{whl.name}: pyodide-lock.json names {name} {entry['version']}; "
                             f"run `make setup` to fetch the matching wheel")
         entry.update(file_name=whl.name, sha256=hashlib.sha256(whl.read_bytes()).hexdigest())
-        lock["packages"][key or _norm(name)] = entry
+        lock["packages"][_norm(name)] = entry
+    missing = sorted({_norm(d) for e in lock["packages"].values() for d in e["depends"]} - set(lock["packages"])
+                     | set(KERNEL_NEEDS) - set(lock["packages"]))
+    if missing:
+        raise LiteError(f"wheels the JupyterLite kernel needs are missing from build/pyodide-extra "
+                        f"({', '.join(missing)}): run `make setup` in the repository")
     return lock
 
 

@@ -12,7 +12,7 @@ Routes (GET/HEAD only):
   /wheels/all.json       a piplite index of that wheel (the JupyterLite kernel installs it)
   /bitlora.json          {"wheel": url, "version": ...}
   /lite/<path>           the JupyterLite site `bitlora lite` built (build/lite; a folder
-                         gives its index.html), under its own CSP (LITE_CSP)
+                         gives its index.html), under its own CSP (lite_csp)
   /pyodide/lite-lock.json  the JupyterLite kernel's Pyodide lock file (bitlora.app.lite.kernel_lock)
 
 Only files inside those folders are served: paths are resolved (symlinks too) and
@@ -21,6 +21,7 @@ must stay inside their root. Binds to loopback unless told otherwise.
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import http.server
 import json
@@ -64,6 +65,11 @@ def check_origin(origin: str) -> str:
     return f"{u.scheme}://{u.netloc}"
 
 
+def connect_src(allow_origins=()) -> str:
+    """What pages may fetch: this server, the Hub and the origins the user allowed."""
+    return " ".join(["'self'", *HUB_ORIGINS, *(check_origin(o) for o in allow_origins)])
+
+
 # Pyodide compiles WebAssembly ('wasm-unsafe-eval'); nothing else is evaluated.
 # frame-ancestors: who may show the app in a frame; only itself unless the Server is
 # told otherwise (show_app lets a notebook on this machine frame it). connect-src:
@@ -72,27 +78,27 @@ def csp(frame_ancestors: str = "'self'", allow_origins=()) -> str:
     if not frame_ancestors.strip() or any(c in frame_ancestors for c in ";,") \
             or not frame_ancestors.isprintable():
         raise ValueError(f"frame_ancestors: expected CSP sources separated by spaces, got {frame_ancestors!r}")
-    connect = " ".join(["'self'", *HUB_ORIGINS, *(check_origin(o) for o in allow_origins)])
     return ("default-src 'self'; script-src 'self' 'wasm-unsafe-eval'; worker-src 'self'; "
-            f"connect-src {connect}; img-src 'self' data: blob:; style-src 'self'; object-src 'none'; "
-            f"base-uri 'none'; form-action 'none'; frame-ancestors {frame_ancestors}")
+            f"connect-src {connect_src(allow_origins)}; img-src 'self' data: blob:; style-src 'self'; "
+            f"object-src 'none'; base-uri 'none'; form-action 'none'; frame-ancestors {frame_ancestors}")
 
 
 CSP = csp()
 
 
 # JupyterLite's pages: its index.html files run small inline scripts (allowed by their
-# hashes, computed from the built site), JupyterLab sets styles inline, its workers
-# (the kernel's, the service worker that syncs the kernel's files) and fonts are its own.
-def lite_csp(site: pathlib.Path, allow_origins=()) -> str:
+# hashes, computed from the built site), JupyterLab compiles its settings schemas
+# ('unsafe-eval') and sets styles inline; its workers (the kernel's, the service worker
+# that syncs the kernel's files) and fonts are its own. Cached per build of the site.
+@functools.lru_cache(maxsize=4)
+def lite_csp(site: pathlib.Path, built_ns: int = 0, allow_origins: tuple = ()) -> str:
     hashes = sorted({"'sha256-" + base64.b64encode(hashlib.sha256(m.group(1).encode()).digest()).decode() + "'"
                      for page in site.rglob("*.html")
                      for m in INLINE_SCRIPT.finditer(page.read_text(errors="replace"))})
-    connect = " ".join(["'self'", *HUB_ORIGINS, *(check_origin(o) for o in allow_origins)])
     return (f"default-src 'self'; script-src 'self' 'unsafe-eval' 'wasm-unsafe-eval' {' '.join(hashes)}; "
-            f"worker-src 'self'; connect-src {connect}; img-src 'self' data: blob:; font-src 'self' data:; "
-            "style-src 'self' 'unsafe-inline'; object-src 'none'; base-uri 'none'; form-action 'none'; "
-            "frame-ancestors 'self'")
+            f"worker-src 'self'; connect-src {connect_src(allow_origins)}; img-src 'self' data: blob:; "
+            "font-src 'self' data:; style-src 'self' 'unsafe-inline'; object-src 'none'; base-uri 'none'; "
+            "form-action 'none'; frame-ancestors 'self'")
 
 
 INLINE_SCRIPT = re.compile(r"<script(?![^>]*\b(?:src|type=\"application/json\"))[^>]*>(.*?)</script>", re.S)
@@ -133,9 +139,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
     wheel_index = b""
     lite_dir = lite.SITE
     lite_lock = b""
+    allow_origins = ()
     quiet = False
     csp = CSP
-    lite_csp = CSP
 
     def log_message(self, fmt, *args):  # noqa: D401 - http.server API
         if not self.quiet:
@@ -192,7 +198,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
         found = self._routes(path)
         if found is None:
             if (path == "/lite" or path.startswith("/lite/")) and not self.lite_dir.is_dir():
-                return self._error(404, b"no JupyterLite site here: build it with `bitlora lite` (or `make lite`)\n")
+                return self._error(404, b"no JupyterLite site here: build it with `bitlora lite` "
+                                        b"(or `make lite`)\n")
             return self._error(404)
         body, ctype = found
         if isinstance(body, pathlib.Path):
@@ -200,14 +207,17 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.send_response(200)
         self.send_header("Content-Type", ctype)
         self.send_header("Content-Length", str(len(body)))
-        lite_page = path.startswith("/lite/")
-        self.send_header("Content-Security-Policy", self.lite_csp if lite_page else self.csp)
+        self.send_header("Content-Security-Policy", self._lite_csp() if path.startswith("/lite/") else self.csp)
         self.send_header("X-Content-Type-Options", "nosniff")
         self.send_header("Cross-Origin-Opener-Policy", "same-origin")
         self.send_header("Cache-Control", "no-cache")
         self.end_headers()
         if not head:
             self.wfile.write(body)
+
+    def _lite_csp(self) -> str:
+        built = (self.lite_dir / "index.html").stat().st_mtime_ns
+        return lite_csp(self.lite_dir, built, self.allow_origins)
 
     def _redirect(self, location: str):
         self.send_response(301)
@@ -241,7 +251,7 @@ class Server:
             "wheel_name": name, "wheel_bytes": data, "quiet": quiet, "csp": policy,
             "wheel_index": json.dumps(lite.piplite_index(name, data)).encode(),
             "lite_dir": lite_dir, "lite_lock": json.dumps(lite.kernel_lock()).encode(),
-            "lite_csp": lite_csp(lite_dir, allow_origins) if lite_dir.is_dir() else policy})
+            "allow_origins": tuple(allow_origins)})
         self.httpd = http.server.ThreadingHTTPServer((host, port), handler)
         self.httpd.daemon_threads = True
         self.host, self.port = self.httpd.server_address[:2]
