@@ -5,10 +5,12 @@ import hashlib
 import json
 import math
 import re
+import shutil
 import struct
 import time
 import urllib.error
 import urllib.request
+import zipfile
 
 import pytest
 
@@ -56,6 +58,30 @@ def test_kernel_lock_and_index(server):
     (release,) = json.loads(body)["bitlora"]["releases"].values()
     status, _, whl = _get(server.url + "wheels/" + release[0]["url"][2:])
     assert status == 200 and len(whl) == release[0]["size"]
+
+
+def _wheel(folder, name, version):
+    """A minimal pure-Python wheel (METADATA only) named `name` `version`."""
+    path = folder / f"{name}-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr(f"{name}-{version}.dist-info/METADATA", f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+    return path
+
+
+def test_kernel_lock_refuses_what_the_kernel_cannot_load(tmp_path, monkeypatch):
+    """A wheel whose version differs from npm pyodide's lock, or a start-up package
+    missing, is an error that says to run set-up (not a kernel that 404s later)."""
+    monkeypatch.setattr(lite, "EXTRA", tmp_path)
+    for whl in lite.SITE.parent.joinpath("pyodide-extra").glob("*.whl"):
+        shutil.copy(whl, tmp_path)
+    assert set(lite.KERNEL_NEEDS) <= set(lite.kernel_lock()["packages"])
+    _wheel(tmp_path, "six", "1.0.0")
+    with pytest.raises(lite.LiteError, match=r"six-1.0.0-py3-none-any.whl: pyodide-lock.json names six 1.17.0"):
+        lite.kernel_lock()
+    (tmp_path / "six-1.0.0-py3-none-any.whl").unlink()
+    next(tmp_path.glob("jedi-*.whl")).unlink()
+    with pytest.raises(lite.LiteError, match=r"missing from build/pyodide-extra \(jedi\): run `make setup`"):
+        lite.kernel_lock()
 
 
 def test_lite_routes(server):
