@@ -165,7 +165,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if path == "/wheels/all.json":
             return self.wheel_index, MIME[".json"]
         if path == "/pyodide/lite-lock.json":
-            return self.lite_lock, MIME[".json"]
+            return self._kernel_lock(), MIME[".json"]
         if path.startswith("/lite/"):
             rel = path[len("/lite/"):]
             if rel == "" or rel.endswith("/"):
@@ -195,7 +195,10 @@ class Handler(http.server.BaseHTTPRequestHandler):
             if _inside(self.lite_dir, f"{rel}/index.html" if rel else "index.html"):
                 query = urllib.parse.urlsplit(self.path).query
                 return self._redirect(raw + "/" + (f"?{query}" if query else ""))
-        found = self._routes(path)
+        try:
+            found = self._routes(path)
+        except lite.LiteError as e:
+            return self._error(404, f"{e}\n".encode())
         if found is None:
             if (path == "/lite" or path.startswith("/lite/")) and not self.lite_dir.is_dir():
                 return self._error(404, b"no JupyterLite site here: build it with `bitlora lite` "
@@ -214,6 +217,13 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.end_headers()
         if not head:
             self.wfile.write(body)
+
+    def _kernel_lock(self) -> bytes:
+        """Made on first use (the app itself needs none of the kernel's wheels)."""
+        bound = type(self)
+        if not bound.lite_lock:
+            bound.lite_lock = json.dumps(lite.kernel_lock()).encode()
+        return bound.lite_lock
 
     def _lite_csp(self) -> str:
         built = (self.lite_dir / "index.html").stat().st_mtime_ns
@@ -250,8 +260,7 @@ class Server:
         handler = type("BoundHandler", (Handler,), {
             "wheel_name": name, "wheel_bytes": data, "quiet": quiet, "csp": policy,
             "wheel_index": json.dumps(lite.piplite_index(name, data)).encode(),
-            "lite_dir": lite_dir, "lite_lock": json.dumps(lite.kernel_lock()).encode(),
-            "allow_origins": tuple(allow_origins)})
+            "lite_dir": lite_dir, "allow_origins": tuple(allow_origins)})
         self.httpd = http.server.ThreadingHTTPServer((host, port), handler)
         self.httpd.daemon_threads = True
         self.host, self.port = self.httpd.server_address[:2]
