@@ -5,10 +5,10 @@ The site is built by jupyterlite-core and jupyterlite-pyodide-kernel (pinned in 
 `lite` extra) into build/lite, with examples/*.ipynb as its contents. Its kernel is
 configured (jupyter-lite.json) to use what our server already serves:
   Pyodide          /pyodide/pyodide.mjs (npm `pyodide`, the page's own)
-  Pyodide packages /pyodide/lite-lock.json: npm pyodide's lock file, with each wheel
-                   that set-up fetched from PyPI into build/pyodide-extra (micropip,
-                   IPython and its dependencies, jedi, comm) as its package's entry;
-                   the npm package ships the lock but not the wheels, which the kernel
+  Pyodide packages /pyodide/lite-lock.json: npm pyodide's lock file cut down to the
+                   wheels set-up fetched from PyPI into build/pyodide-extra (micropip,
+                   IPython and its dependencies, jedi, comm), with their hashes: the
+                   npm package ships the lock but not the wheels, which the kernel
                    needs and would otherwise load from the Pyodide CDN
   bitlora          /wheels/all.json: a piplite index of the wheel the server builds
                    from the tree at start-up (`await piplite.install("bitlora")`)
@@ -115,7 +115,7 @@ def kernel_extension() -> pathlib.Path:
                     "`pip install -e '.[lite]'`) in the repository")
 
 
-def build_site(out: pathlib.Path = SITE, notebooks=NOTEBOOKS, quiet: bool = True) -> pathlib.Path:
+def build_site(out: pathlib.Path = SITE, notebooks=NOTEBOOKS) -> pathlib.Path:
     """Build the JupyterLite site into `out` (replaced) and return it."""
     try:
         import jupyterlite_core  # noqa: F401 - only to fail with a clear message
@@ -141,8 +141,6 @@ def build_site(out: pathlib.Path = SITE, notebooks=NOTEBOOKS, quiet: bool = True
                              cwd=lite_dir, capture_output=True, text=True)
         if res.returncode != 0:
             raise LiteError(f"jupyter lite build failed:\n{res.stdout[-3000:]}\n{res.stderr[-3000:]}")
-        if not quiet:
-            print(res.stdout)
         if out.exists():
             shutil.rmtree(out)
         out.parent.mkdir(parents=True, exist_ok=True)
