@@ -26,6 +26,8 @@ def cmd_serve(args) -> int:
         print(f"bitlora serve: cannot listen on {args.host}:{args.port}: {e.strerror or e}", file=sys.stderr)
         return 2
     print(f"bitlora: serving the app at {server.url}  (Ctrl+C to stop)", flush=True)
+    if (server.lite_dir / "index.html").exists():
+        print(f"bitlora: notebooks (JupyterLite) at {server.url}lite/", flush=True)
     try:
         server.serve_forever()
     except KeyboardInterrupt:

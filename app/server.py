@@ -261,6 +261,7 @@ class Server:
             "wheel_name": name, "wheel_bytes": data, "quiet": quiet, "csp": policy,
             "wheel_index": json.dumps(lite.piplite_index(name, data)).encode(),
             "lite_dir": lite_dir, "allow_origins": tuple(allow_origins)})
+        self.lite_dir = lite_dir
         self.httpd = http.server.ThreadingHTTPServer((host, port), handler)
         self.httpd.daemon_threads = True
         self.host, self.port = self.httpd.server_address[:2]

@@ -92,10 +92,25 @@ def test_lite_routes(server):
     assert "frame-ancestors 'self'" in csp and "'sha256-" in script_src and "unsafe-inline" not in script_src
     with urllib.request.urlopen(server.url + "lite/lab", timeout=30) as resp:   # a folder: redirected
         assert resp.url.endswith("/lite/lab/") and resp.status == 200
-    for bad in ("lite/../app/server.py", "lite/%2e%2e/README.md", "lite/nothing.js"):
+    assert _get(server.url + "pyodide/lite-lock.json")[1]["Content-Type"] == "application/json"
+
+
+LITE_TRAVERSALS = [
+    "lite/../pyproject.toml", "lite/%2e%2e/pyproject.toml", "lite/..%2fpyproject.toml", "lite/%252e%252e/README.md",
+    "lite/lab/../../app/server.py", "lite//etc/passwd", "lite/%2fetc%2fpasswd", "lite/..%5cpyproject.toml",
+    "lite/index.html%00", "lite/nothing.js", "lite/outside.toml", "lite/outside-dir/pyproject.toml",
+]
+
+
+def test_lite_serves_only_the_site(server, site):
+    """Traversal, absolute paths and symlinks out of the site all answer 404 under /lite/."""
+    (site / "outside.toml").symlink_to(lite.ROOT / "pyproject.toml")
+    (site / "outside-dir").symlink_to(lite.ROOT, target_is_directory=True)
+    for bad in [*LITE_TRAVERSALS, "lite/" + str(lite.ROOT / "pyproject.toml"),
+                "lite/" + str(lite.ROOT / "pyproject.toml").replace("/", "%2f")]:
         with pytest.raises(urllib.error.HTTPError) as e:
             _get(server.url + bad)
-        assert e.value.code == 404
+        assert e.value.code == 404 and b"[project]" not in e.value.read(), bad
 
 
 def test_lite_missing_site_says_how(tmp_path):
