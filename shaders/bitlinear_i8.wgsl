@@ -35,8 +35,10 @@ struct BitlinearI8Params { n: u32, i: u32, o: u32, scale: f32, accumulate: u32, 
 @group(0) @binding(3) var<storage, read> i8_w: array<u32>;
 @group(0) @binding(4) var<storage, read_write> i8_y: array<f32>;
 @group(0) @binding(5) var<storage, read_write> i8_part: array<f32>;   // split: [z, N, O] integer sums
-var<workgroup> i8_xs: array<array<vec4<u32>, I8_KC>, 64>;   // [row][word]: the tile's activations
-var<workgroup> i8_ts: array<array<vec4<u32>, I8_KC>, 64>;   // [output][word]: its weights as int8 lanes
+// [word][row] and [word][output]: a half-warp's 16 threads read 16 consecutive vec4 of a
+// word's row (no bank conflicts; [output][word] put them 128 bytes apart: 1.7x slower on an H200)
+var<workgroup> i8_xs: array<array<vec4<u32>, 64>, I8_KC>;   // the tile's activations
+var<workgroup> i8_ts: array<array<vec4<u32>, 64>, I8_KC>;   // its weights as int8 lanes
 
 fn i8_ternary(w: u32) -> vec4<u32> {   // word k: lane j = t of column 4j + k
     let c = (vec4<u32>(w) >> vec4<u32>(0u, 2u, 4u, 6u)) & vec4<u32>(0x03030303u);
@@ -72,21 +74,21 @@ fn bitlinear_forward_i8(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(
             let wi = w0 + e % I8_KC;
             var xv = vec4<u32>(0u);   // zero activations past the edges: their weights never count
             if (n0 + r < N && wi < wend) { xv = i8_x[(n0 + r) * G + wi]; }
-            i8_xs[r][e % I8_KC] = xv;
+            i8_xs[e % I8_KC][r] = xv;
             var wv = 0x55555555u;
             if (o0 + r < O && wi < wend) { wv = i8_w[(o0 + r) * G + wi]; }
-            i8_ts[r][e % I8_KC] = i8_ternary(wv);
+            i8_ts[e % I8_KC][r] = i8_ternary(wv);
         }
         workgroupBarrier();
         for (var k = 0u; k < I8_KC; k++) {
-            let t0 = i8_ts[tx][k];
-            let t1 = i8_ts[tx + 16u][k];
-            let t2 = i8_ts[tx + 32u][k];
-            let t3 = i8_ts[tx + 48u][k];
-            acc0 += i8_dots(i8_xs[ty][k], t0, t1, t2, t3);
-            acc1 += i8_dots(i8_xs[ty + 16u][k], t0, t1, t2, t3);
-            acc2 += i8_dots(i8_xs[ty + 32u][k], t0, t1, t2, t3);
-            acc3 += i8_dots(i8_xs[ty + 48u][k], t0, t1, t2, t3);
+            let t0 = i8_ts[k][tx];
+            let t1 = i8_ts[k][tx + 16u];
+            let t2 = i8_ts[k][tx + 32u];
+            let t3 = i8_ts[k][tx + 48u];
+            acc0 += i8_dots(i8_xs[k][ty], t0, t1, t2, t3);
+            acc1 += i8_dots(i8_xs[k][ty + 16u], t0, t1, t2, t3);
+            acc2 += i8_dots(i8_xs[k][ty + 32u], t0, t1, t2, t3);
+            acc3 += i8_dots(i8_xs[k][ty + 48u], t0, t1, t2, t3);
         }
         workgroupBarrier();
     }
