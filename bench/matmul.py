@@ -139,7 +139,7 @@ async def main(args):
             cols = O if kind == "fwd" else I
             tiles = -(-(cols if kind == "fwd" else words * 16) // tile_c) * -(-N // tile_r)
             for split in args.splits:
-                slices, per = splitk.plan(tiles, K, unit, split)
+                slices, per = splitk.plan(tiles, K, unit, split, cols_per_k=16 if kind == "fwd" else 1)   # as the ops plan
                 part = splitk.scratch(dev, slices * N * cols)
                 params = struct.pack("<IIIfIII", N, I, O, 0.5, 0, per, int(slices > 1))
                 if kind == "fwd":
