@@ -16,7 +16,9 @@ with act = relu^2 (hidden_act "relu2", BitNet b1.58 2B-4T) or SiLU ("silu", 1bit
 docs/FORMATS.md says which a GGUF architecture name means)
 and logits = lm_head(norm(x)), lm_head a plain float linear (tied: the embedding).
 Every BitLinear is actquant (per-token int8) + packed ternary matmul; an adapted
-projection adds its LoRA branch (lora.Lora.apply) computed from the same input.
+projection adds its LoRA branch (lora.Lora.apply) computed from the same input. Every
+BitLinear input is an RMSNorm's output, so the norm and the quantiser are one call
+(_norm; one dispatch on a GPU).
 
     model = await Model.create(dev, config, load)     # or bitlora.load_model(...)
     acts = model.activations(B, T, lora)             # training: kept per layer
