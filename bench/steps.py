@@ -99,15 +99,20 @@ async def _profile(dev, record_step) -> list:
 
 
 async def case_bench_steps(dev, config: dict, B: int, T: int, steps: int, r: int, targets: list,
-                           profile: bool = False, checkpointing: bool = False) -> dict:
+                           profile: bool = False, checkpointing: bool = False, kind: str | None = None,
+                           int8: bool = True) -> dict:
     """Time `steps` optimizer steps (forward, loss, backward, clip, AdamW) of micro-batch
     B x T after two warm-up steps: ms/step, trained tokens/s, dispatches per step, the
-    host's share (recording and submitting a step, not waiting for it) and peak GPU bytes."""
+    host's share (recording and submitting a step, not waiting for it) and peak GPU bytes.
+    `kind` forces Device.kind's kernel variants, `int8` False turns Device.int8_dot off."""
+    dev.kind = kind or dev.kind
+    dev.int8_dot = dev.int8_dot and int8
     base = dev.reset_peak()
     t = time.perf_counter()
     model = await Model.create(dev, config, random_loader(config, 0), name="random-" + str(config["num_hidden_layers"]))
     await dev.sync()
-    out = {"adapter": dev.describe(), "kind": dev.kind, "model_upload_s": time.perf_counter() - t,
+    out = {"adapter": dev.describe(), "kind": dev.kind, "int8": dev.kind == "gpu" and dev.int8_dot,
+           "model_upload_s": time.perf_counter() - t,
            "model_bytes": dev.allocated - base}
     cfg = TrainConfig(lora_r=r, lora_alpha=2 * r, lora_dropout=0.05, target_modules=targets, micro_batch_size=B,
                       grad_accum=1, cutoff_len=T)

@@ -28,18 +28,19 @@ LEAN_MS_PER_TOKEN = 287.0   # the baseline's training time per trained token (do
 TORCH_CPU_MAX_PARAMS = 50_000_000   # torch on the CPU only for models this small (the demo)
 
 
-async def _native_steps(config, B, T, steps, r, targets, profile, checkpointing) -> dict:
+async def _native_steps(config, B, T, steps, r, targets, profile, checkpointing, kind, int8) -> dict:
     dev = await gpu.get_device("native")
-    return await case_bench_steps(dev, config, B, T, steps, r, targets, profile, checkpointing)
+    return await case_bench_steps(dev, config, B, T, steps, r, targets, profile, checkpointing, kind, int8)
 
 
-def _browser_steps(config, B, T, steps, r, targets, profile, checkpointing) -> dict:
+def _browser_steps(config, B, T, steps, r, targets, profile, checkpointing, kind, int8) -> dict:
     """bench/steps.py inside the page's worker: Pyodide + the browser's WebGPU."""
     from bitlora.app.browser import BrowserSession
     with BrowserSession() as session:
         return session.run_case(pathlib.Path(__file__).with_name("steps.py"), "case_bench_steps",
                                 {"config": config, "B": B, "T": T, "steps": steps, "r": r, "targets": targets,
-                                 "profile": profile, "checkpointing": checkpointing}, timeout_s=3600)
+                                 "profile": profile, "checkpointing": checkpointing, "kind": kind, "int8": int8},
+                                timeout_s=3600)
 
 
 def _nvidia_smi_mib():
@@ -146,9 +147,11 @@ def _bench_torch(config: dict, B: int, T: int, steps: int, r: int, targets: list
 
 def bench_train(shape: str = "2b4t", micro_batch: int = 1, seq: int = 256, steps: int = 10, lora_r: int = 8,
                 target_modules: str = "q_proj,v_proj", backend: str = "native", torch_dtypes: str | None = None,
-                compare_torch: bool | None = None, profile: bool = False, checkpointing: bool = False) -> dict:
+                compare_torch: bool | None = None, profile: bool = False, checkpointing: bool = False,
+                kind: str | None = None, int8: bool = True) -> dict:
     """Time LoRA training steps on random weights of `shape`; print a summary and one
-    JSON line; return the figures."""
+    JSON line; return the figures. `kind` forces the kernel variants ("gpu", "cpu":
+    Device.kind), `int8` False the GPU's f32 forward (Device.int8_dot)."""
     config = dict(SHAPES[shape], model_type="bitnet")
     targets = [m.strip() for m in target_modules.split(",") if m.strip()]
     res = {"shape": shape, "micro_batch": micro_batch, "seq": seq, "steps": steps, "lora_r": lora_r,
@@ -168,13 +171,13 @@ def bench_train(shape: str = "2b4t", micro_batch: int = 1, seq: int = 256, steps
             res.update({f"{k}_{dtype}" if k.startswith("torch_") and k not in ("torch_dtype", "torch_device", "torch_threads") else k: v
                         for k, v in got.items()})
     run = _browser_steps if backend == "browser" else lambda *a: asyncio.run(_native_steps(*a))
-    res.update(run(config, micro_batch, seq, steps, lora_r, targets, profile, checkpointing))
+    res.update(run(config, micro_batch, seq, steps, lora_r, targets, profile, checkpointing, kind, int8))
     if backend != "browser":
         res["nvidia_smi_process_mib"] = _nvidia_smi_mib()
     res["lean_tokens_per_s"] = 1000.0 / LEAN_MS_PER_TOKEN
     res["ratio_vs_lean"] = res["tokens_per_s"] / res["lean_tokens_per_s"]
     print(f"LoRA training, {shape} shapes (random ternary weights), r {lora_r} on {','.join(targets)}, "
-          f"micro-batch {micro_batch} x {seq} tokens, on {res['adapter']} ({res['kind']} kernels)")
+          f"micro-batch {micro_batch} x {seq} tokens, on {res['adapter']} ({res['kind']} kernels{', int8 forward' if res['int8'] else ''})")
     print(f"  bitlora: {res['step_s'] * 1e3:.1f} ms/step, {res['tokens_per_s']:.0f} trained tokens/s, "
           f"{res['dispatches_per_step']} dispatches/step, host {res['host_s_per_step'] * 1e3:.1f} ms/step; "
           f"GPU buffers {res['gpu_bytes_peak'] / 2**30:.3f} GiB at peak (model {res['model_bytes'] / 2**30:.3f} GiB)")
@@ -208,12 +211,17 @@ def add_train_args(parser) -> None:
     parser.add_argument("--profile", action="store_true", help="also time each kernel over one step")
     parser.add_argument("--gradient-checkpointing", action="store_true",
                         help="recompute each layer in the backward (both bitlora and torch)")
+    parser.add_argument("--kind", choices=("gpu", "cpu"), default=None,
+                        help="force the kernel variants of a device kind (default: the adapter's)")
+    parser.add_argument("--no-int8", action="store_true",
+                        help="the GPU forward in f32 sums even where dot4I8Packed exists (the kernel before it)")
 
 
 def main_train(args) -> dict:
     return bench_train(args.shape, args.micro_batch, args.seq, args.steps, args.lora_r, args.target_modules,
                        args.backend, args.torch_dtypes, compare_torch=False if args.no_torch else None,
-                       profile=args.profile, checkpointing=args.gradient_checkpointing)
+                       profile=args.profile, checkpointing=args.gradient_checkpointing, kind=args.kind,
+                       int8=not args.no_int8)
 
 
 if __name__ == "__main__":
