@@ -359,3 +359,89 @@ def test_models_from_a_hub_by_repo_id_with_progress_and_the_browser_cache(browse
     finally:
         httpd.shutdown()
         httpd.server_close()
+
+
+class _Odd(http.server.BaseHTTPRequestHandler):
+    """Another origin that fails in chosen ways: /status/<code>/<file> answers that HTTP
+    status (with CORS allowed); /nocors/<file> answers 200 without a CORS header."""
+    def do_GET(self):  # noqa: N802
+        parts = self.path.strip("/").split("/")
+        code = int(parts[1]) if parts[0] == "status" and parts[1].isdigit() else 200 if parts[0] == "nocors" else 404
+        self.send_response(code)
+        if parts[0] != "nocors":
+            self.send_header("Access-Control-Allow-Origin", "*")
+        self.send_header("Content-Length", "4")
+        self.end_headers()
+        self.wfile.write(b"GGUF")
+
+    def log_message(self, *args):
+        pass
+
+
+def _serve(handler):
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    return httpd, f"http://127.0.0.1:{httpd.server_address[1]}"
+
+
+def test_a_model_url_that_fails_says_why_in_the_page_and_the_page_goes_on(browser_session, foreign, tmp_path):
+    """Model URLs that fail, each for its own reason: an origin the page's CSP blocks, a
+    server without CORS headers, HTTP 404 and 500, no server at all, a repo id the hub
+    (a local mimic) does not have. Each says why in the status line and beside the model,
+    not only in the console; then the page loads the demo model and trains."""
+    import socket
+    from bitlora.app.server import Server
+    odd, odd_url = _serve(_Odd)
+    hf = make_hf(tmp_path / "tiny", "online_f32", dims=dict(TINY, max_position_embeddings=256), seed=1)
+    hub_httpd, hub, _ = _mimic_hub(hf)
+    with socket.socket() as s:          # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{s.getsockname()[1]}"
+    cases = [  # (URL or repo id, words the page must say, screenshot name)
+        (f"{foreign}/model.gguf", [f"Content-Security-Policy blocks {foreign}", f"--allow-origin {foreign}"], "csp"),
+        (f"{odd_url}/nocors/model.gguf", ["does not let other sites' pages read it", "Access-Control-Allow-Origin"],
+         "cors"),
+        (f"{odd_url}/status/404/model.gguf", ["HTTP 404"], "404"),
+        (f"{odd_url}/status/500/model.gguf", ["HTTP 500"], "500"),
+        (f"{dead}/model.gguf", [f"no answer from {dead}", "network error"], "network"),
+        ("org/nope", [f"{hub} has no repo org/nope with config.json at revision main", "HTTP 404"], "no-repo"),
+    ]
+    try:
+        with Server(port=0, allow_origins=[odd_url, dead, hub]) as app:
+            page = browser_session.browser.new_page()
+            page.set_viewport_size({"width": 1400, "height": 900})
+            try:
+                page.goto(app.url + "?test-hooks")
+                status = page.get_by_role("status")
+                status.filter(has_text="press Train").wait_for(timeout=120_000)
+                page.locator("summary", has_text="Hub and cache").click()
+                page.locator("#hub-url").fill(hub)
+                for url, words, name in cases:
+                    page.get_by_label("Model URL").fill(url)
+                    page.get_by_label("Model URL").press("Enter")
+                    failed = status.filter(has_text="model: ")
+                    failed.wait_for(timeout=60_000)
+                    text = failed.text_content()
+                    print(f"\n{name}: {text}")
+                    assert failed.get_attribute("class") == "error", text
+                    for w in words:
+                        assert w in text, (w, text)
+                    beside = page.locator("#model-progress-text").text_content()
+                    assert beside.startswith("Not loaded: ") and words[0] in beside, beside
+                    assert page.evaluate("() => document.querySelector('input[name=model-source]:checked').value") \
+                        == "demo"                                          # nothing else was loaded
+                    assert page.get_by_role("button", name="Train").is_enabled()
+                    shot(page, f"5-model-url-{name}")
+                    page.evaluate("() => { document.getElementById('status').textContent = ''; }")
+                page.get_by_role("button", name="Load demo model").click()
+                status.filter(has_text="Model loaded: bitlora demo model").wait_for(timeout=120_000)
+                assert page.locator("#model-progress-text").text_content() == "Loaded."
+                _fill(page, max_steps=1, **FAST)
+                page.get_by_role("button", name="Train").click()
+                status.filter(has_text="finished").wait_for(timeout=300_000)
+            finally:
+                page.close()
+    finally:
+        for httpd in (odd, hub_httpd):
+            httpd.shutdown()
+            httpd.server_close()
