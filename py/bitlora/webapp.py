@@ -49,10 +49,34 @@ class Session:
         self.data_name = ""
         self.data_source = None   # "demo", "file" or "url": which radio the page checks
         self.longest = None       # tokens of the dataset's longest example (with the model's tokenizer)
+        self.shortest = None      # the shortest cutoff that keeps every example's prompt and one answer token
         self.trainer = None
         self.task = None
         self.storage_ready = False
         self.cli_trainer = None   # the Trainer of a `bitlora train --backend browser` run
+        self.hold = None          # tests only: a Hold the page's training waits at
+
+
+class Hold:
+    """Tests only, never set by the app: the page's ?test-hooks runs Python in the worker
+    that sets `S.hold = Hold(step, micro)`. Training then waits as micro-batch `micro` of
+    step `step` is about to start (steps before it landed) until `release()`, so a test's
+    Pause, Stop, Export, reload or fault lands in mid-run whatever the device's speed.
+    `await S.hold.reached.wait()` returns once training waits there."""
+
+    def __init__(self, step: int, micro: int = 0):
+        self.at = (step, micro)
+        self.reached = asyncio.Event()
+        self.released = asyncio.Event()
+
+    async def __call__(self, info: dict) -> None:
+        if (info["step"], info["micro"]) == self.at:
+            self.reached.set()
+            await self.released.wait()
+
+    def release(self) -> str:
+        self.released.set()
+        return "released"
 
 
 S = Session()
@@ -613,7 +637,12 @@ async def _run_training(trainer, resumed: bool) -> None:
     can_save = await storage()
     S.saved_step = None
     trainer.on_step = lambda row: post(_step_message(row, total))
-    trainer.on_micro = lambda m: post({"type": "micro", "total_steps": total, **m})
+
+    def on_micro(m):
+        post({"type": "micro", "total_steps": total, **m})
+        return S.hold(m) if S.hold is not None else None     # tests only: a Hold waits here
+
+    trainer.on_micro = on_micro
     trainer.keep_adapter = True      # Export answers from the last step's copy, even mid-step
     if can_save:
         with open(CKPT + "/records.json", "w") as f:   # reaches IndexedDB with the first checkpoint
