@@ -9,7 +9,8 @@
 // The source radios show what is loaded; Train uses it, and the worker loads the
 // demo model and dataset itself when nothing else was chosen.
 // Tests only: with ?test-hooks in the URL, window.bitloraTest lets a test run Python
-// in the worker (to read logits, or destroy the GPU device) and read every message.
+// in the worker (to read logits, destroy the GPU device, or hold training as a chosen
+// micro-batch starts: webapp.Hold) and read every message.
 import uPlot from "/vendor/uplot/uPlot.esm.js";
 import { PyWorker } from "./client.js";
 
