@@ -85,6 +85,7 @@ function saveSettings() {
 $("settings").addEventListener("input", saveSettings);      // typed, then reloaded: kept
 $("settings").addEventListener("change", () => { saveSettings(); requestEstimate(); });
 $("memory-budget").addEventListener("change", requestEstimate);
+$("reset-settings").onclick = () => { if (defaults) { writeSettings(defaults); saveSettings(); requestEstimate(); } };
 
 // The page's other fields (hub URL, memory budget, URLs, prompt, generation options)
 // survive a reload too: every input, textarea and select with an id outside the form,
@@ -110,7 +111,6 @@ function restoreFields() {
 }
 restoreFields();
 for (const el of keptFields()) for (const ev of ["input", "change"]) el.addEventListener(ev, saveFields);
-$("reset-settings").onclick = () => { if (defaults) { writeSettings(defaults); saveSettings(); requestEstimate(); } };
 
 // ---------------------------------------------------------------- charts
 const charts = {};
