@@ -15,7 +15,6 @@ import zipfile
 import pytest
 
 from bitlora.app import lite
-from bitlora.app.browser import CHROMIUM_FLAGS, find_chromium
 from bitlora.app.server import Server
 
 
@@ -128,69 +127,66 @@ PROGRESS_JS = ("() => [...document.querySelectorAll('.bitlora-progress')].map(e 
 
 
 @pytest.mark.browser
-def test_notebook_in_jupyterlite(server, tmp_path):
+def test_notebook_in_jupyterlite(server, tmp_path, browser_session):
     """Run All Cells in JupyterLite: the kernel boots from our server, bitlora installs
     from the site's index, the display updates step by step, the loss falls, and the
-    adapter lands in JupyterLite's file system, from where it downloads."""
-    from playwright.sync_api import sync_playwright
-
+    adapter lands in JupyterLite's file system, from where it downloads. The suite's
+    Chromium (one Playwright per thread), in a context of its own."""
     log, requested = [], []
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=find_chromium(), args=CHROMIUM_FLAGS, headless=True)
-        try:
-            ctx = browser.new_context(viewport={"width": 1280, "height": 1000}, accept_downloads=True)
-            ctx.on("request", lambda r: requested.append(r.url))
-            page = ctx.new_page()
-            page.on("console", lambda m: log.append(f"[{m.type}] {m.text[:300]}"))
-            page.on("pageerror", lambda e: log.append(f"[pageerror] {e}"))
+    ctx = browser_session.browser.new_context(viewport={"width": 1280, "height": 1000}, accept_downloads=True)
+    try:
+        ctx.on("request", lambda r: requested.append(r.url))
+        page = ctx.new_page()
+        page.on("console", lambda m: log.append(f"[{m.type}] {m.text[:300]}"))
+        page.on("pageerror", lambda e: log.append(f"[pageerror] {e}"))
 
-            def fail(what):
-                pytest.fail(f"{what}\n--- browser console ---\n" + "\n".join(log[-40:]))
+        def fail(what):
+            pytest.fail(f"{what}\n--- browser console ---\n" + "\n".join(log[-40:]))
 
-            page.goto(server.url + "lite/notebooks/index.html?path=finetune_demo.ipynb")
-            page.get_by_role("menuitem", name="Run", exact=True).click(timeout=120_000)
-            page.get_by_role("menuitem", name="Run All Cells", exact=True).click()
-            t0, seen = time.time(), []
-            while True:
-                if page.evaluate(ERRORS_JS):
-                    fail("a cell failed:\n" + "\n".join(page.evaluate(ERRORS_JS)))
-                progress = page.evaluate(PROGRESS_JS)
-                if progress and (not seen or seen[-1] != progress[0]):
-                    seen.append(progress[0])
-                outputs = page.evaluate(OUTPUTS_JS)
-                if any("mean loss of the first" in o for o in outputs):
-                    break
-                if time.time() - t0 > 540:
-                    fail(f"the notebook did not finish in 540 s; outputs so far: {outputs}")
-                time.sleep(0.2)
+        page.goto(server.url + "lite/notebooks/index.html?path=finetune_demo.ipynb")
+        page.get_by_role("menuitem", name="Run", exact=True).click(timeout=120_000)
+        page.get_by_role("menuitem", name="Run All Cells", exact=True).click()
+        t0, seen = time.time(), []
+        while True:
+            if page.evaluate(ERRORS_JS):
+                fail("a cell failed:\n" + "\n".join(page.evaluate(ERRORS_JS)))
+            progress = page.evaluate(PROGRESS_JS)
+            if progress and (not seen or seen[-1] != progress[0]):
+                seen.append(progress[0])
+            outputs = page.evaluate(OUTPUTS_JS)
+            if any("mean loss of the first" in o for o in outputs):
+                break
+            if time.time() - t0 > 540:
+                fail(f"the notebook did not finish in 540 s; outputs so far: {outputs}")
+            time.sleep(0.2)
 
-            # The display: one output, shown before the first step and updated in place after
-            # several steps while training ran, ending done with the loss plot.
-            steps = [int(re.match(r"step (\d+)/10", text).group(1)) for text, _, _ in seen]
-            assert steps == sorted(steps) and steps[0] == 0 and steps[-1] == 10, seen
-            assert len({s for s in steps if 0 < s < 10}) >= 3, f"too few live updates: {seen}"
-            assert any(shapes >= 1 for _, shapes, _ in seen[1:]) and seen[-1][1] == 2, seen
-            assert "done" in seen[-1][2] and len(page.evaluate(PROGRESS_JS)) == 1
+        # The display: one output, shown before the first step and updated in place after
+        # several steps while training ran, ending done with the loss plot.
+        steps = [int(re.match(r"step (\d+)/10", text).group(1)) for text, _, _ in seen]
+        assert steps == sorted(steps) and steps[0] == 0 and steps[-1] == 10, seen
+        assert len({s for s in steps if 0 < s < 10}) >= 3, f"too few live updates: {seen}"
+        assert any(shapes >= 1 for _, shapes, _ in seen[1:]) and seen[-1][1] == 2, seen
+        assert "done" in seen[-1][2] and len(page.evaluate(PROGRESS_JS)) == 1
 
-            losses = json.loads(next(o for o in outputs if o.startswith("loss by step:")).split(":", 1)[1])
-            assert len(losses) == 10 and all(math.isfinite(v) for v in losses), losses
-            assert sum(losses[-5:]) < sum(losses[:5]), losses
-            after = next(o for o in outputs if o.startswith("after:"))
-            assert len(after.strip()) > len("after: ''"), after
-            assert "['adapter_config.json', 'adapter_model.safetensors']" in outputs
+        losses = json.loads(next(o for o in outputs if o.startswith("loss by step:")).split(":", 1)[1])
+        assert len(losses) == 10 and all(math.isfinite(v) for v in losses), losses
+        assert sum(losses[-5:]) < sum(losses[:5]), losses
+        after = next(o for o in outputs if o.startswith("after:"))
+        assert len(after.strip()) > len("after: ''"), after
+        assert "['adapter_config.json', 'adapter_model.safetensors']" in outputs
 
-            # The adapter in JupyterLite's file browser, downloaded as a person would.
-            page.goto(server.url + "lite/tree/")
-            page.locator(".jp-DirListing-itemText", has_text="demo-adapter").dblclick(timeout=60_000)
-            got = {}
-            for name in ("adapter_config.json", "adapter_model.safetensors"):
-                page.get_by_text(name, exact=True).click(button="right", timeout=60_000)
-                with page.expect_download() as dl:
-                    page.get_by_role("menuitem", name="Download", exact=True).click()
-                dl.value.save_as(tmp_path / name)
-                got[name] = (tmp_path / name).read_bytes()
-        finally:
-            browser.close()
+        # The adapter in JupyterLite's file browser, downloaded as a person would.
+        page.goto(server.url + "lite/tree/")
+        page.locator(".jp-DirListing-itemText", has_text="demo-adapter").dblclick(timeout=60_000)
+        got = {}
+        for name in ("adapter_config.json", "adapter_model.safetensors"):
+            page.get_by_text(name, exact=True).click(button="right", timeout=60_000)
+            with page.expect_download() as dl:
+                page.get_by_role("menuitem", name="Download", exact=True).click()
+            dl.value.save_as(tmp_path / name)
+            got[name] = (tmp_path / name).read_bytes()
+    finally:
+        ctx.close()
 
     config = json.loads(got["adapter_config.json"])
     assert config["peft_type"] == "LORA" and config["r"] > 0
