@@ -116,24 +116,25 @@ def _host_figures(host: list) -> dict:
 
 
 async def case_bench_steps(dev, config: dict, B: int, T: int, steps: int, r: int, targets: list,
-                           profile: bool = False, checkpointing: bool = False, replay: bool = True,
-                           record_only: bool = False, kind: str | None = None) -> dict:
+                           profile: bool = False, checkpointing: bool = False, kind: str | None = None,
+                           int8: bool = True, replay: bool = True, record_only: bool = False) -> dict:
     """Time `steps` optimizer steps (forward, loss, backward, clip, AdamW) of micro-batch
     B x T after two warm-up steps: ms/step, trained tokens/s, dispatches per step, the
     host's share (building a step: writing its inputs and recording, or with `replay`
     replaying, its dispatches; then submitting it; not waiting for it) and peak GPU bytes.
-    `record_only`: build each step and throw it away unsubmitted (the host's cost alone,
-    e.g. at 2B-4T shapes on a CPU adapter that would take minutes to run them). `kind`:
-    record the kernel variants of that device kind ("gpu": a GPU's dispatch list on
-    any adapter)."""
-    if kind:
-        dev.kind = kind
+    `kind` forces Device.kind's kernel variants ("gpu": a GPU's dispatch list on any
+    adapter), `int8` False turns Device.int8_dot off. `record_only`: build each step and
+    throw it away unsubmitted (the host's cost alone, e.g. at 2B-4T shapes on a CPU
+    adapter that would take minutes to run them)."""
+    dev.kind = kind or dev.kind
+    dev.int8_dot = dev.int8_dot and int8
     base = dev.reset_peak()
     t = time.perf_counter()
     model = await Model.create(dev, config, random_loader(config, 0), name="random-" + str(config["num_hidden_layers"]))
     await dev.sync()
-    out = {"adapter": dev.describe(), "kind": dev.kind, "model_upload_s": time.perf_counter() - t,
-           "model_bytes": dev.allocated - base, "replay": replay, "record_only": record_only}
+    out = {"adapter": dev.describe(), "kind": dev.kind, "int8": dev.kind == "gpu" and dev.int8_dot,
+           "model_upload_s": time.perf_counter() - t, "model_bytes": dev.allocated - base,
+           "replay": replay, "record_only": record_only}
     cfg = TrainConfig(lora_r=r, lora_alpha=2 * r, lora_dropout=0.05, target_modules=targets, micro_batch_size=B,
                       grad_accum=1, cutoff_len=T)
     lora = await Lora.create(model, cfg)

@@ -61,6 +61,22 @@ fn ternary_quad(word: u32, q: u32) -> vec4<f32> {   // weights of columns 4q .. 
     return vec4<f32>(vec4<u32>(b & 3u, (b >> 2u) & 3u, (b >> 4u) & 3u, (b >> 6u) & 3u)) - 1.0;
 }
 
+// ---------------------------------------------------------------- int8 activations
+// BitLinear's per-token activation quantiser (HF ActQuant): q = clamp(round(v * s), -128, 127)
+// with s = 127 / max|row|; WGSL round() rounds half to even, like torch.round.
+fn quant_i8(v: f32, s: f32) -> f32 {
+    return clamp(round(v * s), -128.0, 127.0);
+}
+
+// Packed int8 activations, the GPU's input to bitlinear_i8.wgsl: xq8[N, 4*ceil(I/16)] u32.
+// Per 16 columns (one packed ternary word) four words; byte j of word k holds column
+// 16g + 4j + k of group g as a two's-complement int8, so word k lines up with the
+// weight bits (w >> 2k) & 0x03030303 (bitlinear_i8.wgsl). Columns past I are 0.
+fn pack_i8(q: vec4<f32>) -> u32 {                  // q: 4 integers in [-128, 127], byte j = q[j]
+    let b = bitcast<vec4<u32>>(vec4<i32>(q)) & vec4<u32>(0xffu);
+    return b.x | (b.y << 8u) | (b.z << 16u) | (b.w << 24u);
+}
+
 // ---------------------------------------------------------------- CPU register tiles
 // The CPU matmul variants (bitlinear.wgsl, linear.wgsl: *_cpu) keep an invocation's
 // 16 outputs of a row as one mat4x4 (column b = outputs 4b .. 4b+3) and the weights of

@@ -9,7 +9,8 @@
 // The source radios show what is loaded; Train uses it, and the worker loads the
 // demo model and dataset itself when nothing else was chosen.
 // Tests only: with ?test-hooks in the URL, window.bitloraTest lets a test run Python
-// in the worker (to read logits, or destroy the GPU device) and read every message.
+// in the worker (to read logits, destroy the GPU device, or hold training as a chosen
+// micro-batch starts: webapp.Hold) and read every message.
 import uPlot from "/vendor/uplot/uPlot.esm.js";
 import { PyWorker } from "./client.js";
 
@@ -81,9 +82,35 @@ function saveSettings() {
   try { localStorage.setItem(SETTINGS_KEY, JSON.stringify(readSettings())); } catch { /* private mode */ }
 }
 
+$("settings").addEventListener("input", saveSettings);      // typed, then reloaded: kept
 $("settings").addEventListener("change", () => { saveSettings(); requestEstimate(); });
 $("memory-budget").addEventListener("change", requestEstimate);
 $("reset-settings").onclick = () => { if (defaults) { writeSettings(defaults); saveSettings(); requestEstimate(); } };
+
+// The page's other fields (hub URL, memory budget, URLs, prompt, generation options)
+// survive a reload too: every input, textarea and select with an id outside the form,
+// except file pickers and the source radios (those show what is loaded).
+const FIELDS_KEY = "bitlora.fields.v1";
+const keptFields = () => [...document.querySelectorAll("main input[id], main textarea[id], main select[id]")]
+  .filter((el) => !el.closest("#settings") && el.type !== "file" && el.type !== "radio");
+
+function saveFields() {
+  const out = {};
+  for (const el of keptFields()) out[el.id] = el.type === "checkbox" ? el.checked : el.value;
+  try { localStorage.setItem(FIELDS_KEY, JSON.stringify(out)); } catch { /* private mode */ }
+}
+
+function restoreFields() {
+  let saved = null;
+  try { saved = JSON.parse(localStorage.getItem(FIELDS_KEY) || "null"); } catch { saved = null; }
+  for (const el of keptFields()) {
+    if (!saved || !(el.id in saved)) continue;
+    if (el.type === "checkbox") el.checked = Boolean(saved[el.id]);
+    else el.value = String(saved[el.id]);
+  }
+}
+restoreFields();
+for (const el of keptFields()) for (const ev of ["input", "change"]) el.addEventListener(ev, saveFields);
 
 // ---------------------------------------------------------------- charts
 const charts = {};
@@ -230,6 +257,8 @@ function loadModel(msg) {
   modelReady = false; loading = "model"; updateButtons();
   $("model-progress").hidden = false;
   $("model-progress").value = 0;
+  $("model-progress-text").textContent = "";
+  $("model-progress-text").className = "muted";
   setStatus(`Loading the model ${msg.name || msg.url || "(demo)"}…`);
   py.send({ type: "load-model", ...msg });
 }
@@ -488,7 +517,12 @@ const handlers = {
   },
   error: (m) => {
     showError(m.where || "Error", m.text);
-    if (m.where === "model") { $("model-progress").hidden = true; $("model-progress-text").textContent = ""; }
+    if (m.where === "model") {         // said beside the model too; the model loaded before stays
+      $("model-progress").hidden = true;
+      $("model-progress-text").textContent = `Not loaded: ${m.text}`;
+      $("model-progress-text").className = "warning";
+      modelReady = loaded.model.name !== "";
+    }
     if (m.where === "model" || m.where === "dataset" || m.where === "data") { loading = ""; syncRadios(); }
     updateButtons();
   },

@@ -76,6 +76,17 @@ def test_logits_match_hf(run_case, folders, name):
     check(r["logits"], hf_logits(folders[name], IDS), name)
 
 
+@pytest.mark.parametrize("name", ["online_f32", "odd_untied"])
+def test_gpu_kernels_logits_match_hf(run_case, folders, name):
+    """The GPU kernel variants (Device.kind forced to "gpu"), with the int8 forward and
+    without it (a GPU lacking dot4I8Packed): HF's logits at the usual bound, and the
+    same bits with and without int8 (its integer sums are exact)."""
+    got = {i8: run_case("model_cases", "case_logits", files=files_of(folders[name]), ids=IDS, kind="gpu", int8=i8)
+           for i8 in (True, False)}
+    check(got[True]["logits"], hf_logits(folders[name], IDS), name)
+    assert got[True]["logits"] == got[False]["logits"]
+
+
 @pytest.mark.parametrize("ttype,arch", [("i2_s", "bitnet-b1.58"), ("tq2_0", "bitnet"), ("tq1_0", "bitnet")])
 def test_gguf_logits_match_hf(run_case, folders, tmp_path, ttype, arch):
     """The same model through a GGUF file (tokenizer from the GGUF metadata). I2_S keeps

@@ -16,7 +16,9 @@ with act = relu^2 (hidden_act "relu2", BitNet b1.58 2B-4T) or SiLU ("silu", 1bit
 docs/FORMATS.md says which a GGUF architecture name means)
 and logits = lm_head(norm(x)), lm_head a plain float linear (tied: the embedding).
 Every BitLinear is actquant (per-token int8) + packed ternary matmul; an adapted
-projection adds its LoRA branch (lora.Lora.apply) computed from the same input.
+projection adds its LoRA branch (lora.Lora.apply) computed from the same input. Every
+BitLinear input is an RMSNorm's output, so the norm and the quantiser are one call
+(_norm; one dispatch on a GPU).
 
     model = await Model.create(dev, config, load)     # or bitlora.load_model(...)
     acts = model.activations(B, T, lora)             # training: kept per layer
@@ -51,12 +53,12 @@ from .bitnet import FULL, MODULES, NORMS
 from .formats import open_checkpoint, peft, source_name
 from .ops import bitlinear, linear
 from .ops.attention import attention_backward, attention_forward, kv_store
-from .ops.bitlinear import actquant_forward, bitlinear_backward_input, bitlinear_forward
+from .ops.bitlinear import bitlinear_backward_input, bitlinear_forward
 from .ops.cross_entropy import cross_entropy_forward_backward, cross_entropy_sum
 from .ops.embedding import embedding_forward
 from .ops.linear import linear_backward_input, linear_forward
 from .ops.relu2 import ACTS as GATINGS, gating_backward, gating_forward
-from .ops.rmsnorm import rmsnorm_backward, rmsnorm_forward
+from .ops.rmsnorm import rmsnorm_backward, rmsnorm_forward, rmsnorm_quant_forward
 from .ops.rope import rope_backward, rope_forward, rope_tables
 from .lora import Lora
 from .optim import AdamW, ParamArena
@@ -90,7 +92,7 @@ ACTS = (
     ("x_out",   "N C",    "f32", "top"),     # the last layer's output
     ("xf",      "N C",    "f32", "top"),     # norm(x_out): the head's input
     ("rstd_out", "N",     "f32", "top"),
-    ("xq",      "N CF",   "f32", "top"),     # int8 activations (CF = max(C, F))
+    ("xq",      "N XQ",   "f32", "top"),     # int8 activations: f32 or packed (XQ: the larger, for CF = max(C, F))
     ("s",       "N",      "f32", "top"),     # their per-row scales
     ("logits",  "N V",    "f32", "train"),   # training: logits, then dlogits in place
     ("losses",  "N",      "f32", "train"),
@@ -332,7 +334,8 @@ class Model:
     def dims(self, N: int, R: int = 0) -> dict:
         """The legend's sizes for N rows (and LoRA rank R)."""
         return {"N": N, "C": self.C, "F": self.F, "V": self.V, "H": self.H, "KV": self.Hkv * self.D,
-                "CF": max(self.C, self.F), "R": R}
+                "CF": max(self.C, self.F), "XQ": max(self.C, self.F, bitlinear.xq_floats(max(self.C, self.F), True)),
+                "R": R}
 
     # -- construction ---------------------------------------------------------
     @classmethod
@@ -382,7 +385,8 @@ class Model:
         """Compile every kernel the forward (and with `training`, the loss and backward)
         records, so that recording is plain synchronous code."""
         dtypes = {self.embed.dtype, self.head.dtype}
-        await self.dev.prepare([s for t in dtypes for s in ops.kernel_specs(t, training, self.dev.kind)])
+        await self.dev.prepare([s for t in dtypes for s in ops.kernel_specs(t, training, self.dev.kind,
+                                                                             self.dev.int8_dot)])
 
     def _upload_vec(self, name, t):
         if not isinstance(t, FloatTensor):
@@ -590,7 +594,8 @@ class Model:
         """One micro-batch of a training step: its inputs written (train_inputs), then
         forward, loss and backward recorded. With `programs` (a gpu.Programs), the
         dispatches are recorded once per (B, T, micro) and replayed after that in one
-        backend call: only the writes cost the host anything per step."""
+        backend call: only the writes cost the host anything per step. (The device's
+        kernel choices, kind and int8_dot, are in the key too: tests switch them.)"""
         B, T = self.train_inputs(ids, acts, targets, micro, step)
 
         def record():
@@ -600,14 +605,19 @@ class Model:
         if programs is None:
             record()
         else:
-            programs.run(("train", B, T, micro), record)
+            programs.run(("train", B, T, micro, self.dev.kind, self.dev.int8_dot), record)
 
-    def _proj(self, li, mods, x, width, outs, acts, lora, train, accumulate=False):
-        """BitLinear(x) of projections `mods` of layer li into `outs` (one activation
-        quantisation for all of them), each plus its LoRA branch when adapted."""
+    def _norm(self, x, w, y, rstd, width, acts):
+        """y = RMSNorm(x) (rstd saved), quantised for the BitLinears that read it into
+        acts.top.xq, s (one dispatch on a GPU: ops.rmsnorm.rmsnorm_quant_forward)."""
+        top = acts.top
+        rmsnorm_quant_forward(self.dev, x, w, y, rstd, top.xq, top.s, acts.B * acts.T, width, self.eps)
+
+    def _proj(self, li, mods, x, outs, acts, lora, train, accumulate=False):
+        """BitLinear(x) of projections `mods` of layer li into `outs` from the quantised x
+        that _norm left in acts.top.xq, s, each plus its LoRA branch (from x) when adapted."""
         dev, N = self.dev, acts.B * acts.T
         top = acts.top
-        actquant_forward(dev, x, top.xq, top.s, N, width)
         for mod, y in zip(mods, outs):
             p = self.layers[li].proj[mod]
             bitlinear_forward(dev, top.xq, top.s, p.buf, p.scale, y, N, p.I, p.O, accumulate)
@@ -616,11 +626,11 @@ class Model:
 
     def _layer_forward(self, li, acts, lora, cache, B, T, pos0, out=None):
         """Record layer li: acts.layer(li).x -> `out` (default: the next layer's x)."""
-        dev, C, F, H, Hkv, D, eps = self.dev, self.C, self.F, self.H, self.Hkv, self.D, self.eps
+        dev, C, F, H, Hkv, D = self.dev, self.C, self.F, self.H, self.Hkv, self.D
         N, train = B * T, acts.training
         W, a, out = self.layers[li].norms, acts.layer(li), out or acts.out(li)
-        rmsnorm_forward(dev, a.x, W["input_layernorm"], a.n1, a.rstd1, N, C, eps)
-        self._proj(li, ("q_proj", "k_proj", "v_proj"), a.n1, C, (a.q, a.k, a.v), acts, lora, train)
+        self._norm(a.x, W["input_layernorm"], a.n1, a.rstd1, C, acts)
+        self._proj(li, ("q_proj", "k_proj", "v_proj"), a.n1, (a.q, a.k, a.v), acts, lora, train)
         rope_forward(dev, a.q, self.cos, self.sin, N, T, H, D, pos0)
         rope_forward(dev, a.k, self.cos, self.sin, N, T, Hkv, D, pos0)
         if cache is not None:
@@ -629,17 +639,17 @@ class Model:
         else:
             k, v, S = a.k, a.v, T
         attention_forward(dev, a.q, k, v, a.att, a.lse, B, T, H, Hkv, D, S, pos0)
-        rmsnorm_forward(dev, a.att, W["self_attn.attn_sub_norm"], a.an, a.rstd_a, N, C, eps)
+        self._norm(a.att, W["self_attn.attn_sub_norm"], a.an, a.rstd_a, C, acts)
         if a.x_mid is not a.x:
             dev.copy(a.x, a.x_mid, 4 * N * C)
-        self._proj(li, ("o_proj",), a.an, C, (a.x_mid,), acts, lora, train, accumulate=True)
-        rmsnorm_forward(dev, a.x_mid, W["post_attention_layernorm"], a.n2, a.rstd2, N, C, eps)
-        self._proj(li, ("gate_proj", "up_proj"), a.n2, C, (a.g, a.u), acts, lora, train)
+        self._proj(li, ("o_proj",), a.an, (a.x_mid,), acts, lora, train, accumulate=True)
+        self._norm(a.x_mid, W["post_attention_layernorm"], a.n2, a.rstd2, C, acts)
+        self._proj(li, ("gate_proj", "up_proj"), a.n2, (a.g, a.u), acts, lora, train)
         gating_forward(dev, self.act, a.g, a.u, a.hf, N * F)
-        rmsnorm_forward(dev, a.hf, W["mlp.ffn_sub_norm"], a.fn, a.rstd_f, N, F, eps)
+        self._norm(a.hf, W["mlp.ffn_sub_norm"], a.fn, a.rstd_f, F, acts)
         if out is not a.x_mid:
             dev.copy(a.x_mid, out, 4 * N * C)
-        self._proj(li, ("down_proj",), a.fn, F, (out,), acts, lora, train, accumulate=True)
+        self._proj(li, ("down_proj",), a.fn, (out,), acts, lora, train, accumulate=True)
 
     def head_rows(self, rows: int, row0: int = 0, step: int = 1):
         """logits[rows, V] of final hidden-state rows row0 + r*step of the last decoding

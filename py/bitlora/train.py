@@ -126,9 +126,9 @@ class Trainer:
         self.replay = True                # replay them (False: record every step anew; same results)
         self.on_step = None               # callback(metrics_row) after each step lands
         self.on_checkpoint = None         # callback(step) after a checkpoint is written; awaited if async
-        self.on_micro = None              # callback(dict) as each micro-batch finishes on the GPU; set, it
-                                          #   makes a step one submit per micro-batch (progress, and stop()
-                                          #   takes effect at the next micro-batch boundary)
+        self.on_micro = None              # callback(dict) as each micro-batch finishes on the GPU (awaited if
+                                          #   async); set, it makes a step one submit per micro-batch
+                                          #   (progress, and stop() takes effect at the next micro-batch boundary)
         self.keep_adapter = False         # read the adapter back with each step's loss (adapter_snapshot)
         self.adapter_snapshot = None      # (step, raw f32 bytes of the arena's params) after that step
         self.checkpoint_dir = None        # where save_every writes (default OUT/checkpoint)
@@ -272,8 +272,10 @@ class Trainer:
         tokens = sum(len(mb.ids) for mb in step.micro_batches)     # padded positions, B*T per micro-batch
         for j, mb in enumerate(step.micro_batches):
             if self.on_micro is not None:
-                self.on_micro({"step": step.index + 1, "micro": j, "micros": n, "tokens": done,
-                               "step_tokens": tokens, "elapsed_s": time.perf_counter() - t0})
+                await self._report_micro({"step": step.index + 1, "micro": j, "micros": n, "tokens": done,
+                                          "step_tokens": tokens, "elapsed_s": time.perf_counter() - t0})
+                if self.control.stopped:       # stop() came while an async on_micro was awaited
+                    return False
             self.model.train_micro(mb.rows(), self.acts, self.lora, mb.targets, micro=j, step=step.index,
                                    programs=self.programs if self.replay else None)
             done += len(mb.ids)
@@ -282,9 +284,14 @@ class Trainer:
                 if self.control.stopped:
                     return False
         if self.on_micro is not None:
-            self.on_micro({"step": step.index + 1, "micro": n, "micros": n, "tokens": done,
-                           "step_tokens": tokens, "elapsed_s": time.perf_counter() - t0})
+            await self._report_micro({"step": step.index + 1, "micro": n, "micros": n, "tokens": done,
+                                      "step_tokens": tokens, "elapsed_s": time.perf_counter() - t0})
         return True
+
+    async def _report_micro(self, info: dict) -> None:
+        res = self.on_micro(info)
+        if inspect.isawaitable(res):
+            await res
 
     async def _finish(self, pending) -> dict:
         step, lr, loss_rb, res, t0, snap = pending

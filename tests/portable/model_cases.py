@@ -16,17 +16,22 @@ async def _load(dev, files, max_binding=None):
     return await Model.load(gg[0] if gg else srcs, device=dev, max_binding=max_binding)
 
 
-async def case_logits(dev, files, ids, max_binding=None, upload_piece=None):
-    """logits[T, V] (or [B*T, V] for ids[B, T]) and how the vocabulary was chunked."""
+async def case_logits(dev, files, ids, max_binding=None, upload_piece=None, kind=None, int8=True):
+    """logits[T, V] (or [B*T, V] for ids[B, T]) and how the vocabulary was chunked. `kind`
+    ("gpu" or "cpu") forces the device kind's kernel variants (Device.kind), `int8` False
+    turns the GPU's int8 forward off (Device.int8_dot), as on a GPU without dot4I8Packed."""
     from bitlora.model import Model
     old = Model.UPLOAD_PIECE
     Model.UPLOAD_PIECE = upload_piece or old
+    kind0, int8_0 = dev.kind, dev.int8_dot
+    dev.kind, dev.int8_dot = kind or kind0, int8_0 and int8
     try:
         m = await _load(dev, files, max_binding)
+        t0 = time.perf_counter()
+        rows = await m.alogits(ids)
     finally:
         Model.UPLOAD_PIECE = old
-    t0 = time.perf_counter()
-    rows = await m.alogits(ids)
+        dev.kind, dev.int8_dot = kind0, int8_0
     return {"logits": [list(r) for r in rows], "chunks": [[v0, n] for v0, n, _ in m.embed],
             "seconds": time.perf_counter() - t0}
 

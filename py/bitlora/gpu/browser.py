@@ -60,6 +60,8 @@ class BrowserBackend:
         self.adapter_info["backend"] = "WebGPU"
         self.adapter_info["is_fallback"] = bool(getattr(info, "isFallbackAdapter", False))
         self.features = sorted(str(f) for f in getattr(js.Array, "from")(self.device.features))
+        langs = getattr(gpu, "wgslLanguageFeatures", None)   # a set-like of names (Chrome 115+)
+        self.wgsl_features = set() if _missing(langs) else {str(f) for f in getattr(js.Array, "from")(langs)}
         dl = self.device.limits
         names = list(RAISED_LIMITS) + ["minUniformBufferOffsetAlignment", "minStorageBufferOffsetAlignment",
                                        "maxComputeWorkgroupSizeZ", "maxBindGroups"]

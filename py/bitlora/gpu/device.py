@@ -66,6 +66,7 @@ RAISED_LIMITS = (
 # description; adapter_type "CPU" (wgpu-py) or a fallback adapter (the browser) also count.
 CPU_ADAPTERS = ("llvmpipe", "lavapipe", "swiftshader", "microsoft basic render driver", "warp")
 KINDS = ("gpu", "cpu")
+INT8_DOT = "packed_4x8_integer_dot_product"   # the WGSL language feature of dot4I8Packed
 
 
 def adapter_kind(info: dict) -> str:
@@ -247,6 +248,10 @@ class Device:
         # "gpu" or "cpu": which kernel variants the ops record (adapter_kind); tests set
         # it to run either variant on any adapter (both must be prepared then).
         self.kind: str = adapter_kind(self.adapter_info)
+        # Whether WGSL's dot4I8Packed compiles here (language feature packed_4x8_integer_dot_product,
+        # as the backend reports it): the ternary forward on a GPU then runs on int8 dot products
+        # (ops/bitlinear.py); tests set it False to run the f32 kernel instead.
+        self.int8_dot: bool = INT8_DOT in backend.wgsl_features
         self.dispatches = 0          # recorded so far (benchmarks report dispatches per step)
         self.pipelines_compiled = 0  # tests use this: nothing recompiles after step 1
         self.modules_compiled = 0    # shader modules: one per WGSL file

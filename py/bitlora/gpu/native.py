@@ -13,7 +13,7 @@ os.environ.setdefault("XDG_RUNTIME_DIR", tempfile.gettempdir())  # quiets Mesa o
 
 import wgpu  # noqa: E402
 
-from .device import COPY_DST, COPY_SRC, MAP_READ, RAISED_LIMITS, GPUError, GPUUnavailable, OutOfMemory, mib  # noqa: E402
+from .device import COPY_DST, COPY_SRC, INT8_DOT, MAP_READ, RAISED_LIMITS, GPUError, GPUUnavailable, OutOfMemory, mib  # noqa: E402
 
 
 def _hyphen(name: str) -> str:
@@ -38,6 +38,25 @@ def _pick_adapter():
         return (info.get("backend_type") == "OpenGL", info.get("adapter_type") == "CPU")
 
     return sorted(adapters, key=rank)[0]
+
+
+# WGSL language features worth knowing about, each with a module that uses it. wgpu-native
+# reports none (wgpu.gpu.wgsl_language_features is empty), so they are found by compiling.
+_PROBES = {
+    INT8_DOT: "@compute @workgroup_size(1) fn main() { _ = dot4I8Packed(1u, 2u); }",
+}
+
+
+def _wgsl_features(device) -> set:
+    """The language features of _PROBES that this device's shader compiler accepts."""
+    found = set()
+    for name, code in _PROBES.items():
+        try:
+            device.create_shader_module(code=code, label=f"probe {name}")
+            found.add(name)
+        except Exception:  # noqa: BLE001 - wgpu raises a validation error: not supported
+            pass
+    return found
 
 
 try:   # wgpu-native's C entry points as cffi exposes them, without wgpu-py's per-call wrapper
@@ -84,6 +103,7 @@ class NativeBackend:
             "backend": info.get("backend_type", ""), "adapter_type": info.get("adapter_type", ""),
         }
         self.features = sorted(self.device.features)
+        self.wgsl_features = _wgsl_features(self.device)
         self.limits = {_camel(k): v for k, v in self.device.limits.items()}
         self.queue = self.device.queue
         self._staging_pool: dict[int, list] = {}
