@@ -9,9 +9,13 @@ BASE = dict(micro_batch_size=2, grad_accum=2, lora_r=4, lora_alpha=8, lora_dropo
             target_modules=["q_proj", "v_proj", "down_proj"], lr=3e-3, warmup_steps=1)
 
 
-def test_replay_repeats_recording_bitwise(run_case, backend):
-    r = run_case("replay_cases", "case_record_replay", n=1000, steps=3)
-    assert r["how"] == {"native": "native", "browser": "js"}[backend]   # the page's worker loads replay.js
+@pytest.mark.parametrize("python_replay", [False, True])
+def test_replay_repeats_recording_bitwise(run_case, backend, python_replay):
+    if python_replay and backend == "native":
+        pytest.skip("the browser's fallback (no static/replay.js, as in a JupyterLite kernel)")
+    r = run_case("replay_cases", "case_record_replay", n=1000, steps=3, python_replay=python_replay)
+    # the page's worker loads replay.js
+    assert r["how"] == {"native": "native", "browser": "python" if python_replay else "js"}[backend]
     assert r["replay"]["y"] == r["record"]["y"]
     assert r["replay"]["keep"] == r["record"]["keep"]
     assert r["record"]["dispatches"] == r["replay"]["dispatches"] == [3, 3, 3]

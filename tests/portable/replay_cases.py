@@ -21,10 +21,23 @@ async def _floats(dev, buf):
     return list(out)
 
 
-async def case_record_replay(dev, n=1000, steps=3):
+async def case_record_replay(dev, n=1000, steps=3, python_replay=False):
     """y = 2x + 0.5x (two dispatches), a copy and a clear, `steps` times: recorded every
     time, and recorded once then replayed with x rewritten before each step. Returns both
-    runs' y per step, dispatch counts and what the refused operations raised."""
+    runs' y per step, dispatch counts and what the refused operations raised.
+    `python_replay`: in the browser, replay from Python as where static/replay.js is not
+    loaded (a JupyterLite kernel)."""
+    saved = getattr(dev.backend, "replay_js", None)
+    if python_replay:
+        dev.backend.replay_js = None
+    try:
+        return await _record_replay(dev, n, steps)
+    finally:
+        if python_replay:
+            dev.backend.replay_js = saved
+
+
+async def _record_replay(dev, n, steps):
     await dev.prepare(hello.kernel_specs())
     x, y, z, keep = (dev.buffer(4 * n, name) for name in ("x", "y", "z", "keep"))
 

@@ -84,6 +84,10 @@ class BrowserBackend:
         self._on_lost = create_proxy(on_lost)
         self.device.lost.then(self._on_lost)
         self._staging_pool: dict[int, list] = {}
+        # static/replay.js's replay, where the page's worker loaded it (a JupyterLite kernel
+        # does not): programs are replayed by one call into it, else from Python.
+        replay = getattr(js, "bitloraReplay", None)
+        self.replay_js = None if _missing(replay) else replay
         return self
 
     # buffers
@@ -175,8 +179,8 @@ class BrowserBackend:
         """Device.record's commands -> the object static/replay.js's replay(encoder,
         program) takes (a flat Float64Array of commands and arrays of the pipelines, bind
         groups and buffers they name), built once. Where the worker did not load that
-        module (self.bitloraReplay), the commands themselves, replayed from Python."""
-        if _missing(getattr(js, "bitloraReplay", None)):
+        module (replay_js), the commands themselves, replayed from Python."""
+        if self.replay_js is None:
             return ("python", commands)
         tables = {"pipelines": ([], {}), "bindGroups": ([], {}), "buffers": ([], {})}
 
@@ -204,7 +208,7 @@ class BrowserBackend:
     def replay(self, encoder, prepared):
         how, prog = prepared
         if how == "js":
-            js.bitloraReplay(encoder, prog)
+            self.replay_js(encoder, prog)
             return
         cpass = None
         for c in prog:
