@@ -23,6 +23,7 @@ def test_replay_repeats_recording_bitwise(run_case, backend, python_replay):
     for what, err in r["refused"].items():
         assert err is not None and "inside a recording" in err, (what, err)
     assert r["made"] == 1
+    assert r["oom"] is not None and "too big" in r["oom"]
     assert r["after_failure"] == r["expect_after"]
 
 

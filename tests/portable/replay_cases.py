@@ -80,9 +80,17 @@ async def _record_replay(dev, n, steps):
         dev.record(lambda: (hello.axpy(dev, 1.0, x, y, n), 1 / 0))
     except ZeroDivisionError:
         pass
+    limit, dev.memory_limit = dev.memory_limit, dev.allocated + 1024
+    try:   # ... out of memory inside it too (a new shape's scratch that does not fit)
+        dev.record(lambda: (hello.axpy(dev, 1.0, x, y, n), dev.buffer(4096, "too big")))
+        oom = None
+    except gpu.OutOfMemory as e:
+        oom = str(e)
+    finally:
+        dev.memory_limit = limit
     hello.axpy(dev, 1.0, x, y, n)
     after = await _floats(dev, y)
-    out.update(refused=refused, made=len(made), how=how if isinstance(how, str) else dev.name, after_failure=after[:4], expect_after=[
+    out.update(refused=refused, made=len(made), oom=oom, how=how if isinstance(how, str) else dev.name, after_failure=after[:4], expect_after=[
         a + b for a, b in zip(out["replay"]["y"][-1][:4], (await _floats(dev, x))[:4])])
     for b in (x, y, z, keep, *made):
         dev.destroy(b)
