@@ -1,14 +1,15 @@
 """Soak: many optimizer steps of the demo model on a few demo records with small
 settings, natively, watching for leaks. Every `every` steps (after a full garbage
 collection) it records the GPU buffer bytes and count (Device.allocated,
-Device.live_buffers), the bind-group cache, and the Python heap (tracemalloc). The
+Device.live_buffers), the bind-group cache, the trainer's recorded programs (one per
+micro-batch shape, gpu.Programs) and the Python heap (tracemalloc). The
 trainer's metrics history grows by design (one row per step, for the charts and the
 checkpoint); its bytes are counted apart and left out of the heap figure.
 
     .venv/bin/python -m bitlora.bench.soak --steps 2000     # figures in docs/RELIABILITY.md
 
 Growth is measured from the end of the warm-up (one epoch: every sequence length has
-been seen, so the bind-group cache, keyed by buffer ranges, is full) to the largest
+been seen, so the bind-group cache, keyed by buffer ranges, and the programs are full) to the largest
 value after it. tests/test_soak.py runs a short version with the same 2 % bound.
 """
 from __future__ import annotations
@@ -25,7 +26,7 @@ from bitlora.model import load_model
 from bitlora.train import Trainer
 
 SETTINGS = dict(micro_batch_size=1, grad_accum=1, cutoff_len=64, lr=1e-3, warmup_steps=0, lora_r=4)
-MEASURES = ("gpu_bytes", "gpu_buffers", "bind_groups", "heap")
+MEASURES = ("gpu_bytes", "gpu_buffers", "bind_groups", "programs", "heap")
 
 
 def _metrics_bytes(rows: list) -> int:
@@ -48,7 +49,8 @@ def soak(steps: int, records: int = 20, every: int = 10, model=None) -> dict:
         gc.collect()
         kept = _metrics_bytes(tr.metrics)
         rows.append({"step": row["step"], "gpu_bytes": dev.allocated, "gpu_buffers": dev.live_buffers,
-                     "bind_groups": len(dev._bind_groups), "heap": tracemalloc.get_traced_memory()[0] - kept,
+                     "bind_groups": len(dev._bind_groups), "programs": len(tr.programs),
+                     "heap": tracemalloc.get_traced_memory()[0] - kept,
                      "metrics_bytes": kept, "loss": row["loss"]})
     tr.on_step = sample
     t0 = time.perf_counter()
@@ -69,10 +71,10 @@ def main(argv=None) -> int:
     p.add_argument("--every", type=int, default=10, help="sample every N steps")
     args = p.parse_args(argv)
     res = soak(args.steps, args.records, args.every)
-    print("step  gpu_bytes  buffers  bind_groups  heap_bytes  metrics_bytes  loss")
+    print("step  gpu_bytes  buffers  bind_groups  programs  heap_bytes  metrics_bytes  loss")
     for r in res["rows"][:: max(1, len(res["rows"]) // 20)] + res["rows"][-1:]:
         print(f"{r['step']:5d} {r['gpu_bytes']:10d} {r['gpu_buffers']:8d} {r['bind_groups']:12d} "
-              f"{r['heap']:11d} {r['metrics_bytes']:14d}  {r['loss']:.4f}")
+              f"{r['programs']:9d} {r['heap']:11d} {r['metrics_bytes']:14d}  {r['loss']:.4f}")
     print(f"{args.steps} steps in {res['seconds']:.0f} s; growth after step {res['warmup']}: "
           + ", ".join(f"{m} {100 * g:+.2f} %" for m, g in res["growth"].items()))
     return 0 if all(g < 0.02 for g in res["growth"].values()) else 1

@@ -20,6 +20,7 @@ import time
 from bitlora.bitnet import EMBED, FINAL_NORM, FULL, LM_HEAD, norm_sizes, projection_shapes
 from bitlora.config import TrainConfig
 from bitlora.data import MicroBatch
+from bitlora.gpu import Programs
 from bitlora.formats.tensors import FloatTensor, TernaryTensor
 from bitlora.lora import Lora
 from bitlora.model import Model
@@ -98,13 +99,33 @@ async def _profile(dev, record_step) -> list:
     return [[name, round(sec * 1e3, 3), counts[name]] for name, sec in times.most_common()]
 
 
+# CPU time of this thread (Pyodide has none: its wall time, in a worker that does nothing else)
+_cpu_time = getattr(time, "thread_time", time.perf_counter)
+
+
+def _host_figures(host: list) -> dict:
+    """The host's share per step from (build s, submit s, dispatches, build CPU s) rows:
+    medians of the wall times (a shared machine's pauses fall outside them) and the mean
+    CPU time of this thread (what building a step costs wherever it runs)."""
+    med = lambda xs: sorted(xs)[len(xs) // 2]  # noqa: E731
+    build, submit = med([h[0] for h in host]), med([h[1] for h in host])
+    cpu, n = sum(h[3] for h in host) / len(host), host[-1][2]
+    return {"host_s_per_step": build + submit, "host_record_s_per_step": build, "host_submit_s_per_step": submit,
+            "host_cpu_s_per_step": cpu, "dispatches_per_step": n, "host_us_per_dispatch": 1e6 * build / n,
+            "host_cpu_us_per_dispatch": 1e6 * cpu / n}
+
+
 async def case_bench_steps(dev, config: dict, B: int, T: int, steps: int, r: int, targets: list,
                            profile: bool = False, checkpointing: bool = False, kind: str | None = None,
-                           int8: bool = True) -> dict:
+                           int8: bool = True, replay: bool = True, record_only: bool = False) -> dict:
     """Time `steps` optimizer steps (forward, loss, backward, clip, AdamW) of micro-batch
     B x T after two warm-up steps: ms/step, trained tokens/s, dispatches per step, the
-    host's share (recording and submitting a step, not waiting for it) and peak GPU bytes.
-    `kind` forces Device.kind's kernel variants, `int8` False turns Device.int8_dot off."""
+    host's share (building a step: writing its inputs and recording, or with `replay`
+    replaying, its dispatches; then submitting it; not waiting for it) and peak GPU bytes.
+    `kind` forces Device.kind's kernel variants ("gpu": a GPU's dispatch list on any
+    adapter), `int8` False turns Device.int8_dot off. `record_only`: build each step and
+    throw it away unsubmitted (the host's cost alone, e.g. at 2B-4T shapes on a CPU
+    adapter that would take minutes to run them)."""
     dev.kind = kind or dev.kind
     dev.int8_dot = dev.int8_dot and int8
     base = dev.reset_peak()
@@ -112,8 +133,8 @@ async def case_bench_steps(dev, config: dict, B: int, T: int, steps: int, r: int
     model = await Model.create(dev, config, random_loader(config, 0), name="random-" + str(config["num_hidden_layers"]))
     await dev.sync()
     out = {"adapter": dev.describe(), "kind": dev.kind, "int8": dev.kind == "gpu" and dev.int8_dot,
-           "model_upload_s": time.perf_counter() - t,
-           "model_bytes": dev.allocated - base}
+           "model_upload_s": time.perf_counter() - t, "model_bytes": dev.allocated - base,
+           "replay": replay, "record_only": record_only}
     cfg = TrainConfig(lora_r=r, lora_alpha=2 * r, lora_dropout=0.05, target_modules=targets, micro_batch_size=B,
                       grad_accum=1, cutoff_len=T)
     lora = await Lora.create(model, cfg)
@@ -121,22 +142,37 @@ async def case_bench_steps(dev, config: dict, B: int, T: int, steps: int, r: int
     opt = AdamW(dev, lora.arena, lr=1e-4, weight_decay=0.0, max_grad_norm=1.0)
     await opt.prepare()
     mbs = [random_batch(B, T, config["vocab_size"], s) for s in range(steps + 3)]
+    programs = Programs(dev) if replay else None
     host = []
 
-    async def step(i):
-        t0 = time.perf_counter()
+    async def step(i, programs=programs):
+        t0, c0 = time.perf_counter(), _cpu_time()
         n0 = dev.dispatches
         dev.clear(acts.top.loss_sum)
-        model.forward(mbs[i].rows(), acts, lora, targets=mbs[i].targets, step=i)
-        model.backward(acts, lora)
+        model.train_micro(mbs[i].rows(), acts, lora, mbs[i].targets, step=i, programs=programs)
+        if record_only:
+            await opt.record_step(mbs[i].n_targets)
+            dev.discard()
+            host.append((time.perf_counter() - t0, 0.0, dev.dispatches - n0, _cpu_time() - c0))
+            return None
         loss = dev.read_later(acts.top.loss_sum, 0, 4)
-        res = await opt.step(mbs[i].n_targets)
-        host.append((time.perf_counter() - t0, dev.dispatches - n0))
+        res = await opt.record_step(mbs[i].n_targets)
+        t1, c1 = time.perf_counter(), _cpu_time()
+        dev.submit()
+        host.append((t1 - t0, time.perf_counter() - t1, dev.dispatches - n0, c1 - c0))
         return loss, res
 
     t = time.perf_counter()
-    await (await step(0))[1].get()
+    first = await step(0)
+    if not record_only:
+        await first[1].get()
     out["first_step_s"] = time.perf_counter() - t
+    out["first_step_host_s"] = host[0][0]
+    if record_only:
+        for i in range(1, steps + 2):
+            await step(i)
+        out.update(_host_figures(host[2:]), gpu_bytes_peak=dev.peak_allocated - base)
+        return out
     await (await step(1))[1].get()
     host.clear()
     t = time.perf_counter()
@@ -149,10 +185,10 @@ async def case_bench_steps(dev, config: dict, B: int, T: int, steps: int, r: int
         await res.get()
     dt = (time.perf_counter() - t) / steps
     tokens = mbs[2].n_targets
+    out.update(_host_figures(host))
     out.update({"step_s": dt, "tokens_per_step": tokens, "tokens_per_s": tokens / dt,
-                "host_s_per_step": sum(h for h, _ in host) / len(host), "dispatches_per_step": host[-1][1],
                 "loss_last": struct.unpack("<f", await pending[-1][0].get())[0] / tokens,
                 "gpu_bytes_peak": dev.peak_allocated - base})
-    if profile:
-        out["profile"] = await _profile(dev, lambda: step(steps + 2))
+    if profile:   # dispatch by dispatch: recorded anew (a replay has no dispatch() calls to time)
+        out["profile"] = await _profile(dev, lambda: step(steps + 2, None))
     return out

@@ -60,6 +60,7 @@ from .ops.linear import linear_backward_input, linear_forward
 from .ops.relu2 import ACTS as GATINGS, gating_backward, gating_forward
 from .ops.rmsnorm import rmsnorm_backward, rmsnorm_forward, rmsnorm_quant_forward
 from .ops.rope import rope_backward, rope_forward, rope_tables
+from .lora import Lora
 from .optim import AdamW, ParamArena
 
 # The activation table. scope: "layer" (one set per layer in training, one shared set
@@ -98,6 +99,7 @@ ACTS = (
     ("loss_sum", "1",     "f32", "train"),
     ("ids",     "N",      "u32", "io"),
     ("targets", "N",      "i32", "io"),
+    ("stream",  "1",      "u32", "io"),      # the LoRA dropout stream (Lora.dropout_stream(step, micro))
     ("dh",      "N C",    "f32", "grad"),    # gradient of the residual stream
     ("dxf",     "N C",    "f32", "grad"),
     ("d_fn",    "N F",    "f32", "grad"),
@@ -211,7 +213,7 @@ class Activations:
             raise ValueError(f"Activations: mode {mode!r} is not one of {self.MODES}")
         self.B, self.T, self.N, self.R = B, T, B * T, R
         self.mode, self.training, self.modules = mode, mode != "decode", tuple(modules)
-        self.micro, self.step = 0, 0      # micro-batch and step of the last training forward (dropout)
+        self.micro = 0                    # micro-batch of the last training forward (its io buffers)
         self.layers = [_Set() for _ in range(1 if mode == "decode" else model.L)]
         self.top, self.grad, self._io, self._u = _Set(), _Set(), [], {}
         shared = _Set()
@@ -269,7 +271,7 @@ class Activations:
         return out
 
     def io(self, micro: int) -> tuple:
-        """(ids[N], targets[N]) buffers of micro-batch `micro`."""
+        """(ids[N], targets[N], stream[1]) buffers of micro-batch `micro`."""
         if micro >= len(self._io):
             raise ValueError(f"micro-batch {micro}: activations were made for {len(self._io)} per step")
         return tuple(self._io[micro])
@@ -504,12 +506,39 @@ class Model:
           kept for `backward`, the logits of all rows land in acts.top.logits and, with
           `targets[N]` (-1: not a target), the cross-entropy of each row's target is
           added into acts.top.loss_sum and the logits become dlogits (for backward).
-          LoRA dropout is on, its masks drawn from (micro, step).
+          LoRA dropout is on, its masks drawn from (micro, step). (train_inputs, then
+          train_forward; train_micro adds the backward and replays recorded steps.)
         Without acts (decoding): one shared scratch, no dropout; `cache` (model.kv_cache)
           puts k, v at positions cache.pos.. and attends over everything cached.
           logits: "all" -> logits[N, V], "last" -> each sequence's last row [B, V],
           None -> none (the final hidden states stay for `head_rows`).
         Returns the logits buffer (or None). Records; does not submit."""
+        if acts is not None:
+            if cache is not None:
+                raise ValueError("forward: training activations take no KV cache")
+            self.train_inputs(ids, acts, targets, micro, step)
+            return self.train_forward(acts, lora, loss=targets is not None)
+        B, T, flat = self._check_ids(ids)
+        acts = self._decoding(B, T, lora)
+        pos0 = 0
+        if cache is not None:
+            if cache.B != B or cache.pos + T > cache.S:
+                raise ValueError(f"forward: cache holds B={cache.B}, S={cache.S}; asked B={B}, "
+                                 f"positions {cache.pos}..{cache.pos + T - 1}")
+            pos0 = cache.pos
+        self._rope(pos0 + T)
+        self.dev.write(acts.io(0)[0], array.array("I", flat))   # lands before this forward's submit
+        self._forward(acts, lora, cache, B, T, pos0)
+        if cache is not None:
+            cache.pos += T
+        if logits == "all":
+            return self.head_rows(B * T)
+        if logits == "last":
+            return self.head_rows(B, T - 1, T)
+        return None
+
+    def _check_ids(self, ids) -> tuple:
+        """(B, T, flat ids) of ids[B, T] (or one flat list), checked."""
         seqs = [list(ids)] if ids and isinstance(ids[0], int) else [list(s) for s in ids]
         B, T = len(seqs), len(seqs[0]) if seqs else 0
         if T == 0 or any(len(s) != T for s in seqs):
@@ -518,45 +547,65 @@ class Model:
         bad = [t for t in flat if not 0 <= t < self.V]
         if bad:
             raise ValueError(f"forward: token id {bad[0]} outside the vocabulary (V={self.V})")
-        N = B * T
-        training = acts is not None
-        if training:
-            if N > acts.N:
-                raise ValueError(f"forward: {B} x {T} tokens exceed the activations' {acts.N} rows")
-            if cache is not None:
-                raise ValueError("forward: training activations take no KV cache")
-            acts.B, acts.T, acts.micro, acts.step = B, T, micro, step
-        else:
-            acts = self._decoding(B, T, lora)
-        pos0 = 0
-        if cache is not None:
-            if cache.B != B or cache.pos + T > cache.S:
-                raise ValueError(f"forward: cache holds B={cache.B}, S={cache.S}; asked B={B}, "
-                                 f"positions {cache.pos}..{cache.pos + T - 1}")
-            pos0 = cache.pos
-        self._rope(pos0 + T)
-        ids_buf = acts.io(micro)[0]
-        self.dev.write(ids_buf, array.array("I", flat))   # lands before this forward's submit
-        embedding_forward(self.dev, ids_buf, self.embed, acts.layer(0).x, N, self.C)
+        return B, T, flat
+
+    def _forward(self, acts, lora, cache, B, T, pos0) -> None:
+        """Record embedding, every layer and the final norm (into acts.top.xf)."""
+        N, top = B * T, acts.top
+        embedding_forward(self.dev, acts.io(acts.micro)[0], self.embed, acts.layer(0).x, N, self.C)
         for li in range(self.L):
             self._layer_forward(li, acts, lora, cache, B, T, pos0)
-        top = acts.top
         rmsnorm_forward(self.dev, top.x_out, self.norm, top.xf, top.rstd_out, N, self.C, self.eps)
-        if cache is not None:
-            cache.pos += T
-        if training:
-            linear_forward(self.dev, top.xf, self.head, top.logits, N, self.C, self.V)
-            if targets is not None:
-                tbuf = acts.io(micro)[1]
-                self.dev.write(tbuf, array.array("i", targets))
-                cross_entropy_forward_backward(self.dev, top.logits, tbuf, top.losses, N, self.V, 1.0)
-                cross_entropy_sum(self.dev, top.losses, top.loss_sum, N)
-            return top.logits
-        if logits == "all":
-            return self.head_rows(N)
-        if logits == "last":
-            return self.head_rows(B, T - 1, T)
-        return None
+
+    # -- a training micro-batch: host data, then recorded (or replayed) dispatches ----
+    def train_inputs(self, ids, acts: Activations, targets=None, micro: int = 0, step: int = 0) -> tuple:
+        """Check a training micro-batch ids[B, T] and write what changes from step to step
+        into acts.io(micro): the token ids, `targets[N]` (when given) and the LoRA dropout
+        stream of (step, micro). Writes land before the next submit runs. Returns (B, T);
+        train_forward / backward then record dispatches that depend on (B, T, micro) only."""
+        B, T, flat = self._check_ids(ids)
+        if B * T > acts.N:
+            raise ValueError(f"forward: {B} x {T} tokens exceed the activations' {acts.N} rows")
+        if targets is not None and len(targets) != B * T:
+            raise ValueError(f"forward: {len(targets)} targets for {B} x {T} tokens")
+        ids_buf, tbuf, stream = acts.io(micro)
+        acts.B, acts.T, acts.micro = B, T, micro
+        self._rope(T)
+        self.dev.write(ids_buf, array.array("I", flat))
+        if targets is not None:
+            self.dev.write(tbuf, array.array("i", targets))
+        self.dev.write(stream, struct.pack("<I", Lora.dropout_stream(step, micro)))
+        return B, T
+
+    def train_forward(self, acts: Activations, lora=None, loss: bool = True):
+        """Record the training forward of the micro-batch train_inputs wrote: logits into
+        acts.top.logits and, with `loss`, each row's cross-entropy added into
+        acts.top.loss_sum with dlogits left in the logits. Returns the logits buffer."""
+        B, T, N, top = acts.B, acts.T, acts.B * acts.T, acts.top
+        self._forward(acts, lora, None, B, T, 0)
+        linear_forward(self.dev, top.xf, self.head, top.logits, N, self.C, self.V)
+        if loss:
+            cross_entropy_forward_backward(self.dev, top.logits, acts.io(acts.micro)[1], top.losses, N, self.V, 1.0)
+            cross_entropy_sum(self.dev, top.losses, top.loss_sum, N)
+        return top.logits
+
+    def train_micro(self, ids, acts: Activations, lora, targets, micro: int = 0, step: int = 0,
+                    programs=None) -> None:
+        """One micro-batch of a training step: its inputs written (train_inputs), then
+        forward, loss and backward recorded. With `programs` (a gpu.Programs), the
+        dispatches are recorded once per (B, T, micro) and replayed after that in one
+        backend call: only the writes cost the host anything per step. (The device's
+        kernel choices, kind and int8_dot, are in the key too: tests switch them.)"""
+        B, T = self.train_inputs(ids, acts, targets, micro, step)
+
+        def record():
+            self.train_forward(acts, lora)
+            self.backward(acts, lora)
+
+        if programs is None:
+            record()
+        else:
+            programs.run(("train", B, T, micro, self.dev.kind, self.dev.int8_dot), record)
 
     def _norm(self, x, w, y, rstd, width, acts):
         """y = RMSNorm(x) (rstd saved), quantised for the BitLinears that read it into
@@ -573,7 +622,7 @@ class Model:
             p = self.layers[li].proj[mod]
             bitlinear_forward(dev, top.xq, top.s, p.buf, p.scale, y, N, p.I, p.O, accumulate)
             if lora is not None and lora.adapts(mod):
-                lora.apply(li, mod, x, y, acts.lora_u(li, mod), N, train, acts.step, acts.micro)
+                lora.apply(li, mod, x, y, acts.lora_u(li, mod), N, train, acts.io(acts.micro)[2])
 
     def _layer_forward(self, li, acts, lora, cache, B, T, pos0, out=None):
         """Record layer li: acts.layer(li).x -> `out` (default: the next layer's x)."""
@@ -638,7 +687,7 @@ class Model:
         bitlinear_backward_input(self.dev, dy, p.buf, p.scale, dx, N, p.I, p.O, accumulate)
         if lora is not None and lora.adapts(mod):
             lora.apply_backward(li, mod, dy, x, acts.lora_u(li, mod), dx, acts.grad.du_lora, N,
-                                acts.step, acts.micro)
+                                acts.io(acts.micro)[2])
 
     def _layer_backward(self, li, acts, lora):
         """The backward of one layer; g.dh holds the gradient of its output on entry and of

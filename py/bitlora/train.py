@@ -11,7 +11,8 @@
 This is also the notebook API's `bitlora.Trainer`.
 
 One optimizer step (step semantics pinned by the issue): every micro-batch of the
-step runs forward and backward on the GPU, adding raw (unnormalised) cross-entropy
+step runs forward and backward on the GPU (recorded once per micro-batch shape, then
+replayed: `Model.train_micro` with the trainer's `gpu.Programs`), adding raw (unnormalised) cross-entropy
 gradient sums into the arena's gradients and the summed loss into a GPU scalar;
 then `AdamW.step(n_targets)` divides by the step's target-token count, clips the
 mean gradient by global norm and updates — one submit. The loss and the pre-clip
@@ -121,6 +122,8 @@ class Trainer:
         self.lora = None                  # lora.Lora: the adapter being trained
         self.acts = None                  # its training activations (model.activations)
         self.opt = None
+        self.programs = None              # gpu.Programs: each micro-batch shape's recorded dispatches
+        self.replay = True                # replay them (False: record every step anew; same results)
         self.on_step = None               # callback(metrics_row) after each step lands
         self.on_checkpoint = None         # callback(step) after a checkpoint is written; awaited if async
         self.on_micro = None              # callback(dict) as each micro-batch finishes on the GPU (awaited if
@@ -159,6 +162,7 @@ class Trainer:
                 dev.destroy(b)
             raise gpu.OutOfMemory(self.out_of_memory_text(e, failed_at), e.label, e.size) from None
         self.lora, self.acts, self.opt, self._buffers = lora, acts, opt, bufs
+        self.programs = gpu.Programs(dev)
         if cfg.resume:
             await self.load_checkpoint(cfg.resume)
 
@@ -203,9 +207,11 @@ class Trainer:
     def close(self) -> None:
         """Free the GPU buffers of the adapter, activations and optimizer (the model
         stays); the trainer cannot train or generate afterwards."""
+        if self.programs is not None:
+            self.programs.clear()     # they bind the buffers below
         for b in self._buffers:
             self.model.dev.destroy(b)
-        self._buffers, self.lora, self.acts, self.opt = [], None, None, None
+        self._buffers, self.lora, self.acts, self.opt, self.programs = [], None, None, None, None
 
     # -- the loop --------------------------------------------------------------
     async def atrain(self, until_step: int | None = None) -> list:
@@ -270,8 +276,8 @@ class Trainer:
                                           "step_tokens": tokens, "elapsed_s": time.perf_counter() - t0})
                 if self.control.stopped:       # stop() came while an async on_micro was awaited
                     return False
-            self.model.forward(mb.rows(), self.acts, self.lora, targets=mb.targets, micro=j, step=step.index)
-            self.model.backward(self.acts, self.lora)
+            self.model.train_micro(mb.rows(), self.acts, self.lora, mb.targets, micro=j, step=step.index,
+                                   programs=self.programs if self.replay else None)
             done += len(mb.ids)
             if self.on_micro is not None:
                 await self.model.dev.sync()
