@@ -56,13 +56,6 @@ struct LoraParams {
 
 const WR: u32 = 64u;  // workgroup of the reductions over I or O
 
-// PCG output permutation of one LCG step: a good 32-bit integer hash.
-fn pcg(v: u32) -> u32 {
-    let s = v * 747796405u + 2891336453u;
-    let w = ((s >> ((s >> 28u) + 4u)) ^ s) * 277803737u;
-    return (w >> 22u) ^ w;
-}
-
 fn dropout_hash(seed: u32, step: u32, idx: u32) -> u32 {
     return pcg(idx ^ pcg(seed ^ pcg(step)));
 }

@@ -41,6 +41,15 @@ fn wg_max(lid: u32, x: f32, n: u32) -> f32 {
     return total;
 }
 
+// ---------------------------------------------------------------- hashing
+// PCG output permutation of one LCG step: a good 32-bit integer hash (LoRA dropout masks,
+// the sampler's random numbers).
+fn pcg(v: u32) -> u32 {
+    let s = v * 747796405u + 2891336453u;
+    let w = ((s >> ((s >> 28u) + 4u)) ^ s) * 277803737u;
+    return (w >> 22u) ^ w;
+}
+
 // ---------------------------------------------------------------- bf16
 // Element e of a bf16 array stored two per u32, low half first (word = array[e >> 1]):
 // a bf16 is the top half of an f32, so widening is a shift. No shader-f16 needed.

@@ -1,0 +1,105 @@
+"""Portable cases for decoding's one-row kernels (shaders/matvec.wgsl, sample.wgsl):
+each run beside the kernels it stands in for on the same inputs (rmsnorm + actquant +
+bitlinear_forward; linear_forward), with the device's kind forced, so the pytest side
+(tests/test_decode_kernels.py) can compare them bit for bit and with numpy.
+Standard library + bitlora only."""
+import array
+import struct
+
+from bitlora import ops
+from bitlora.ops import bitlinear, matvec, sample
+from bitlora.ops.linear import linear_forward
+from bitlora.ops.rmsnorm import rmsnorm_forward
+
+
+def _buf(dev, code, vals, label, size=None):
+    return dev.buffer(size or 4 * max(len(vals), 1), label, data=array.array(code, vals) if vals else None)
+
+
+async def _get(dev, buf, n, code="f"):
+    out = array.array(code)
+    out.frombytes(await dev.read(buf, 0, 4 * n))
+    return list(out)
+
+
+class _Kind:
+    def __init__(self, dev, kind):
+        self.dev, self.kind = dev, kind
+
+    def __enter__(self):
+        self.old, self.dev.kind = self.dev.kind, self.kind
+
+    def __exit__(self, *exc):
+        self.dev.kind = self.old
+
+
+async def case_norm_quant_matvec(dev, x, w, C, eps, parts, accumulate, kind):
+    """parts = [[packed words, O, scale, y0], ...] (1-3 projections of C inputs), laid in
+    one buffer 256 bytes apart as the model lays them. Returns the new path's
+    (rmsnorm_quant + ternary_matvec) y, xq words, qs and outputs, and the outputs and
+    norm of the kernels it replaces (rmsnorm_forward, actquant_forward, bitlinear_forward)."""
+    for t in ("f32",):
+        await dev.prepare(ops.kernel_specs(t))
+    bx, bw = _buf(dev, "f", x, "x"), _buf(dev, "f", w, "w")
+    offs, off = [], 0
+    for words, *_ in parts:
+        offs.append(off)
+        off += -(-4 * len(words) // 256) * 256
+    wbuf = dev.buffer(off, "w_parts")
+    for o, (words, *_) in zip(offs, parts):
+        dev.write(wbuf, array.array("I", words), o)
+    out = {}
+    with _Kind(dev, kind):
+        y, xq, qs = dev.buffer(4 * C, "y"), dev.buffer(4 * matvec.xq_words(C), "xq"), dev.buffer(8, "qs")
+        matvec.rmsnorm_quant(dev, bx, bw, y, xq, qs, C, eps)
+        ys = [_buf(dev, "f", y0, f"y{j}") for j, (_, _, _, y0) in enumerate(parts)]
+        matvec.ternary_matvec(dev, xq, qs, wbuf, [(o // 4, O, sc, yb) for o, (_, O, sc, _), yb in zip(offs, parts, ys)],
+                              C, accumulate)
+        out["y"] = await _get(dev, y, C)
+        out["xq"] = await _get(dev, xq, matvec.xq_words(C), "I")
+        out["qs"] = await _get(dev, qs, 2)
+        out["out"] = [await _get(dev, yb, O) for yb, (_, O, _, _) in zip(ys, parts)]
+        n, rstd = dev.buffer(4 * C, "n"), dev.buffer(4, "rstd")
+        fq, s = dev.buffer(4 * C, "fq"), dev.buffer(4, "s")
+        rmsnorm_forward(dev, bx, bw, n, rstd, 1, C, eps)
+        bitlinear.actquant_forward(dev, n, fq, s, 1, C)
+        ys = [_buf(dev, "f", y0, f"y{j}") for j, (_, _, _, y0) in enumerate(parts)]
+        for o, (words, O, sc, _), yb in zip(offs, parts, ys):
+            bitlinear.bitlinear_forward(dev, fq, s, wbuf.view(o, 4 * len(words)), sc, yb, 1, C, O, accumulate)
+        out["old_y"] = await _get(dev, n, C)
+        out["old_out"] = [await _get(dev, yb, O) for yb, (_, O, _, _) in zip(ys, parts)]
+    return out
+
+
+async def case_dense_matvec(dev, x, w_chunks, C, V, row0, bf16, kind):
+    """logits[V] of row row0 of x[.., C] through ops.matvec.dense_matvec and through
+    ops.linear.linear_forward (the kernel it stands in for), over a table in row chunks
+    [[v0, Vc, u32 words], ...] (bf16: two values per word, low half first)."""
+    from bitlora.model import RowTable
+    dtype = "bf16" if bf16 else "f32"
+    await dev.prepare(ops.kernel_specs(dtype))
+    bx = _buf(dev, "f", x, "x")
+    chunks = RowTable([(v0, n, _buf(dev, "I", words, f"w{v0}")) for v0, n, words in w_chunks], dtype)
+    out = {}
+    with _Kind(dev, kind):
+        y = dev.buffer(4 * V, "y")
+        matvec.dense_matvec(dev, bx, chunks, y, C, V, row0)
+        out["new"] = await _get(dev, y, V)
+        y = dev.buffer(4 * V, "y_old")
+        linear_forward(dev, bx, chunks, y, 1, C, V, row0, 1)
+        out["old"] = await _get(dev, y, V)
+    return out
+
+
+async def case_sample(dev, logits, seed, temperature, top_p, n0=0, steps=1):
+    """Run sample_token `steps` times on the same logits from state n = n0: the ids
+    (out), tok and the final state."""
+    await dev.prepare(sample.kernel_specs())
+    V = len(logits)
+    lb = _buf(dev, "f", logits, "logits")
+    state = dev.buffer(16, "state", data=sample.sampler_state(seed, temperature, top_p, n0))
+    tok, out = dev.buffer(4, "tok"), dev.buffer(4 * (n0 + steps), "out")
+    for _ in range(steps):
+        sample.sample_token(dev, lb, state, tok, out, V)
+    n, s, t, p = struct.unpack("<IIff", await dev.read(state))
+    return {"out": (await _get(dev, out, n0 + steps, "I"))[n0:], "tok": (await _get(dev, tok, 1, "I"))[0], "n": n}
