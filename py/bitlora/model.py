@@ -39,30 +39,35 @@ each (a 2B-4T embedding is larger than one binding may be).
 from __future__ import annotations
 
 import array
+import collections
+import inspect
 import math
 import os
-import random
 import struct
+import time
 from dataclasses import dataclass
 
 from .formats.tensors import FloatTensor, TernaryTensor
 from . import demo, gpu, ops
 from .bitnet import FULL, MODULES, NORMS
 from .formats import open_checkpoint, peft, source_name
-from .ops import bitlinear, linear
+from .ops import bitlinear, linear, matvec
 from .ops.attention import attention_backward, attention_forward, kv_store
 from .ops.bitlinear import actquant_forward, bitlinear_backward_input, bitlinear_forward
 from .ops.cross_entropy import cross_entropy_forward_backward, cross_entropy_sum
 from .ops.embedding import embedding_forward
 from .ops.linear import linear_backward_input, linear_forward
+from .ops.matvec import dense_matvec, rmsnorm_quant, ternary_matvec
 from .ops.relu2 import ACTS as GATINGS, gating_backward, gating_forward
 from .ops.rmsnorm import rmsnorm_backward, rmsnorm_forward
 from .ops.rope import rope_backward, rope_forward, rope_tables
+from .ops.sample import sample_token, sampler_state
 from .optim import AdamW, ParamArena
 
 # The activation table. scope: "layer" (one set per layer in training, one shared set
 # when decoding), "top" (once: around the layers), "lora" (per adapted projection, per
-# layer in training), "grad" (backward scratch, training only), "io" (token ids and
+# layer in training), "grad" (backward scratch, training only), "decode" (decoding
+# only: a one-token forward's packed activations), "io" (token ids and
 # targets: one pair per micro-batch of a step, since every micro-batch of a step is
 # recorded into one submit and a write lands before the whole submit runs).
 ACTS = (
@@ -94,6 +99,8 @@ ACTS = (
     ("logits",  "N V",    "f32", "train"),   # training: logits, then dlogits in place
     ("losses",  "N",      "f32", "train"),
     ("loss_sum", "1",     "f32", "train"),
+    ("xq4",     "XQ",     "u32", "decode"),  # one token's int8 activations, packed (ops.matvec)
+    ("qs",      "2",      "f32", "decode"),  # their scale and sum
     ("ids",     "N",      "u32", "io"),
     ("targets", "N",      "i32", "io"),
     ("dh",      "N C",    "f32", "grad"),    # gradient of the residual stream
@@ -150,11 +157,17 @@ class RowTable(list):
 
 @dataclass
 class Proj:
-    """A BitLinear weight on the GPU: w_packed[O, ceil(I/16)] u32, dequantised t * scale."""
+    """A BitLinear weight on the GPU: w_packed[O, ceil(I/16)] u32, dequantised t * scale;
+    `buf` is a view of the buffer its input group shares (Model._upload_projs)."""
     buf: object
     scale: float
     O: int
     I: int
+
+
+# The projections that read one input, in layer order: each group's packed weights share
+# a buffer, and a one-token forward multiplies a group in one dispatch.
+INPUTS = (("q_proj", "k_proj", "v_proj"), ("o_proj",), ("gate_proj", "up_proj"), ("down_proj",))
 
 
 @dataclass
@@ -170,6 +183,16 @@ class Generation:
     ids: list            # new token ids (the EOS that stopped it included)
     prompt_ids: list
     stopped_at_eos: bool = False
+    stopped: bool = False        # ended by should_stop()
+    first_token_s: float = 0.0   # from the call to the first new id (the prompt's forward and a step)
+    total_s: float = 0.0         # from the call to the last id
+    host_s: float = 0.0          # of which recording and submitting (not waiting for the GPU)
+    dispatches: int = 0          # kernels recorded (dropped steps included)
+
+    def tokens_per_s(self) -> float:
+        """Decoding speed: the ids after the first, over the time after the first."""
+        n, t = len(self.ids) - 1, self.total_s - self.first_token_s
+        return n / t if n > 0 and t > 0 else 0.0
 
     def __str__(self):
         return self.text
@@ -261,6 +284,9 @@ class Activations:
             elif scope in ("train", "grad"):
                 if mode != "decode":
                     out.append(((scope, name), b))
+            elif scope == "decode":
+                if mode == "decode":
+                    out.append((("top", name), b))
         io = [(name, shape) for name, shape, _, scope in ACTS if scope == "io"]
         for j in range(1 if mode == "decode" else micro_batches):
             out += [(("io", j, name), buffer_bytes(4 * _numel(shape, dims))) for name, shape in io]
@@ -326,11 +352,12 @@ class Model:
         self._scratch: Activations | None = None   # decoding activations
         self._cache: KVCache | None = None
         self._logits = None        # decoding logits[rows, V], sized for the most rows asked
+        self._gen = None           # the sampler's buffers (_sampler)
 
     def dims(self, N: int, R: int = 0) -> dict:
         """The legend's sizes for N rows (and LoRA rank R)."""
         return {"N": N, "C": self.C, "F": self.F, "V": self.V, "H": self.H, "KV": self.Hkv * self.D,
-                "CF": max(self.C, self.F), "R": R}
+                "CF": max(self.C, self.F), "R": R, "XQ": matvec.xq_words(max(self.C, self.F))}
 
     # -- construction ---------------------------------------------------------
     @classmethod
@@ -343,8 +370,9 @@ class Model:
         for i in range(m.L):
             p = f"model.layers.{i}."
             norms = {n: m._upload_vec(p + n + ".weight", load(p + n + ".weight")) for n in NORMS}
-            proj = {mod: m._upload_proj(p + FULL[mod] + ".weight", load(p + FULL[mod] + ".weight"))
-                    for mod in MODULES}
+            proj = {}
+            for group in INPUTS:
+                proj.update(m._upload_projs(p, group, load))
             m.layers.append(Layer(norms, proj))
         m.norm = m._upload_vec("model.norm.weight", load("model.norm.weight"))
         tied = m.config.get("tie_word_embeddings", False)
@@ -387,10 +415,27 @@ class Model:
             raise ValueError(f"{name}: expected a float tensor, got {type(t).__name__}")
         return self.dev.buffer(4 * t.numel, name, data=f32_bytes(t))
 
-    def _upload_proj(self, name, t):
-        if not isinstance(t, TernaryTensor):
-            raise ValueError(f"{name}: expected a ternary tensor, got {type(t).__name__}")
-        return Proj(self.dev.buffer(len(t.packed), name, data=t.packed), float(t.scale), *t.shape)
+    def _upload_projs(self, prefix, group, load) -> dict:
+        """The projections of `group` (those sharing an input: INPUTS) in one buffer, each
+        a view of it starting at a multiple of the storage offset alignment, so a
+        one-token forward multiplies them all in one dispatch (ops.matvec.ternary_matvec)."""
+        align = int(self.dev.limits.get("minStorageBufferOffsetAlignment", 256))
+        ts = {}
+        for mod in group:
+            name = prefix + FULL[mod] + ".weight"
+            t = ts[mod] = load(name)
+            if not isinstance(t, TernaryTensor):
+                raise ValueError(f"{name}: expected a ternary tensor, got {type(t).__name__}")
+        offs, end = {}, 0
+        for mod, t in ts.items():
+            offs[mod] = end
+            end += -(-buffer_bytes(len(t.packed)) // align) * align
+        buf = self.dev.buffer(end, prefix + "+".join(group))
+        out = {}
+        for mod, t in ts.items():
+            self.dev.write(buf, t.packed, offs[mod])
+            out[mod] = Proj(buf.view(offs[mod], buffer_bytes(len(t.packed))), float(t.scale), *t.shape)
+        return out
 
     def _upload_rows(self, name, t):
         """A float [rows, C] table as row chunks of at most max_binding bytes (multiples of
@@ -494,7 +539,9 @@ class Model:
     # -- forward ------------------------------------------------------------------
     def forward(self, ids, acts: Activations | None = None, lora=None, cache: KVCache | None = None,
                 targets=None, micro: int = 0, step: int = 0, logits: str | None = "all"):
-        """Record the forward of ids[B, T] (B equal-length lists, or one flat list: B = 1).
+        """Record the forward of ids[B, T] (B equal-length lists, or one flat list: B = 1;
+        or, decoding with a cache, a GPU buffer holding ids[B] u32: one token per
+        sequence, T = 1, e.g. where ops.sample left the last step's choice).
 
         acts: training activations (model.activations): every layer's activations are
           kept for `backward`, the logits of all rows land in acts.top.logits and, with
@@ -506,14 +553,20 @@ class Model:
           logits: "all" -> logits[N, V], "last" -> each sequence's last row [B, V],
           None -> none (the final hidden states stay for `head_rows`).
         Returns the logits buffer (or None). Records; does not submit."""
-        seqs = [list(ids)] if ids and isinstance(ids[0], int) else [list(s) for s in ids]
-        B, T = len(seqs), len(seqs[0]) if seqs else 0
-        if T == 0 or any(len(s) != T for s in seqs):
-            raise ValueError("forward: ids must be B >= 1 non-empty sequences of equal length")
-        flat = [int(t) for s in seqs for t in s]
-        bad = [t for t in flat if not 0 <= t < self.V]
-        if bad:
-            raise ValueError(f"forward: token id {bad[0]} outside the vocabulary (V={self.V})")
+        on_gpu = isinstance(ids, (gpu.Buffer, gpu.BufferView))
+        if on_gpu:
+            if cache is None or acts is not None:
+                raise ValueError("forward: token ids in a GPU buffer are for decoding with a KV cache")
+            B, T, flat = cache.B, 1, None
+        else:
+            seqs = [list(ids)] if ids and isinstance(ids[0], int) else [list(s) for s in ids]
+            B, T = len(seqs), len(seqs[0]) if seqs else 0
+            if T == 0 or any(len(s) != T for s in seqs):
+                raise ValueError("forward: ids must be B >= 1 non-empty sequences of equal length")
+            flat = [int(t) for s in seqs for t in s]
+            bad = [t for t in flat if not 0 <= t < self.V]
+            if bad:
+                raise ValueError(f"forward: token id {bad[0]} outside the vocabulary (V={self.V})")
         N = B * T
         training = acts is not None
         if training:
@@ -531,8 +584,11 @@ class Model:
                                  f"positions {cache.pos}..{cache.pos + T - 1}")
             pos0 = cache.pos
         self._rope(pos0 + T)
-        ids_buf = acts.io(micro)[0]
-        self.dev.write(ids_buf, array.array("I", flat))   # lands before this forward's submit
+        if on_gpu:
+            ids_buf = ids
+        else:
+            ids_buf = acts.io(micro)[0]
+            self.dev.write(ids_buf, array.array("I", flat))   # lands before this forward's submit
         embedding_forward(self.dev, ids_buf, self.embed, acts.layer(0).x, N, self.C)
         for li in range(self.L):
             self._layer_forward(li, acts, lora, cache, B, T, pos0)
@@ -554,25 +610,35 @@ class Model:
             return self.head_rows(B, T - 1, T)
         return None
 
-    def _proj(self, li, mods, x, width, outs, acts, lora, train, accumulate=False):
-        """BitLinear(x) of projections `mods` of layer li into `outs` (one activation
-        quantisation for all of them), each plus its LoRA branch when adapted."""
-        dev, N = self.dev, acts.B * acts.T
-        top = acts.top
-        actquant_forward(dev, x, top.xq, top.s, N, width)
+    def _norm_proj(self, li, norm, x, n, rstd, width, mods, outs, acts, lora, accumulate=False):
+        """n = norm(x), then BitLinear(n) of projections `mods` of layer li into `outs` (=
+        or +=; one activation quantisation for all of them), each plus its LoRA branch
+        when adapted. A one-token forward (decoding, N = 1) fuses the norm with the
+        quantisation and multiplies the group in one dispatch (ops.matvec): the same bits."""
+        dev, N, top = self.dev, acts.B * acts.T, acts.top
+        w, projs = self.layers[li].norms[norm], [self.layers[li].proj[m] for m in mods]
+        if N == 1 and not acts.training:
+            rmsnorm_quant(dev, x, w, n, top.xq4, top.qs, width, self.eps)
+            base = projs[0].buf.offset
+            ternary_matvec(dev, top.xq4, top.qs, projs[0].buf.buffer.view(base),
+                           [((p.buf.offset - base) // 4, p.O, p.scale, y) for p, y in zip(projs, outs)], width,
+                           accumulate)
+        else:
+            rmsnorm_forward(dev, x, w, n, rstd, N, width, self.eps)
+            actquant_forward(dev, n, top.xq, top.s, N, width)
+            for p, y in zip(projs, outs):
+                bitlinear_forward(dev, top.xq, top.s, p.buf, p.scale, y, N, p.I, p.O, accumulate)
         for mod, y in zip(mods, outs):
-            p = self.layers[li].proj[mod]
-            bitlinear_forward(dev, top.xq, top.s, p.buf, p.scale, y, N, p.I, p.O, accumulate)
             if lora is not None and lora.adapts(mod):
-                lora.apply(li, mod, x, y, acts.lora_u(li, mod), N, train, acts.step, acts.micro)
+                lora.apply(li, mod, n, y, acts.lora_u(li, mod), N, acts.training, acts.step, acts.micro)
 
     def _layer_forward(self, li, acts, lora, cache, B, T, pos0, out=None):
         """Record layer li: acts.layer(li).x -> `out` (default: the next layer's x)."""
-        dev, C, F, H, Hkv, D, eps = self.dev, self.C, self.F, self.H, self.Hkv, self.D, self.eps
-        N, train = B * T, acts.training
-        W, a, out = self.layers[li].norms, acts.layer(li), out or acts.out(li)
-        rmsnorm_forward(dev, a.x, W["input_layernorm"], a.n1, a.rstd1, N, C, eps)
-        self._proj(li, ("q_proj", "k_proj", "v_proj"), a.n1, C, (a.q, a.k, a.v), acts, lora, train)
+        dev, C, F, H, Hkv, D = self.dev, self.C, self.F, self.H, self.Hkv, self.D
+        N = B * T
+        a, out = acts.layer(li), out or acts.out(li)
+        self._norm_proj(li, "input_layernorm", a.x, a.n1, a.rstd1, C, ("q_proj", "k_proj", "v_proj"),
+                        (a.q, a.k, a.v), acts, lora)
         rope_forward(dev, a.q, self.cos, self.sin, N, T, H, D, pos0)
         rope_forward(dev, a.k, self.cos, self.sin, N, T, Hkv, D, pos0)
         if cache is not None:
@@ -581,17 +647,17 @@ class Model:
         else:
             k, v, S = a.k, a.v, T
         attention_forward(dev, a.q, k, v, a.att, a.lse, B, T, H, Hkv, D, S, pos0)
-        rmsnorm_forward(dev, a.att, W["self_attn.attn_sub_norm"], a.an, a.rstd_a, N, C, eps)
         if a.x_mid is not a.x:
             dev.copy(a.x, a.x_mid, 4 * N * C)
-        self._proj(li, ("o_proj",), a.an, C, (a.x_mid,), acts, lora, train, accumulate=True)
-        rmsnorm_forward(dev, a.x_mid, W["post_attention_layernorm"], a.n2, a.rstd2, N, C, eps)
-        self._proj(li, ("gate_proj", "up_proj"), a.n2, C, (a.g, a.u), acts, lora, train)
+        self._norm_proj(li, "self_attn.attn_sub_norm", a.att, a.an, a.rstd_a, C, ("o_proj",), (a.x_mid,),
+                        acts, lora, accumulate=True)
+        self._norm_proj(li, "post_attention_layernorm", a.x_mid, a.n2, a.rstd2, C, ("gate_proj", "up_proj"),
+                        (a.g, a.u), acts, lora)
         gating_forward(dev, self.act, a.g, a.u, a.hf, N * F)
-        rmsnorm_forward(dev, a.hf, W["mlp.ffn_sub_norm"], a.fn, a.rstd_f, N, F, eps)
         if out is not a.x_mid:
             dev.copy(a.x_mid, out, 4 * N * C)
-        self._proj(li, ("down_proj",), a.fn, F, (out,), acts, lora, train, accumulate=True)
+        self._norm_proj(li, "mlp.ffn_sub_norm", a.hf, a.fn, a.rstd_f, F, ("down_proj",), (out,), acts, lora,
+                        accumulate=True)
 
     def head_rows(self, rows: int, row0: int = 0, step: int = 1):
         """logits[rows, V] of final hidden-state rows row0 + r*step of the last decoding
@@ -602,7 +668,10 @@ class Model:
                              f"ask for fewer rows at a time (alogits does)")
         if self._logits is None or self._logits.size < need:
             self._logits = self.dev.buffer(need, "logits")
-        linear_forward(self.dev, self._scratch.top.xf, self.head, self._logits, rows, self.C, self.V, row0, step)
+        if rows == 1:
+            dense_matvec(self.dev, self._scratch.top.xf, self.head, self._logits, self.C, self.V, row0)
+        else:
+            linear_forward(self.dev, self._scratch.top.xf, self.head, self._logits, rows, self.C, self.V, row0, step)
         return self._logits
 
     # -- backward -------------------------------------------------------------------
@@ -681,13 +750,34 @@ class Model:
             out.add(self.tokenizer.eos_id)
         return out
 
+    AHEAD = 4   # decoding steps submitted beyond the one whose id is awaited
+
+    def _sampler(self, max_new_tokens: int) -> _Set:
+        """The sampler's buffers (ops.sample): state[4], tok[1] (the next step's input id)
+        and out[max_new_tokens] (the chosen ids), kept and grown as needed."""
+        g = self._gen
+        if g is None:
+            g = self._gen = _Set()
+            g.state, g.tok, g.out = self.dev.buffer(16, "sampler_state"), self.dev.buffer(4, "sampler_tok"), None
+        if g.out is None or g.out.size < 4 * max_new_tokens:
+            if g.out is not None:
+                self.dev.destroy(g.out)
+            g.out = self.dev.buffer(4 * max(max_new_tokens, 64), "sampler_out")
+        return g
+
     async def agenerate(self, prompt, max_new_tokens: int = 64, temperature: float = 0.0, top_p: float = 1.0,
-                        seed: int = 0, lora=None) -> Generation:
+                        seed: int = 0, lora=None, on_token=None, should_stop=None) -> Generation:
         """Continue `prompt` (text, encoded with the tokenizer's BOS template; or a list
         of ids) by up to max_new_tokens tokens, stopping after an EOS. temperature 0 is
-        greedy; otherwise nucleus sampling (top_p) with random.Random(seed) on the host.
-        With `lora`, the adapted model. The prompt runs once, then one token per step
-        over the KV cache."""
+        greedy; otherwise nucleus sampling (top_p) from `seed` (ops.sample: on the GPU,
+        the same tokens on every backend). With `lora`, the adapted model.
+
+        The prompt runs once, then one token per step over the KV cache. Each step's token
+        is chosen on the GPU and becomes the next step's input there, so steps are
+        submitted AHEAD of the one whose id is read back (4 bytes); an EOS is seen a few
+        steps late and the steps after it are dropped. on_token(id, ids so far) is called
+        (and awaited if it returns an awaitable) as each id arrives; should_stop() -> True
+        ends the generation there (Generation.stopped)."""
         if isinstance(prompt, str):
             if self.tokenizer is None:
                 raise ValueError("generate: this model has no tokenizer; pass token ids")
@@ -696,21 +786,41 @@ class Model:
             ids = [int(t) for t in prompt]
         if not ids:
             raise ValueError("generate: empty prompt")
+        dev, eos = self.dev, self.eos_ids()
         cache = self.kv_cache(1, len(ids) + max_new_tokens)
-        rng, eos, new = random.Random(seed), self.eos_ids(), []
-        step_ids, stopped = ids, False
-        for _ in range(max_new_tokens):
-            buf = self.forward(step_ids, lora=lora, cache=cache, logits="last")
-            row = array.array("f")
-            row.frombytes(await self.dev.read(buf, 0, 4 * self.V))
-            tok = sample(row, temperature, top_p, rng)
-            new.append(tok)
-            step_ids = [tok]
-            if tok in eos:
-                stopped = True
+        g = self._sampler(max_new_tokens)
+        dev.write(g.state, sampler_state(seed, temperature, top_p))
+        out = Generation("", [], ids)
+        t0, d0 = time.perf_counter(), dev.dispatches
+        pending, recorded, done = collections.deque(), 0, False
+        while True:
+            h = time.perf_counter()
+            while recorded < max_new_tokens and len(pending) <= self.AHEAD and not done:
+                logits = self.forward(ids if recorded == 0 else g.tok, lora=lora, cache=cache, logits="last")
+                sample_token(dev, logits, g.state, g.tok, g.out, self.V)
+                pending.append(dev.read_later(g.out, 4 * recorded, 4))
+                dev.submit()
+                recorded += 1
+            out.host_s += time.perf_counter() - h
+            if not pending:
                 break
-        text = self.tokenizer.decode(new, skip_special_tokens=True) if self.tokenizer is not None else ""
-        return Generation(text, new, ids, stopped)
+            tok = struct.unpack("<I", await pending.popleft().get())[0]
+            if done:              # steps submitted past the end: read (their staging buffers return), dropped
+                continue
+            if not out.ids:
+                out.first_token_s = time.perf_counter() - t0
+            out.ids.append(tok)
+            if on_token is not None:
+                res = on_token(tok, out.ids)
+                if inspect.isawaitable(res):
+                    await res
+            out.stopped_at_eos = tok in eos
+            out.stopped = not out.stopped_at_eos and should_stop is not None and bool(should_stop())
+            done = out.stopped_at_eos or out.stopped
+        out.total_s, out.dispatches = time.perf_counter() - t0, dev.dispatches - d0
+        if self.tokenizer is not None:
+            out.text = self.tokenizer.decode(out.ids, skip_special_tokens=True)
+        return out
 
     # -- plain calls natively, awaitables in the browser ------------------------------
     def logits(self, ids, lora=None):
@@ -718,36 +828,13 @@ class Model:
         return gpu.maybe_run(self.alogits(ids, lora))
 
     def generate(self, prompt, max_new_tokens: int = 64, temperature: float = 0.0, top_p: float = 1.0,
-                 seed: int = 0, lora=None):
+                 seed: int = 0, lora=None, on_token=None, should_stop=None):
         """`agenerate` as a plain call natively; in Pyodide an awaitable."""
-        return gpu.maybe_run(self.agenerate(prompt, max_new_tokens, temperature, top_p, seed, lora))
+        return gpu.maybe_run(self.agenerate(prompt, max_new_tokens, temperature, top_p, seed, lora, on_token,
+                                            should_stop))
 
 
 def load_model(src="demo", progress=None, device=None, max_binding: int | None = None):
     """`bitlora.load_model`: `Model.load` as a plain call natively (a Model); in Pyodide
     an awaitable."""
     return gpu.maybe_run(Model.load(src, progress, device, max_binding))
-
-
-def sample(row, temperature: float, top_p: float, rng: random.Random) -> int:
-    """A token from one logits row: argmax at temperature 0 (first maximum), else
-    softmax(row / temperature) cut to the smallest set of top tokens whose
-    probability reaches top_p (as HF's TopPLogitsWarper keeps), sampled with rng."""
-    if temperature <= 0:
-        return max(range(len(row)), key=row.__getitem__)
-    m = max(row)
-    p = [math.exp((v - m) / temperature) for v in row]
-    z = sum(p)
-    order = sorted(range(len(p)), key=p.__getitem__, reverse=True)
-    keep, acc = [], 0.0
-    for i in order:
-        keep.append(i)
-        acc += p[i] / z
-        if acc >= top_p:
-            break
-    r = rng.random() * sum(p[i] for i in keep)
-    for i in keep:
-        r -= p[i]
-        if r <= 0:
-            return i
-    return keep[-1]
