@@ -11,15 +11,15 @@
 //     probability (32 bisection steps over [0, 1]; top_p >= 1 keeps every token): the
 //     smallest set of most likely tokens reaching top_p, as HF's TopPLogitsWarper keeps.
 //     The token is drawn from the kept set, in vocabulary order, at u * (its mass) with
-//     u = pcg(seed ^ pcg(n)) / 2^32 in [0, 1): a seed and a step give one token, on
-//     every backend.
+//     u = pcg(seed ^ pcg(n)) / 2^24 in [0, 1) (its top 24 bits): a seed and a step give
+//     one token.
 //   Then tok[0] = id (the next step's embedding input), out[n] = id, state.n = n + 1.
 //   0 params SampleParams {V} | 1 logits[V] read |
 //   2 state[4] read_write: {n u32 (tokens chosen so far), seed u32, temperature f32, top_p f32} |
 //   3 tok[1] u32 read_write | 4 out[M] u32 read_write (ids in order; n >= M is not kept)
-//   dispatch: one workgroup (256). The threads read strided columns for the maximum and
-//   the sums, contiguous chunks of V/256 for the draw (a prefix sum over the chunks
-//   finds the one that holds it).
+//   dispatch: one workgroup of SP_WG threads (256; CPU adapters 16: ops/sample.py). They
+//   read strided columns for the maximum and the sums, contiguous chunks of V / SP_WG for
+//   the draw (a prefix sum over the chunks finds the one that holds it).
 
 struct SampleParams { v: u32 };
 @group(0) @binding(0) var<uniform> sp: SampleParams;
@@ -27,6 +27,7 @@ struct SampleParams { v: u32 };
 @group(0) @binding(2) var<storage, read_write> sp_state: array<u32>;
 @group(0) @binding(3) var<storage, read_write> sp_tok: array<u32>;
 @group(0) @binding(4) var<storage, read_write> sp_out: array<u32>;
+override SP_WG: u32 = 256u;   // threads of the one workgroup (a power of two, at most WG)
 var<workgroup> sp_val: array<f32, WG>;
 var<workgroup> sp_idx: array<u32, WG>;
 var<workgroup> sp_temp: f32;
@@ -38,14 +39,14 @@ fn sp_prob(i: u32, m: f32, t: f32, z: f32) -> f32 {   // p_i
     return exp((sp_logits[i] - m) / t) / z;
 }
 
-@compute @workgroup_size(WG)
+@compute @workgroup_size(SP_WG)
 fn sample_token(@builtin(local_invocation_id) lid3: vec3<u32>) {
     let lid = lid3.x;
     let V = sp.v;
     // the largest logit, first index among equals
     var best = NEG_BIG;
     var bi = 0u;
-    for (var i = lid; i < V; i += WG) {
+    for (var i = lid; i < V; i += SP_WG) {
         let v = sp_logits[i];
         if (v > best || i == lid) { best = v; bi = i; }
     }
@@ -56,7 +57,7 @@ fn sample_token(@builtin(local_invocation_id) lid3: vec3<u32>) {
         sp_top_p = bitcast<f32>(sp_state[3]);
     }
     workgroupBarrier();
-    for (var s = WG / 2u; s > 0u; s = s >> 1u) {
+    for (var s = SP_WG / 2u; s > 0u; s = s >> 1u) {
         if (lid < s) {
             let b = sp_val[lid + s];
             let ib = sp_idx[lid + s];
@@ -72,8 +73,8 @@ fn sample_token(@builtin(local_invocation_id) lid3: vec3<u32>) {
     let t = workgroupUniformLoad(&sp_temp);    // also the barrier before sp_val is reused
     if (t > 0.0) {
         var z = 0.0;
-        for (var i = lid; i < V; i += WG) { z += exp((sp_logits[i] - m) / t); }
-        z = wg_sum(lid, z, WG);
+        for (var i = lid; i < V; i += SP_WG) { z += exp((sp_logits[i] - m) / t); }
+        z = wg_sum(lid, z, SP_WG);
         let top_p = workgroupUniformLoad(&sp_top_p);
         var lo = 0.0;
         if (top_p < 1.0) {
@@ -81,11 +82,11 @@ fn sample_token(@builtin(local_invocation_id) lid3: vec3<u32>) {
             for (var it = 0u; it < 32u; it++) {
                 let mid = 0.5 * (lo + hi);
                 var mass = 0.0;
-                for (var i = lid; i < V; i += WG) { let q = sp_prob(i, m, t, z); if (q >= mid) { mass += q; } }
-                if (wg_sum(lid, mass, WG) >= top_p) { lo = mid; } else { hi = mid; }
+                for (var i = lid; i < V; i += SP_WG) { let q = sp_prob(i, m, t, z); if (q >= mid) { mass += q; } }
+                if (wg_sum(lid, mass, SP_WG) >= top_p) { lo = mid; } else { hi = mid; }
             }
         }
-        let chunk = (V + WG - 1u) / WG;
+        let chunk = (V + SP_WG - 1u) / SP_WG;
         let i0 = min(lid * chunk, V);
         let i1 = min(i0 + chunk, V);
         var part = 0.0;
@@ -94,7 +95,7 @@ fn sample_token(@builtin(local_invocation_id) lid3: vec3<u32>) {
         workgroupBarrier();
         if (lid == 0u) {          // exclusive prefix sums of the chunks' kept mass
             var run = 0.0;
-            for (var j = 0u; j < WG; j++) { let v = sp_val[j]; sp_val[j] = run; run += v; }
+            for (var j = 0u; j < SP_WG; j++) { let v = sp_val[j]; sp_val[j] = run; run += v; }
             sp_total = run;
         }
         workgroupBarrier();

@@ -80,23 +80,26 @@ def test_dense_matvec(run_case, C, V, chunk, row0, bf16, kind):
     assert np.array_equal(np.argmax(r["new"]), np.argmax(want))
 
 
-def test_sample_greedy_first_max(run_case):
+@pytest.mark.parametrize("kind", KINDS)
+def test_sample_greedy_first_max(run_case, kind):
     rng = np.random.default_rng(0)
     for V in (1, 7, 300, 1024, 5000):
         logits = f32(rng.normal(size=V))
-        r = run_case("decode_cases", "case_sample", logits=L(logits), seed=0, temperature=0.0, top_p=1.0, n0=3)
+        r = run_case("decode_cases", "case_sample", logits=L(logits), seed=0, temperature=0.0, top_p=1.0, n0=3,
+                     kind=kind)
         assert r["out"] == [int(np.argmax(logits))] and r["tok"] == r["out"][0] and r["n"] == 4
     logits = np.zeros(1000, dtype=np.float32)
     logits[[513, 700, 999]] = 2.0                      # ties: the first index, as torch.argmax
-    r = run_case("decode_cases", "case_sample", logits=L(logits), seed=0, temperature=0.0, top_p=1.0)
+    r = run_case("decode_cases", "case_sample", logits=L(logits), seed=0, temperature=0.0, top_p=1.0, kind=kind)
     assert r["out"] == [513]
 
 
-def test_sample_seeded_top_p(run_case):
+@pytest.mark.parametrize("kind", KINDS)
+def test_sample_seeded_top_p(run_case, kind):
     rng = np.random.default_rng(1)
     V = 3000
     logits = f32(rng.normal(size=V) * 2)
-    kw = dict(logits=L(logits), temperature=0.8, top_p=0.9, steps=400)
+    kw = dict(logits=L(logits), temperature=0.8, top_p=0.9, steps=400, kind=kind)
     a = run_case("decode_cases", "case_sample", seed=5, **kw)
     assert a == run_case("decode_cases", "case_sample", seed=5, **kw)
     assert a["out"] != run_case("decode_cases", "case_sample", seed=6, **kw)["out"]
@@ -110,7 +113,9 @@ def test_sample_seeded_top_p(run_case):
     counts = np.bincount(a["out"], minlength=V)
     assert counts[order[0]] >= counts[order[len(keep) // 2]]
     # top_p tiny: the most likely token only; top_p 1, high temperature: anything
-    r = run_case("decode_cases", "case_sample", logits=L(logits), seed=1, temperature=1.0, top_p=1e-6, steps=20)
+    r = run_case("decode_cases", "case_sample", logits=L(logits), seed=1, temperature=1.0, top_p=1e-6, steps=20,
+                     kind=kind)
     assert set(r["out"]) == {int(np.argmax(logits))}
-    r = run_case("decode_cases", "case_sample", logits=L(logits[:4]), seed=1, temperature=100.0, top_p=1.0, steps=200)
+    r = run_case("decode_cases", "case_sample", logits=L(logits[:4]), seed=1, temperature=100.0, top_p=1.0, steps=200,
+                     kind=kind)
     assert set(r["out"]) == {0, 1, 2, 3}

@@ -766,18 +766,19 @@ class Model:
         return g
 
     async def agenerate(self, prompt, max_new_tokens: int = 64, temperature: float = 0.0, top_p: float = 1.0,
-                        seed: int = 0, lora=None, on_token=None, should_stop=None) -> Generation:
+                        seed: int = 0, lora=None, on_token=None, should_stop=None, eos=None) -> Generation:
         """Continue `prompt` (text, encoded with the tokenizer's BOS template; or a list
         of ids) by up to max_new_tokens tokens, stopping after an EOS. temperature 0 is
         greedy; otherwise nucleus sampling (top_p) from `seed` (ops.sample: on the GPU,
-        the same tokens on every backend). With `lora`, the adapted model.
+        reproducible). With `lora`, the adapted model.
 
         The prompt runs once, then one token per step over the KV cache. Each step's token
         is chosen on the GPU and becomes the next step's input there, so steps are
         submitted AHEAD of the one whose id is read back (4 bytes); an EOS is seen a few
         steps late and the steps after it are dropped. on_token(id, ids so far) is called
         (and awaited if it returns an awaitable) as each id arrives; should_stop() -> True
-        ends the generation there (Generation.stopped)."""
+        ends the generation there (Generation.stopped). eos: the ids that end it (default
+        eos_ids(); benchmarks pass an empty set)."""
         if isinstance(prompt, str):
             if self.tokenizer is None:
                 raise ValueError("generate: this model has no tokenizer; pass token ids")
@@ -786,7 +787,7 @@ class Model:
             ids = [int(t) for t in prompt]
         if not ids:
             raise ValueError("generate: empty prompt")
-        dev, eos = self.dev, self.eos_ids()
+        dev, eos = self.dev, self.eos_ids() if eos is None else set(eos)
         cache = self.kv_cache(1, len(ids) + max_new_tokens)
         g = self._sampler(max_new_tokens)
         dev.write(g.state, sampler_state(seed, temperature, top_p))

@@ -91,15 +91,16 @@ async def case_dense_matvec(dev, x, w_chunks, C, V, row0, bf16, kind):
     return out
 
 
-async def case_sample(dev, logits, seed, temperature, top_p, n0=0, steps=1):
-    """Run sample_token `steps` times on the same logits from state n = n0: the ids
-    (out), tok and the final state."""
+async def case_sample(dev, logits, seed, temperature, top_p, n0=0, steps=1, kind="gpu"):
+    """Run sample_token `steps` times on the same logits from state n = n0, with the
+    workgroup of device `kind`: the ids (out), tok and the final state."""
     await dev.prepare(sample.kernel_specs())
     V = len(logits)
     lb = _buf(dev, "f", logits, "logits")
     state = dev.buffer(16, "state", data=sample.sampler_state(seed, temperature, top_p, n0))
     tok, out = dev.buffer(4, "tok"), dev.buffer(4 * (n0 + steps), "out")
-    for _ in range(steps):
-        sample.sample_token(dev, lb, state, tok, out, V)
+    with _Kind(dev, kind):
+        for _ in range(steps):
+            sample.sample_token(dev, lb, state, tok, out, V)
     n, s, t, p = struct.unpack("<IIff", await dev.read(state))
     return {"out": (await _get(dev, out, n0 + steps, "I"))[n0:], "tok": (await _get(dev, tok, 1, "I"))[0], "n": n}

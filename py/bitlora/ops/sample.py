@@ -18,8 +18,15 @@ PARAMS = Uniform("SampleParams", "v:u32")
 STATE = struct.Struct("<IIff")   # state[4]: n (tokens chosen so far), seed, temperature, top_p
 
 
+CPU_CONSTANTS = {"SP_WG": 16}   # CPU adapters: a workgroup of 16 (a loop there), not 256
+
+
+def _constants(dev) -> dict | None:
+    return CPU_CONSTANTS if dev.kind == "cpu" else None
+
+
 def kernel_specs(table_dtype: str = "f32", training: bool = False, kind: str | None = None) -> list:
-    return [(SHADER, "sample_token")]
+    return [(SHADER, "sample_token", c) for c in {"gpu": [None], "cpu": [CPU_CONSTANTS]}.get(kind, [None, CPU_CONSTANTS])]
 
 
 def sampler_state(seed: int = 0, temperature: float = 0.0, top_p: float = 1.0, n: int = 0) -> bytes:
@@ -33,4 +40,5 @@ def sample_token(dev, logits, state, tok, out, V: int) -> None:
     """logits[V] -> the chosen id in tok[0] and out[state.n]; state.n += 1."""
     for b, n, what in ((logits, V, "logits"), (state, 4, "state"), (tok, 1, "tok"), (out, 1, "out")):
         need(b, n, what, "sample_token")
-    dev.dispatch(dev.prepared(SHADER, "sample_token"), [logits, state, tok, out], groups=1, params=PARAMS.pack(V))
+    dev.dispatch(dev.prepared(SHADER, "sample_token", _constants(dev)), [logits, state, tok, out], groups=1,
+                 params=PARAMS.pack(V))
