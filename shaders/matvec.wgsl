@@ -23,11 +23,14 @@
 // ternary_matvec   up to three projections of one input (q, k, v; gate, up), their packed
 //   weights in one buffer, part p starting at vec4 word base_p (base_0 = 0):
 //     y_p[o] (= or +=) (sum_i q_i t_p[o, i]) * scale_p / s   for o < O_p
-//   the same bits as bitlinear_forward (its integer sums are exact in f32 too).
-//   0 params MatvecParams {W4, O0, O1, O2, base1, base2, scale0, scale1, scale2, accumulate} |
-//   1 xq[4*W] u32 read, one vec4 per weight word | 2 qs[2] read | 3 w read, rows of W4 vec4
-//   words (W = 4*W4 = ceil(I/16)) | 4 y0[O0] | 5 y1[O1] | 6 y2[O2] read_write (distinct
-//   buffers: an absent part's is a spare)
+//   the same bits as bitlinear_forward (its integer sums are exact in f32 too). A part
+//   with a LoRA adapter (b_p != NONE) then adds lora_scale * sum_r u[p*R + r] B_p[o, r], as
+//   lora_up adds it (u from lora.wgsl lora_down_parts; B_p at float b_p of ab).
+//   0 params MatvecParams {W4, O0, O1, O2, base1, base2, scale0, scale1, scale2, accumulate,
+//   R, lora_scale, b0, b1, b2} | 1 xq[4*W] u32 read, one vec4 per weight word | 2 qs[2] read |
+//   3 w read, rows of W4 vec4 words (W = 4*W4 = ceil(I/16)) | 4 y0[O0] | 5 y1[O1] |
+//   6 y2[O2] read_write (distinct buffers: an absent part's is a spare) | 7 u[3R] read |
+//   8 ab read (the LoRA arena's params; spares without an adapter)
 //   dispatch: ceil((O0 + O1 + O2) / (256 / MV_TPR)) workgroups split over x, y. MV_TPR
 //   threads share an output row: they stride over its vec4 words (adjacent threads read
 //   adjacent 16 bytes), and the row's partial sums meet in workgroup memory (no subgroups).
@@ -144,6 +147,7 @@ fn cpu_nq_word(e: u32, r: f32, s: f32) -> vec2<i32> {
 struct MatvecParams {
     w4: u32, o0: u32, o1: u32, o2: u32, base1: u32, base2: u32,
     scale0: f32, scale1: f32, scale2: f32, accumulate: u32,
+    r: u32, lora_scale: f32, b0: u32, b1: u32, b2: u32,
 };
 @group(0) @binding(0) var<uniform> mv_p: MatvecParams;
 @group(0) @binding(1) var<storage, read> mv_x: array<vec4<u32>>;
@@ -152,6 +156,8 @@ struct MatvecParams {
 @group(0) @binding(4) var<storage, read_write> mv_y0: array<f32>;
 @group(0) @binding(5) var<storage, read_write> mv_y1: array<f32>;
 @group(0) @binding(6) var<storage, read_write> mv_y2: array<f32>;
+@group(0) @binding(7) var<storage, read> mv_u: array<f32>;
+@group(0) @binding(8) var<storage, read> mv_ab: array<f32>;
 var<workgroup> mv_part: array<i32, MV_WG>;
 
 fn word_dot(w: u32, x: vec4<u32>) -> i32 {   // sum over one weight word's 16 columns of q * code
@@ -173,13 +179,24 @@ fn mv_locate(r: u32) -> vec3<u32> {
 fn mv_store(part: u32, o: u32, sum: i32) {
     let p = mv_p;
     var scale = p.scale0;
-    if (part == 1u) { scale = p.scale1; }
-    if (part == 2u) { scale = p.scale2; }
+    var b = p.b0;
+    if (part == 1u) { scale = p.scale1; b = p.b1; }
+    if (part == 2u) { scale = p.scale2; b = p.b2; }
     let v = (f32(sum) - mv_qs[1]) * scale / mv_qs[0];
-    let add = p.accumulate != 0u;
-    if (part == 0u) { mv_y0[o] = select(v, mv_y0[o] + v, add); }
-    if (part == 1u) { mv_y1[o] = select(v, mv_y1[o] + v, add); }
-    if (part == 2u) { mv_y2[o] = select(v, mv_y2[o] + v, add); }
+    var y = v;
+    if (p.accumulate != 0u) {
+        if (part == 0u) { y = mv_y0[o] + v; }
+        if (part == 1u) { y = mv_y1[o] + v; }
+        if (part == 2u) { y = mv_y2[o] + v; }
+    }
+    if (b != 0xffffffffu) {
+        var acc = 0.0;
+        for (var r = 0u; r < p.r; r++) { acc += mv_u[part * p.r + r] * mv_ab[b + o * p.r + r]; }
+        y = y + p.lora_scale * acc;
+    }
+    if (part == 0u) { mv_y0[o] = y; }
+    if (part == 1u) { mv_y1[o] = y; }
+    if (part == 2u) { mv_y2[o] = y; }
 }
 
 @compute @workgroup_size(MV_WG)

@@ -48,6 +48,25 @@ def test_norm_quant_matvec_same_bits(run_case, C, Os, acc, kind):
         assert np.array_equal(got, want), (j, np.abs(got - want).max())
 
 
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("C,Os,adapted,R,acc", [(128, (128, 64, 64), (True, False, True), 8, False),
+                                                (40, (40,), (True,), 3, True), (384, (96, 384), (False, True), 1, False),
+                                                (17, (3, 5, 7), (True, True, True), 2, False)])
+def test_matvec_lora_same_bits(run_case, C, Os, adapted, R, acc, kind):
+    """The LoRA branch folded into decoding (lora_down_parts, then the matvec adds B u as
+    lora_up would) gives the bits of bitlinear_forward + lora_forward."""
+    rng = np.random.default_rng(C * R + sum(Os))
+    x, w = f32(rng.normal(size=C) * 3), f32(rng.normal(1.0, 0.3, size=C))
+    parts = [[pack_ternary(rng.integers(-1, 2, size=(O, C))), O, 0.02, L(rng.normal(size=O))] for O in Os]
+    loras = [[L(rng.uniform(-0.3, 0.3, size=(R, C))), L(rng.normal(size=(O, R)))] if a else None
+             for O, a in zip(Os, adapted)]
+    r = run_case("decode_cases", "case_norm_quant_matvec", x=L(x), w=L(w), C=C, eps=1e-5, parts=parts,
+                 accumulate=acc, kind=kind, loras=loras, R=R, lora_scale=2.0)
+    for j in range(len(Os)):
+        got, old = f32(r["out"][j]), f32(r["old_out"][j])
+        assert np.array_equal(got, old), (j, np.abs(got - old).max())
+
+
 def bf16_words(w):
     """w[O, C] f32 -> (its bf16 rounding as f32, u32 words of bf16 pairs, low half first)."""
     bits = (f32(w).view(np.uint32) >> 16).astype(np.uint32)   # truncation: any bf16 will do

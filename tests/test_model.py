@@ -172,10 +172,12 @@ def test_generate_same_tokens_every_path(run_case, folders, name, kind):
 
 
 @pytest.mark.parametrize("kind", ["gpu", "cpu"])
-def test_generate_adapted_same_tokens(run_case, folders, kind):
-    """With a LoRA adapter (random A and B) on every projection: the decoding path gives the
-    whole-sequence forward's greedy tokens, and they differ from the base model's."""
-    r = run_case("model_cases", "case_generate_paths", files=files_of(folders["online_f32"]), prompt="Hello",
+@pytest.mark.parametrize("name", ["online_f32", "odd_untied"])
+def test_generate_adapted_same_tokens(run_case, folders, name, kind):
+    """With a LoRA adapter (random A and B) on every projection: the decoding path (the
+    branches folded into the matrix-vector kernels) gives the whole-sequence forward's
+    greedy tokens, and they differ from the base model's."""
+    r = run_case("model_cases", "case_generate_paths", files=files_of(folders[name]), prompt="Hello",
                  max_new_tokens=12, kind=kind,
                  lora_targets=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
     assert r["generate"] == r["full"]

@@ -77,6 +77,20 @@ class Lora:
         dA, dB = self._ab(li, mod, self.arena.grads)
         lora_backward(self.dev, self._shape(li, mod, N, True, step, micro), dy, x, A, B, u, dA, dB, du, dx)
 
+    def decode_parts(self, li: int, mods) -> tuple:
+        """For a one-token forward's fused branches (ops.lora.lora_down_parts and
+        ops.matvec.ternary_matvec): the arena's params buffer and, per projection of
+        `mods` of layer li, the float offsets (A, B) of its tensors there, or None where
+        it is not adapted."""
+        offs = []
+        for mod in mods:
+            if self.adapts(mod):
+                A, B = self._ab(li, mod, self.arena.params)
+                offs.append((A.offset // 4, B.offset // 4))
+            else:
+                offs.append(None)
+        return self.arena.params, offs
+
     # -- the whole adapter ------------------------------------------------------------
     async def read_adapter(self) -> dict:
         """{peft key: (shape, array('f'))} of the current parameters."""

@@ -57,6 +57,7 @@ from .ops.bitlinear import actquant_forward, bitlinear_backward_input, bitlinear
 from .ops.cross_entropy import cross_entropy_forward_backward, cross_entropy_sum
 from .ops.embedding import embedding_forward
 from .ops.linear import linear_backward_input, linear_forward
+from .ops.lora import lora_down_parts
 from .ops.matvec import dense_matvec, rmsnorm_quant, ternary_matvec
 from .ops.relu2 import ACTS as GATINGS, gating_backward, gating_forward
 from .ops.rmsnorm import rmsnorm_backward, rmsnorm_forward
@@ -101,6 +102,7 @@ ACTS = (
     ("loss_sum", "1",     "f32", "train"),
     ("xq4",     "XQ",     "u32", "decode"),  # one token's int8 activations, packed (ops.matvec)
     ("qs",      "2",      "f32", "decode"),  # their scale and sum
+    ("lora_ups", "3 R",   "f32", "decode"),  # the LoRA u of up to three projections of one input
     ("ids",     "N",      "u32", "io"),
     ("targets", "N",      "i32", "io"),
     ("dh",      "N C",    "f32", "grad"),    # gradient of the residual stream
@@ -614,20 +616,26 @@ class Model:
         """n = norm(x), then BitLinear(n) of projections `mods` of layer li into `outs` (=
         or +=; one activation quantisation for all of them), each plus its LoRA branch
         when adapted. A one-token forward (decoding, N = 1) fuses the norm with the
-        quantisation and multiplies the group in one dispatch (ops.matvec): the same bits."""
+        quantisation and multiplies the group in one dispatch (ops.matvec), the group's
+        LoRA branches in one more (their up half inside the matvec): the same bits."""
         dev, N, top = self.dev, acts.B * acts.T, acts.top
         w, projs = self.layers[li].norms[norm], [self.layers[li].proj[m] for m in mods]
         if N == 1 and not acts.training:
             rmsnorm_quant(dev, x, w, n, top.xq4, top.qs, width, self.eps)
+            fused = None
+            if lora is not None and any(lora.adapts(m) for m in mods):   # the branch: one dispatch + in the matvec
+                ab, offs = lora.decode_parts(li, mods)
+                lora_down_parts(dev, n, ab, [None if o is None else o[0] for o in offs], top.lora_ups, width, lora.R)
+                fused = (top.lora_ups, ab, lora.R, lora.scale, [None if o is None else o[1] for o in offs])
             base = projs[0].buf.offset
             ternary_matvec(dev, top.xq4, top.qs, projs[0].buf.buffer.view(base),
                            [((p.buf.offset - base) // 4, p.O, p.scale, y) for p, y in zip(projs, outs)], width,
-                           accumulate)
-        else:
-            rmsnorm_forward(dev, x, w, n, rstd, N, width, self.eps)
-            actquant_forward(dev, n, top.xq, top.s, N, width)
-            for p, y in zip(projs, outs):
-                bitlinear_forward(dev, top.xq, top.s, p.buf, p.scale, y, N, p.I, p.O, accumulate)
+                           accumulate, fused)
+            return
+        rmsnorm_forward(dev, x, w, n, rstd, N, width, self.eps)
+        actquant_forward(dev, n, top.xq, top.s, N, width)
+        for p, y in zip(projs, outs):
+            bitlinear_forward(dev, top.xq, top.s, p.buf, p.scale, y, N, p.I, p.O, accumulate)
         for mod, y in zip(mods, outs):
             if lora is not None and lora.adapts(mod):
                 lora.apply(li, mod, n, y, acts.lora_u(li, mod), N, acts.training, acts.step, acts.micro)

@@ -33,11 +33,14 @@ class _Kind:
         self.dev.kind = self.old
 
 
-async def case_norm_quant_matvec(dev, x, w, C, eps, parts, accumulate, kind):
+async def case_norm_quant_matvec(dev, x, w, C, eps, parts, accumulate, kind, loras=None, R=0, lora_scale=0.0):
     """parts = [[packed words, O, scale, y0], ...] (1-3 projections of C inputs), laid in
     one buffer 256 bytes apart as the model lays them. Returns the new path's
     (rmsnorm_quant + ternary_matvec) y, xq words, qs and outputs, and the outputs and
-    norm of the kernels it replaces (rmsnorm_forward, actquant_forward, bitlinear_forward)."""
+    norm of the kernels it replaces (rmsnorm_forward, actquant_forward, bitlinear_forward).
+    loras = [[A[R, C], B[O, R]] or None per part]: each adapted part's LoRA branch, fused
+    (lora_down_parts + the matvec) and as lora_forward adds it."""
+    from bitlora.ops import lora as lora_ops
     for t in ("f32",):
         await dev.prepare(ops.kernel_specs(t))
     bx, bw = _buf(dev, "f", x, "x"), _buf(dev, "f", w, "w")
@@ -48,13 +51,30 @@ async def case_norm_quant_matvec(dev, x, w, C, eps, parts, accumulate, kind):
     wbuf = dev.buffer(off, "w_parts")
     for o, (words, *_) in zip(offs, parts):
         dev.write(wbuf, array.array("I", words), o)
+    loras = loras or [None] * len(parts)
+    ab_offs, flat = [], []
+    for ab in loras:                     # an arena: tensors 64 floats apart
+        if ab is None:
+            ab_offs.append(None)
+            continue
+        pair = []
+        for t in ab:
+            pair.append(len(flat))
+            flat += list(t) + [0.0] * (-len(t) % 64)
+        ab_offs.append(pair)
+    arena = _buf(dev, "f", flat, "arena")
     out = {}
     with _Kind(dev, kind):
         y, xq, qs = dev.buffer(4 * C, "y"), dev.buffer(4 * matvec.xq_words(C), "xq"), dev.buffer(8, "qs")
         matvec.rmsnorm_quant(dev, bx, bw, y, xq, qs, C, eps)
+        fused = None
+        if any(loras):
+            u = dev.buffer(4 * 3 * R, "u")
+            lora_ops.lora_down_parts(dev, y, arena, [o and o[0] for o in ab_offs], u, C, R)
+            fused = (u, arena, R, lora_scale, [o and o[1] for o in ab_offs])
         ys = [_buf(dev, "f", y0, f"y{j}") for j, (_, _, _, y0) in enumerate(parts)]
         matvec.ternary_matvec(dev, xq, qs, wbuf, [(o // 4, O, sc, yb) for o, (_, O, sc, _), yb in zip(offs, parts, ys)],
-                              C, accumulate)
+                              C, accumulate, fused)
         out["y"] = await _get(dev, y, C)
         out["xq"] = await _get(dev, xq, matvec.xq_words(C), "I")
         out["qs"] = await _get(dev, qs, 2)
@@ -64,8 +84,12 @@ async def case_norm_quant_matvec(dev, x, w, C, eps, parts, accumulate, kind):
         rmsnorm_forward(dev, bx, bw, n, rstd, 1, C, eps)
         bitlinear.actquant_forward(dev, n, fq, s, 1, C)
         ys = [_buf(dev, "f", y0, f"y{j}") for j, (_, _, _, y0) in enumerate(parts)]
-        for o, (words, O, sc, _), yb in zip(offs, parts, ys):
+        for o, (words, O, sc, _), yb, ab in zip(offs, parts, ys, ab_offs):
             bitlinear.bitlinear_forward(dev, fq, s, wbuf.view(o, 4 * len(words)), sc, yb, 1, C, O, accumulate)
+            if ab is not None:
+                shape = lora_ops.LoraShape(1, C, O, R, lora_scale)
+                lora_ops.lora_forward(dev, shape, n, arena.view(4 * ab[0], 4 * R * C), arena.view(4 * ab[1], 4 * O * R),
+                                      dev.buffer(4 * R, "u_old"), yb)
         out["old_y"] = await _get(dev, n, C)
         out["old_out"] = [await _get(dev, yb, O) for yb, (_, O, _, _) in zip(ys, parts)]
     return out

@@ -14,10 +14,11 @@ from ._uniform import Uniform
 SHADER = "matvec.wgsl"
 NORM_QUANT = Uniform("NormQuantParams", "c:u32 eps:f32")
 MATVEC = Uniform("MatvecParams", "w4:u32 o0:u32 o1:u32 o2:u32 base1:u32 base2:u32 "
-                                 "scale0:f32 scale1:f32 scale2:f32 accumulate:u32")
+                                 "scale0:f32 scale1:f32 scale2:f32 accumulate:u32 r:u32 lora_scale:f32 b0:u32 b1:u32 b2:u32")
 DENSE = Uniform("DenseParams", "c:u32 oc:u32 v0:u32 x0:u32")
 WG, TPR, ROWS = 256, 16, 16    # matvec.wgsl MV_WG, MV_TPR (default), MV_ROWS
 MAX_PARTS = 3
+NONE = 0xFFFFFFFF   # "no LoRA on this part"
 
 
 def _dense_constants(table_dtype: str) -> dict | None:
@@ -53,18 +54,20 @@ def rmsnorm_quant(dev, x, w, y, xq, qs, C: int, eps: float) -> None:
 
 
 def spare(dev, i: int):
-    """A 4-byte buffer bound where a part is absent (outputs must be distinct buffers)."""
+    """A 4-byte buffer bound where a part or the LoRA adapter is absent (written outputs
+    must be distinct buffers)."""
     bufs = getattr(dev, "_matvec_spares", None)
     if bufs is None:
-        bufs = dev._matvec_spares = [dev.buffer(4, f"matvec_spare{j}") for j in range(MAX_PARTS)]
+        bufs = dev._matvec_spares = [dev.buffer(4, f"matvec_spare{j}") for j in range(MAX_PARTS + 2)]
     return bufs[i]
 
 
-def ternary_matvec(dev, xq, qs, w, parts, I: int, accumulate: bool = False) -> None:
+def ternary_matvec(dev, xq, qs, w, parts, I: int, accumulate: bool = False, lora=None) -> None:
     """Record y_p (= or +=) BitLinear of projection p for up to three projections of one
     input. xq[xq_words(I)], qs[2] from rmsnorm_quant; w the buffer (or view) holding every
     part's packed rows w_p[O_p, ceil(I/16)] u32; parts = [(word offset of w_p in w, O_p,
-    scale_p, y_p[O_p]), ...]."""
+    scale_p, y_p[O_p]), ...]. lora = (u[3R], ab, R, scale, [float offset of B_p in ab or
+    None, per part]) adds each adapted part's LoRA branch (u from lora.lora_down_parts)."""
     if not 1 <= len(parts) <= MAX_PARTS:
         raise ValueError(f"ternary_matvec: 1 to {MAX_PARTS} parts, got {len(parts)}")
     words = -(-I // 16)
@@ -80,12 +83,22 @@ def ternary_matvec(dev, xq, qs, w, parts, I: int, accumulate: bool = False) -> N
     unit = 4 if vec4 else 1
     rows = sum(O for _, O, _, _ in parts)
     (_, o0, s0, y0), (b1, o1, s1, y1), (b2, o2, s2, y2) = full
-    params = MATVEC.pack(words // unit, o0, o1, o2, b1 // unit, b2 // unit, s0, s1, s2, int(accumulate))
+    if lora is None:
+        u, ab, R, lscale, bs = spare(dev, MAX_PARTS), spare(dev, MAX_PARTS + 1), 0, 0.0, []
+    else:
+        u, ab, R, lscale, bs = lora
+        need(u, MAX_PARTS * R, "u", "ternary_matvec")
+        for (_, O, _, _), b in zip(parts, bs):
+            if b is not None:
+                need(ab, b + O * R, "ab (B)", "ternary_matvec")
+    bs = [NONE if b is None else b for b in bs] + [NONE] * (MAX_PARTS - len(bs))
+    params = MATVEC.pack(words // unit, o0, o1, o2, b1 // unit, b2 // unit, s0, s1, s2, int(accumulate),
+                         R, lscale, *bs)
     if vec4:
-        dev.dispatch(dev.prepared(SHADER, "ternary_matvec"), [xq, qs, w, y0, y1, y2],
+        dev.dispatch(dev.prepared(SHADER, "ternary_matvec"), [xq, qs, w, y0, y1, y2, u, ab],
                      groups=-(-rows // (WG // TPR)), params=params)
     else:
-        dev.dispatch(dev.prepared(SHADER, "ternary_matvec_rows"), [xq, qs, w, y0, y1, y2],
+        dev.dispatch(dev.prepared(SHADER, "ternary_matvec_rows"), [xq, qs, w, y0, y1, y2, u, ab],
                      groups=-(-rows // ROWS), params=params)
 
 
