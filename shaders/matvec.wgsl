@@ -10,8 +10,13 @@
 //     rmsnorm_forward_rows), then q = clamp(round(y * s), -128, 127) with
 //     s = 127 / max(max|y|, 1e-5), exactly actquant_forward's,
 //   q packed for ternary_matvec (below), and qs = {s, sum of q} (y stays for LoRA).
+//   rmsnorm_quant only: with the override NQ_GATE (GATE_RELU2 or GATE_SILU: the prelude's
+//   gating) x is the MLP's gate g and the row normed is act(g) * u, as relu2.wgsl's gating
+//   computes it (ffn_sub_norm after the gating, in one dispatch). rmsnorm_quant_cpu takes
+//   x as it is (the op runs the gating first: fused, lavapipe ran this one-invocation
+//   kernel ~100x slower, for reasons not found).
 //   0 params NormQuantParams {C, eps} | 1 x[C] read | 2 w[C] read | 3 y[C] write |
-//   4 xq[4*ceil(C/16)] u32 write | 5 qs[2] write
+//   4 xq[4*ceil(C/16)] u32 write | 5 qs[2] write | 6 u[C] read (rmsnorm_quant: x when ungated)
 //   dispatch: one workgroup (256); rmsnorm_quant_cpu (C % 4 == 0): one workgroup of one.
 //
 // Packed activations: xq word 4k + m holds, in byte j, the int8 of column 16k + 4j + m
@@ -60,10 +65,17 @@ struct NormQuantParams { c: u32, eps: f32 };
 @group(0) @binding(3) var<storage, read_write> nq_y: array<f32>;
 @group(0) @binding(4) var<storage, read_write> nq_xq: array<u32>;
 @group(0) @binding(5) var<storage, read_write> nq_qs: array<f32>;
+@group(0) @binding(6) var<storage, read> nq_u: array<f32>;
+override NQ_GATE: u32 = 0u;
+
+fn nq_in(c: u32) -> f32 {   // element c of the row to norm
+    if (NQ_GATE == 0u) { return nq_x[c]; }
+    return gating(NQ_GATE, nq_x[c], nq_u[c]);
+}
 
 fn nq_q(col: u32, r: f32, s: f32) -> i32 {   // the int8 of column col (0 past C)
     if (col >= nq_p.c) { return 0; }
-    return i32(clamp(round(nq_w[col] * (nq_x[col] * r) * s), -128.0, 127.0));
+    return i32(clamp(round(nq_w[col] * (nq_in(col) * r) * s), -128.0, 127.0));
 }
 
 fn nq_word(e: u32, r: f32, s: f32) -> vec2<i32> {   // packed xq word e and the sum of its 4 values
@@ -80,11 +92,11 @@ fn rmsnorm_quant(@builtin(local_invocation_id) lid3: vec3<u32>) {
     let lid = lid3.x;
     let C = nq_p.c;
     var acc = 0.0;
-    for (var c = lid; c < C; c += MV_WG) { let v = nq_x[c]; acc += v * v; }
+    for (var c = lid; c < C; c += MV_WG) { let v = nq_in(c); acc += v * v; }
     let r = inverseSqrt(wg_sum(lid, acc, MV_WG) / f32(C) + nq_p.eps);
     var m = 0.0;
     for (var c = lid; c < C; c += MV_WG) {
-        let v = nq_w[c] * (nq_x[c] * r);
+        let v = nq_w[c] * (nq_in(c) * r);
         nq_y[c] = v;
         m = max(m, abs(v));
     }

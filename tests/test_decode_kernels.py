@@ -49,6 +49,21 @@ def test_norm_quant_matvec_same_bits(run_case, C, Os, acc, kind):
 
 
 @pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("act", ["relu2", "silu"])
+@pytest.mark.parametrize("C", [384, 40, 17])
+def test_gated_norm_quant_same_bits(run_case, C, act, kind):
+    """The MLP's gating before the norm of down_proj's input (fused on a GPU): the bits of
+    gating_forward, rmsnorm_forward, actquant_forward and bitlinear_forward."""
+    rng = np.random.default_rng(C)
+    g, u, w = f32(rng.normal(size=C) * 2), f32(rng.normal(size=C)), f32(rng.normal(1.0, 0.3, size=C))
+    parts = [[pack_ternary(rng.integers(-1, 2, size=(64, C))), 64, 0.02, L(rng.normal(size=64))]]
+    r = run_case("decode_cases", "case_norm_quant_matvec", x=L(g), w=L(w), C=C, eps=1e-5, parts=parts,
+                 accumulate=True, kind=kind, act=act, u=L(u))
+    assert r["y"] == r["old_y"]
+    assert r["out"] == r["old_out"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("C,Os,adapted,R,acc", [(128, (128, 64, 64), (True, False, True), 8, False),
                                                 (40, (40,), (True,), 3, True), (384, (96, 384), (False, True), 1, False),
                                                 (17, (3, 5, 7), (True, True, True), 2, False)])
@@ -138,3 +153,13 @@ def test_sample_seeded_top_p(run_case, kind):
     r = run_case("decode_cases", "case_sample", logits=L(logits[:4]), seed=1, temperature=100.0, top_p=1.0, steps=200,
                      kind=kind)
     assert set(r["out"]) == {0, 1, 2, 3}
+
+
+@pytest.mark.parametrize("B,T,H,Hkv,D,S,pos0", [(1, 1, 4, 2, 32, 9, 5), (2, 3, 2, 1, 6, 8, 4), (1, 7, 20, 5, 128, 7, 0),
+                                               (1, 1, 3, 3, 2, 1, 0)])
+def test_rope_kv_store_same_bits(run_case, B, T, H, Hkv, D, S, pos0):
+    rng = np.random.default_rng(B + T + H + D)
+    q, k, v = (f32(rng.normal(size=(B * T, h * D))) for h in (H, Hkv, Hkv))
+    r = run_case("decode_cases", "case_rope_kv_store", q=L(q), k=L(k), v=L(v), B=B, T=T, H=H, Hkv=Hkv, D=D, S=S,
+                 pos0=pos0)
+    assert r["new"] == r["old"]

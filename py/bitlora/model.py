@@ -52,7 +52,7 @@ from . import demo, gpu, ops
 from .bitnet import FULL, MODULES, NORMS
 from .formats import open_checkpoint, peft, source_name
 from .ops import bitlinear, linear, matvec
-from .ops.attention import attention_backward, attention_forward, kv_store
+from .ops.attention import attention_backward, attention_forward
 from .ops.bitlinear import actquant_forward, bitlinear_backward_input, bitlinear_forward
 from .ops.cross_entropy import cross_entropy_forward_backward, cross_entropy_sum
 from .ops.embedding import embedding_forward
@@ -61,7 +61,7 @@ from .ops.lora import lora_down_parts
 from .ops.matvec import dense_matvec, rmsnorm_quant, ternary_matvec
 from .ops.relu2 import ACTS as GATINGS, gating_backward, gating_forward
 from .ops.rmsnorm import rmsnorm_backward, rmsnorm_forward
-from .ops.rope import rope_backward, rope_forward, rope_tables
+from .ops.rope import rope_backward, rope_forward, rope_kv_store, rope_tables
 from .ops.sample import sample_token, sampler_state
 from .optim import AdamW, ParamArena
 
@@ -612,16 +612,17 @@ class Model:
             return self.head_rows(B, T - 1, T)
         return None
 
-    def _norm_proj(self, li, norm, x, n, rstd, width, mods, outs, acts, lora, accumulate=False):
+    def _norm_proj(self, li, norm, x, n, rstd, width, mods, outs, acts, lora, accumulate=False, gate=None):
         """n = norm(x), then BitLinear(n) of projections `mods` of layer li into `outs` (=
         or +=; one activation quantisation for all of them), each plus its LoRA branch
-        when adapted. A one-token forward (decoding, N = 1) fuses the norm with the
+        when adapted. gate = (g, u): x = act(g) * u first (the MLP's gating).
+        A one-token forward (decoding, N = 1) fuses the gating, the norm and the
         quantisation and multiplies the group in one dispatch (ops.matvec), the group's
         LoRA branches in one more (their up half inside the matvec): the same bits."""
         dev, N, top = self.dev, acts.B * acts.T, acts.top
         w, projs = self.layers[li].norms[norm], [self.layers[li].proj[m] for m in mods]
         if N == 1 and not acts.training:
-            rmsnorm_quant(dev, x, w, n, top.xq4, top.qs, width, self.eps)
+            rmsnorm_quant(dev, x, w, n, top.xq4, top.qs, width, self.eps, gate and (self.act, *gate))
             fused = None
             if lora is not None and any(lora.adapts(m) for m in mods):   # the branch: one dispatch + in the matvec
                 ab, offs = lora.decode_parts(li, mods)
@@ -632,6 +633,8 @@ class Model:
                            [((p.buf.offset - base) // 4, p.O, p.scale, y) for p, y in zip(projs, outs)], width,
                            accumulate, fused)
             return
+        if gate is not None:
+            gating_forward(dev, self.act, gate[0], gate[1], x, N * width)
         rmsnorm_forward(dev, x, w, n, rstd, N, width, self.eps)
         actquant_forward(dev, n, top.xq, top.s, N, width)
         for p, y in zip(projs, outs):
@@ -647,12 +650,13 @@ class Model:
         a, out = acts.layer(li), out or acts.out(li)
         self._norm_proj(li, "input_layernorm", a.x, a.n1, a.rstd1, C, ("q_proj", "k_proj", "v_proj"),
                         (a.q, a.k, a.v), acts, lora)
-        rope_forward(dev, a.q, self.cos, self.sin, N, T, H, D, pos0)
-        rope_forward(dev, a.k, self.cos, self.sin, N, T, Hkv, D, pos0)
-        if cache is not None:
-            kv_store(dev, a.k, a.v, cache.k[li], cache.v[li], B, T, cache.S, Hkv * D, pos0)
+        if cache is not None:     # rope on q, and on k on its way into the cache: one dispatch
+            rope_kv_store(dev, a.q, a.k, a.v, cache.k[li], cache.v[li], self.cos, self.sin, B, T, H, Hkv, D,
+                          cache.S, pos0)
             k, v, S = cache.k[li], cache.v[li], cache.S
         else:
+            rope_forward(dev, a.q, self.cos, self.sin, N, T, H, D, pos0)
+            rope_forward(dev, a.k, self.cos, self.sin, N, T, Hkv, D, pos0)
             k, v, S = a.k, a.v, T
         attention_forward(dev, a.q, k, v, a.att, a.lse, B, T, H, Hkv, D, S, pos0)
         if a.x_mid is not a.x:
@@ -661,11 +665,10 @@ class Model:
                         acts, lora, accumulate=True)
         self._norm_proj(li, "post_attention_layernorm", a.x_mid, a.n2, a.rstd2, C, ("gate_proj", "up_proj"),
                         (a.g, a.u), acts, lora)
-        gating_forward(dev, self.act, a.g, a.u, a.hf, N * F)
         if out is not a.x_mid:
             dev.copy(a.x_mid, out, 4 * N * C)
         self._norm_proj(li, "mlp.ffn_sub_norm", a.hf, a.fn, a.rstd_f, F, ("down_proj",), (out,), acts, lora,
-                        accumulate=True)
+                        accumulate=True, gate=(a.g, a.u))
 
     def head_rows(self, rows: int, row0: int = 0, step: int = 1):
         """logits[rows, V] of final hidden-state rows row0 + r*step of the last decoding

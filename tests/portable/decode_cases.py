@@ -33,13 +33,16 @@ class _Kind:
         self.dev.kind = self.old
 
 
-async def case_norm_quant_matvec(dev, x, w, C, eps, parts, accumulate, kind, loras=None, R=0, lora_scale=0.0):
+async def case_norm_quant_matvec(dev, x, w, C, eps, parts, accumulate, kind, loras=None, R=0, lora_scale=0.0,
+                                 act=None, u=None):
     """parts = [[packed words, O, scale, y0], ...] (1-3 projections of C inputs), laid in
     one buffer 256 bytes apart as the model lays them. Returns the new path's
     (rmsnorm_quant + ternary_matvec) y, xq words, qs and outputs, and the outputs and
     norm of the kernels it replaces (rmsnorm_forward, actquant_forward, bitlinear_forward).
     loras = [[A[R, C], B[O, R]] or None per part]: each adapted part's LoRA branch, fused
-    (lora_down_parts + the matvec) and as lora_forward adds it."""
+    (lora_down_parts + the matvec) and as lora_forward adds it. act ("relu2" or "silu")
+    with u[C]: x is the MLP's gate and the row normed act(x) * u (gating_forward first)."""
+    from bitlora.ops.relu2 import gating_forward
     from bitlora.ops import lora as lora_ops
     for t in ("f32",):
         await dev.prepare(ops.kernel_specs(t))
@@ -66,7 +69,9 @@ async def case_norm_quant_matvec(dev, x, w, C, eps, parts, accumulate, kind, lor
     out = {}
     with _Kind(dev, kind):
         y, xq, qs = dev.buffer(4 * C, "y"), dev.buffer(4 * matvec.xq_words(C), "xq"), dev.buffer(8, "qs")
-        matvec.rmsnorm_quant(dev, bx, bw, y, xq, qs, C, eps)
+        bu = _buf(dev, "f", u, "u") if act else None
+        h = dev.buffer(4 * C, "h_new") if act else bx       # where a CPU adapter puts act(x) * u
+        matvec.rmsnorm_quant(dev, h, bw, y, xq, qs, C, eps, (act, bx, bu) if act else None)
         fused = None
         if any(loras):
             u = dev.buffer(4 * 3 * R, "u")
@@ -81,6 +86,10 @@ async def case_norm_quant_matvec(dev, x, w, C, eps, parts, accumulate, kind, lor
         out["out"] = [await _get(dev, yb, O) for yb, (_, O, _, _) in zip(ys, parts)]
         n, rstd = dev.buffer(4 * C, "n"), dev.buffer(4, "rstd")
         fq, s = dev.buffer(4 * C, "fq"), dev.buffer(4, "s")
+        if act:
+            h = dev.buffer(4 * C, "h")
+            gating_forward(dev, act, bx, bu, h, C)
+            bx = h
         rmsnorm_forward(dev, bx, bw, n, rstd, 1, C, eps)
         bitlinear.actquant_forward(dev, n, fq, s, 1, C)
         ys = [_buf(dev, "f", y0, f"y{j}") for j, (_, _, _, y0) in enumerate(parts)]
@@ -128,3 +137,27 @@ async def case_sample(dev, logits, seed, temperature, top_p, n0=0, steps=1, kind
             sample.sample_token(dev, lb, state, tok, out, V)
     n, s, t, p = struct.unpack("<IIff", await dev.read(state))
     return {"out": (await _get(dev, out, n0 + steps, "I"))[n0:], "tok": (await _get(dev, tok, 1, "I"))[0], "n": n}
+
+
+async def case_rope_kv_store(dev, q, k, v, B, T, H, Hkv, D, S, pos0):
+    """q after RoPE and both caches, through ops.rope.rope_kv_store and through
+    rope_forward (q, k) + ops.attention.kv_store; caches start filled with 7."""
+    from bitlora.ops.attention import kv_store
+    from bitlora.ops.rope import rope_forward, rope_kv_store, rope_tables
+    await dev.prepare(ops.kernel_specs("f32"))
+    cos, sin = rope_tables(pos0 + T, D, 10000.0)
+    bc, bs = _buf(dev, "f", cos, "cos"), _buf(dev, "f", sin, "sin")
+    W = Hkv * D
+    out = {}
+    for key in ("new", "old"):
+        bq, bk, bv = _buf(dev, "f", q, "q"), _buf(dev, "f", k, "k"), _buf(dev, "f", v, "v")
+        kc, vc = _buf(dev, "f", [7.0] * (B * S * W), "kc"), _buf(dev, "f", [7.0] * (B * S * W), "vc")
+        if key == "new":
+            rope_kv_store(dev, bq, bk, bv, kc, vc, bc, bs, B, T, H, Hkv, D, S, pos0)
+        else:
+            rope_forward(dev, bq, bc, bs, B * T, T, H, D, pos0)
+            rope_forward(dev, bk, bc, bs, B * T, T, Hkv, D, pos0)
+            kv_store(dev, bk, bv, kc, vc, B, T, S, W, pos0)
+        out[key] = {"q": await _get(dev, bq, B * T * H * D), "kc": await _get(dev, kc, B * S * W),
+                    "vc": await _get(dev, vc, B * S * W)}
+    return out

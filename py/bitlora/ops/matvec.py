@@ -9,6 +9,7 @@ Browser-safe: standard library + bitlora only."""
 from __future__ import annotations
 
 from ._check import need
+from .relu2 import gating_forward
 from ._uniform import Uniform
 
 SHADER = "matvec.wgsl"
@@ -27,15 +28,25 @@ def _dense_constants(table_dtype: str) -> dict | None:
     return {"MV_BF16": 1.0} if table_dtype == "bf16" else None
 
 
+GATES = {"relu2": 1, "silu": 2}   # hidden_act -> matvec.wgsl NQ_GATE (the prelude's GATE_*)
+
+
+def _gate_constants(act: str | None) -> dict | None:
+    if act is not None and act not in GATES:
+        raise ValueError(f"rmsnorm_quant: activation {act!r} is not one of {tuple(GATES)}")
+    return {"NQ_GATE": GATES[act]} if act else None
+
+
 def kernel_specs(table_dtype: str = "f32", training: bool = False, kind: str | None = None) -> list:
     """The one-row-per-invocation kernels always (a GPU's fallback for odd widths), the
-    GPU kernels unless kind is "cpu", the CPU norm unless kind is "gpu"."""
+    GPU kernels unless kind is "cpu", the CPU norm unless kind is "gpu"; the GPU norm plain
+    and gated by either activation."""
     c = _dense_constants(table_dtype)
-    specs = [(SHADER, "rmsnorm_quant"), (SHADER, "ternary_matvec_rows"), (SHADER, "dense_matvec_rows", c)]
+    specs = [(SHADER, "rmsnorm_quant", _gate_constants(a)) for a in (None, *GATES)]
+    specs += [(SHADER, "rmsnorm_quant_cpu")] if kind in (None, "cpu") else []
+    specs += [(SHADER, "ternary_matvec_rows"), (SHADER, "dense_matvec_rows", c)]
     if kind in (None, "gpu"):
         specs += [(SHADER, "ternary_matvec"), (SHADER, "dense_matvec", c)]
-    if kind in (None, "cpu"):
-        specs += [(SHADER, "rmsnorm_quant_cpu")]
     return specs
 
 
@@ -44,21 +55,31 @@ def xq_words(I: int) -> int:
     return 4 * -(-I // 16)
 
 
-def rmsnorm_quant(dev, x, w, y, xq, qs, C: int, eps: float) -> None:
+def rmsnorm_quant(dev, x, w, y, xq, qs, C: int, eps: float, gate=None) -> None:
     """x[C], w[C] -> y[C] = w * x * rstd (rmsnorm_forward's bits on this device kind),
-    xq[xq_words(C)] u32 (y quantised as actquant_forward does, packed), qs[2] = {s, sum q}."""
+    xq[xq_words(C)] u32 (y quantised as actquant_forward does, packed), qs[2] = {s, sum q}.
+    gate = (act, g[C], u[C]): the row is act(g) * u (ops.relu2.gating_forward's bits), in
+    the same dispatch on a GPU; a CPU adapter writes it into x first (one more)."""
     for b, n, what in ((x, C, "x"), (w, C, "w"), (y, C, "y"), (xq, xq_words(C), "xq"), (qs, 2, "qs")):
         need(b, n, what, "rmsnorm_quant")
-    entry = "rmsnorm_quant_cpu" if dev.kind == "cpu" and C % 4 == 0 else "rmsnorm_quant"
-    dev.dispatch(dev.prepared(SHADER, entry), [x, w, y, xq, qs], groups=1, params=NORM_QUANT.pack(C, eps))
+    params = NORM_QUANT.pack(C, eps)
+    if dev.kind == "cpu" and C % 4 == 0:
+        if gate is not None:
+            gating_forward(dev, gate[0], gate[1], gate[2], x, C)
+        dev.dispatch(dev.prepared(SHADER, "rmsnorm_quant_cpu"), [x, w, y, xq, qs], groups=1, params=params)
+        return
+    act, g, u = gate if gate is not None else (None, x, x)    # ungated: u unread (x stands in)
+    need(u, C if gate else 1, "u", "rmsnorm_quant")
+    dev.dispatch(dev.prepared(SHADER, "rmsnorm_quant", _gate_constants(act)), [g, w, y, xq, qs, u], groups=1,
+                 params=params)
 
 
 def spare(dev, i: int):
-    """A 4-byte buffer bound where a part or the LoRA adapter is absent (written outputs
+    """A 16-byte buffer bound where a part, the LoRA adapter or the gate is absent (written outputs
     must be distinct buffers)."""
     bufs = getattr(dev, "_matvec_spares", None)
     if bufs is None:
-        bufs = dev._matvec_spares = [dev.buffer(4, f"matvec_spare{j}") for j in range(MAX_PARTS + 2)]
+        bufs = dev._matvec_spares = [dev.buffer(16, f"matvec_spare{j}") for j in range(MAX_PARTS + 2)]
     return bufs[i]
 
 
