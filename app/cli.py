@@ -5,6 +5,7 @@
     bitlora train [--model M] [--data D] [--out DIR] ...  LoRA finetuning (alpaca-lora flags)
     bitlora bench optim --params N                    optimizer step benchmark (native)
     bitlora bench train --shape 2b4t                  LoRA training tokens/s and GPU memory (native)
+    bitlora bench generate --shape 2b4t               greedy generation tokens/s (native)
     bitlora info                                      the native GPU adapter and its limits
 """
 from __future__ import annotations
@@ -77,6 +78,8 @@ def cmd_bench(args) -> int:
     try:
         if args.what == "train":
             from bitlora.bench.train import main_train as main
+        elif args.what == "generate":
+            from bitlora.bench.generate import main_generate as main
         else:
             from bitlora.bench.optim import main_optim as main
     except ImportError as e:
@@ -127,6 +130,11 @@ def build_parser() -> argparse.ArgumentParser:
                                       "tokens/s and GPU memory, beside torch + PEFT where CUDA is present")
     from bitlora.bench.train import add_train_args
     add_train_args(b)
+    b.set_defaults(func=cmd_bench)
+    b = bsub.add_parser("generate", help="greedy generation on random weights of a model's shapes (or a model): "
+                                         "prompt and decoding tokens/s, beside transformers + torch where CUDA is present")
+    from bitlora.bench.generate import add_generate_args
+    add_generate_args(b)
     b.set_defaults(func=cmd_bench)
     return p
 

@@ -1,9 +1,11 @@
-"""LoRA training steps on a BitNet with random weights, timed: the part of `bitlora bench
-train` that runs on a bitlora device. Standard library + bitlora only, so the same
-function runs natively and inside Pyodide in Chromium (`--backend browser` hands this
-file to the page's worker, as the portable tests do).
+"""LoRA training steps and generation on a BitNet with random weights, timed: the parts
+of `bitlora bench train` and `bitlora bench generate` that run on a bitlora device.
+Standard library + bitlora only, so the same functions run natively and inside Pyodide
+in Chromium (`--backend browser` hands this file to the page's worker, as the portable
+tests do).
 
     res = await case_bench_steps(dev, config, B, T, steps, r, targets, profile=False)
+    res = await case_bench_generate(dev, config, prompt, new, r, targets, profile=False)
 
 Random weights: ternary codes from random bytes (code 3, not a weight, becomes 0), norm
 weights near 1, a bf16 embedding of magnitude ~0.01 (2B-4T stores it in bf16). Random
@@ -24,6 +26,7 @@ from bitlora.gpu import Programs
 from bitlora.formats.tensors import FloatTensor, TernaryTensor
 from bitlora.lora import Lora
 from bitlora.model import Model
+from bitlora.ops.sample import sample_token
 from bitlora.optim import AdamW
 
 # byte -> the same byte with every 2-bit code 3 turned into 1 (a zero weight)
@@ -191,4 +194,95 @@ async def case_bench_steps(dev, config: dict, B: int, T: int, steps: int, r: int
                 "gpu_bytes_peak": dev.peak_allocated - base})
     if profile:   # dispatch by dispatch: recorded anew (a replay has no dispatch() calls to time)
         out["profile"] = await _profile(dev, lambda: step(steps + 2, None))
+    return out
+
+
+def weight_bytes_per_token(model) -> int:
+    """Bytes of weights a one-token forward reads: every packed projection, the norms
+    and the head's table."""
+    proj = sum(p.O * -(-p.I // 16) * 4 for lay in model.layers for p in lay.proj.values())
+    norms = 4 * (model.L * (3 * model.C + model.F) + model.C)
+    return proj + norms + sum(w.size for _, _, w in model.head)
+
+
+async def _kernel_times(dev, record, reps: int = 20) -> list:
+    """GPU time per kernel of what `record()` records: each dispatch repeated `reps` times
+    in one submit, less the time of an empty submit; [name, ms per call, calls, bytes of
+    the weights it reads (matrix-vector kernels), GB/s]."""
+    plain, seen = dev.dispatch, []
+    dev.dispatch = lambda kernel, bindings, groups, params=None: seen.append((kernel, bindings, groups, params))
+    try:
+        record()
+    finally:
+        del dev.dispatch
+    dev.submit()
+    await dev.sync()
+    t = time.perf_counter()
+    await dev.sync()
+    idle = time.perf_counter() - t
+    times, counts, nbytes = collections.Counter(), collections.Counter(), collections.Counter()
+    for kernel, bindings, groups, params in seen:
+        t = time.perf_counter()
+        for _ in range(reps):
+            plain(kernel, bindings, groups, params)
+        await dev.sync()
+        times[kernel.name] += max(time.perf_counter() - t - idle, 0.0) / reps
+        counts[kernel.name] += 1
+        entry = kernel.name.split(":")[1]
+        if "matvec" in entry:      # the weight binding: ternary w is the third, the head's the second
+            nbytes[kernel.name] += bindings[2 if entry.startswith("ternary") else 1].size
+    return [[name, round(sec * 1e3, 4), counts[name], nbytes[name],
+             round(nbytes[name] / sec / 1e9, 1) if nbytes[name] and sec > 0 else None]
+            for name, sec in times.most_common()]
+
+
+async def case_bench_generate(dev, config: dict, prompt: int, new: int, r: int = 8, targets=("q_proj", "v_proj"),
+                              reps: int = 3, profile: bool = False, model=None) -> dict:
+    """Greedy generation of `new` tokens after a random `prompt`-token prompt, batch 1, KV
+    cache, no EOS: the prompt's tokens/s (its forward and the first token), decoding
+    tokens/s and ms per token after the first, dispatches and host ms per decoding token,
+    the weights' GB/s; the same with a LoRA adapter (r on `targets`). Best of `reps`."""
+    from bitlora.model import Model
+    base = dev.reset_peak()
+    t = time.perf_counter()
+    if model is None:
+        model = await Model.create(dev, config, random_loader(config, 0), name="random")
+    await dev.sync()
+    out = {"adapter": dev.describe(), "kind": dev.kind, "model_upload_s": time.perf_counter() - t,
+           "weight_bytes_per_token": weight_bytes_per_token(model)}
+    rnd = random.Random(1)
+    ids = [rnd.randrange(2, model.V) for _ in range(prompt)]
+    cfg = TrainConfig(lora_r=r, lora_alpha=2 * r, target_modules=list(targets))
+    lora = await Lora.create(model, cfg)
+    kinds = (("", None), ("lora_", lora))
+    for _, ad in kinds:
+        await model.agenerate(ids, 4, lora=ad, eos=())          # warm-up: pipelines, scratch, cache
+    firsts, runs = {name: [] for name, _ in kinds}, {name: [] for name, _ in kinds}
+    for _ in range(reps):                                        # base and adapted in turn: the same conditions
+        for name, ad in kinds:
+            firsts[name].append(await model.agenerate(ids, 1, lora=ad, eos=()))
+            runs[name].append(await model.agenerate(ids, new, lora=ad, eos=()))
+    for name, _ in kinds:
+        first = min(firsts[name], key=lambda g: g.total_s)
+        g = min(runs[name], key=lambda g: g.total_s - g.first_token_s)
+        steps = len(g.ids) - 1
+        dt = g.total_s - g.first_token_s
+        out.update({name + "prefill_s": first.total_s, name + "prefill_tokens_per_s": prompt / first.total_s,
+                    name + "decode_tokens_per_s": steps / dt, name + "ms_per_token": 1e3 * dt / steps,
+                    name + "dispatches_per_token": (g.dispatches - first.dispatches) / steps,
+                    name + "host_ms_per_token": 1e3 * (g.host_s - first.host_s) / steps,
+                    name + "weight_gb_per_s": out["weight_bytes_per_token"] * steps / dt / 1e9,
+                    name + "ids": g.ids[:16]})
+    out["lora_vs_base"] = out["lora_decode_tokens_per_s"] / out["decode_tokens_per_s"]
+    out["gpu_bytes_peak"] = dev.peak_allocated - base
+    if profile:
+        cache = model.kv_cache(1, prompt + 2)
+        model.forward(ids, cache=cache, logits="last")
+        await dev.sync()
+        g = model._sampler(2)
+
+        def step():
+            logits = model.forward(g.tok, cache=cache, logits="last")
+            sample_token(dev, logits, g.state, g.tok, g.out, model.V)
+        out["profile"] = await _kernel_times(dev, step)
     return out

@@ -59,13 +59,6 @@ struct LoraParams {
 
 const WR: u32 = 64u;  // workgroup of the reductions over I or O
 
-// PCG output permutation of one LCG step: a good 32-bit integer hash.
-fn pcg(v: u32) -> u32 {
-    let s = v * 747796405u + 2891336453u;
-    let w = ((s >> ((s >> 28u) + 4u)) ^ s) * 277803737u;
-    return (w >> 22u) ^ w;
-}
-
 fn dropout_hash(seed: u32, step: u32, idx: u32) -> u32 {
     return pcg(idx ^ pcg(seed ^ pcg(step)));
 }
@@ -346,4 +339,55 @@ fn lora_grad_x_rows(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_
     for (var r = 0u; r < p.r; r++) { acc += gxr_du[n * p.r + r] * gxr_a[r * I4 + i4]; }
     let f = keep4(p, step, 4u * k);
     gxr_dx[k] = gxr_dx[k] + f * acc;
+}
+
+// ---------------------------------------------------------------------------- decoding
+// lora_down_parts   one token's u for up to three adapted projections of one input
+//   (decoding, N = 1, no dropout), from the arena's params in one dispatch:
+//     u[p*R + r] = sum_i x[i] A_p[r, i]   for each part p whose a_p != NONE
+//   A_p at float a_p of ab. The up half is folded into ternary_matvec (matvec.wgsl),
+//   which adds scale * B_p u_p to each output as lora_up would.
+//   lora_down_parts: lora_down's sum (WR threads, strided, wg_sum), one workgroup per (p, r):
+//     3*R workgroups split over x, y (an absent part's return at once).
+//   lora_down_parts_rows (CPU adapters, I % 4 == 0): lora_down_rows' vec4 sum, one (p, r)
+//     per invocation: ceil(3*R / LR) workgroups.
+//   0 params LoraPartsParams {I, R, a0, a1, a2} | 1 x[I] read | 2 ab read (the arena's
+//   params) | 3 u[3R] read_write
+const NONE: u32 = 0xffffffffu;
+struct LoraPartsParams { i: u32, r: u32, a0: u32, a1: u32, a2: u32 };
+@group(0) @binding(0) var<uniform> lp_p: LoraPartsParams;
+@group(0) @binding(1) var<storage, read> lp_x: array<f32>;
+@group(0) @binding(2) var<storage, read> lp_ab: array<f32>;
+@group(0) @binding(3) var<storage, read_write> lp_u: array<f32>;
+
+fn lp_a(part: u32) -> u32 {
+    return select(select(lp_p.a2, lp_p.a1, part == 1u), lp_p.a0, part == 0u);
+}
+
+@compute @workgroup_size(WR)
+fn lora_down_parts(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>,
+                   @builtin(num_workgroups) nw: vec3<u32>) {
+    let k = wid.x + wid.y * nw.x;     // = part * R + r
+    if (k >= 3u * lp_p.r || lp_a(k / lp_p.r) == NONE) { return; }   // uniform per workgroup
+    let ar = lp_a(k / lp_p.r) + (k % lp_p.r) * lp_p.i;
+    var acc = 0.0;
+    for (var i = lid3.x; i < lp_p.i; i += WR) { acc += lp_x[i] * lp_ab[ar + i]; }
+    let total = wg_sum(lid3.x, acc, WR);
+    if (lid3.x == 0u) { lp_u[k] = total; }
+}
+
+@group(0) @binding(1) var<storage, read> lpr_x: array<vec4<f32>>;
+@group(0) @binding(2) var<storage, read> lpr_ab: array<vec4<f32>>;
+
+@compute @workgroup_size(LR)
+fn lora_down_parts_rows(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>) {
+    let k = gid.x + gid.y * nw.x * LR;
+    if (k >= 3u * lp_p.r) { return; }
+    let a = lp_a(k / lp_p.r);
+    if (a == NONE) { return; }
+    let I4 = lp_p.i / 4u;
+    let ar = (a + (k % lp_p.r) * lp_p.i) / 4u;
+    var acc = vec4<f32>(0.0);
+    for (var i = 0u; i < I4; i++) { acc += lpr_x[i] * lpr_ab[ar + i]; }
+    lp_u[k] = (acc.x + acc.y) + (acc.z + acc.w);
 }

@@ -41,6 +41,31 @@ fn wg_max(lid: u32, x: f32, n: u32) -> f32 {
     return total;
 }
 
+// ---------------------------------------------------------------- MLP gating
+// h = act(g) * u, act relu^2 or SiLU (relu2.wgsl; matvec.wgsl's norm fuses it when decoding).
+const GATE_RELU2: u32 = 1u;
+const GATE_SILU: u32 = 2u;
+
+fn sigmoid(x: f32) -> f32 {   // without overflow: exp of a non-positive number only
+    let e = exp(-abs(x));
+    return select(e / (1.0 + e), 1.0 / (1.0 + e), x >= 0.0);
+}
+
+fn gating(act: u32, g: f32, u: f32) -> f32 {
+    if (act == GATE_SILU) { return g * sigmoid(g) * u; }
+    let r = max(g, 0.0);
+    return r * r * u;
+}
+
+// ---------------------------------------------------------------- hashing
+// PCG output permutation of one LCG step: a good 32-bit integer hash (LoRA dropout masks,
+// the sampler's random numbers).
+fn pcg(v: u32) -> u32 {
+    let s = v * 747796405u + 2891336453u;
+    let w = ((s >> ((s >> 28u) + 4u)) ^ s) * 277803737u;
+    return (w >> 22u) ^ w;
+}
+
 // ---------------------------------------------------------------- bf16
 // Element e of a bf16 array stored two per u32, low half first (word = array[e >> 1]):
 // a bf16 is the top half of an f32, so widening is a shift. No shader-f16 needed.

@@ -36,6 +36,7 @@ class Lora:
         self.modules = tuple(m for m in MODULES if m in cfg.target_modules)
         self.R = cfg.lora_r
         self.scale = cfg.lora_alpha / cfg.lora_r
+        self._parts = {}    # decode_parts' answers
 
     @classmethod
     async def create(cls, model, cfg, init: dict | None = None) -> "Lora":
@@ -82,6 +83,23 @@ class Lora:
         A, B = self._ab(li, mod, self.arena.params)
         dA, dB = self._ab(li, mod, self.arena.grads)
         lora_backward(self.dev, self._shape(li, mod, N, True), dy, x, A, B, u, dA, dB, du, stream, dx)
+
+    def decode_parts(self, li: int, mods) -> tuple:
+        """For a one-token forward's fused branches (ops.lora.lora_down_parts and
+        ops.matvec.ternary_matvec): the arena's params buffer and, per projection of
+        `mods` of layer li, the float offsets (A, B) of its tensors there, or None where
+        it is not adapted (worked out once per layer and group: a decoding step asks again)."""
+        key = (li, tuple(mods))
+        offs = self._parts.get(key)
+        if offs is None:
+            offs = self._parts[key] = []
+            for mod in mods:
+                if self.adapts(mod):
+                    A, B = self._ab(li, mod, self.arena.params)
+                    offs.append((A.offset // 4, B.offset // 4))
+                else:
+                    offs.append(None)
+        return self.arena.params, offs
 
     # -- the whole adapter ------------------------------------------------------------
     async def read_adapter(self) -> dict:

@@ -332,13 +332,15 @@ class Trainer:
 
     # -- generation ------------------------------------------------------------
     async def agenerate(self, prompt, max_new_tokens: int = 32, temperature: float = 0.0, top_p: float = 1.0,
-                        seed: int = 0):
+                        seed: int = 0, on_token=None, should_stop=None):
         """Generate with the adapter being trained. prompt: text, token ids, or an Alpaca
-        record (formatted with the training prompt template, without its output)."""
+        record (formatted with the training prompt template, without its output).
+        on_token / should_stop: as Model.agenerate's (streaming, stopping)."""
         await self.setup()
         if isinstance(prompt, dict):
             prompt = format_prompt(prompt)
-        return await self.model.agenerate(prompt, max_new_tokens, temperature, top_p, seed, lora=self.lora)
+        return await self.model.agenerate(prompt, max_new_tokens, temperature, top_p, seed, lora=self.lora,
+                                          on_token=on_token, should_stop=should_stop)
 
     def generate(self, prompt, max_new_tokens: int = 32, temperature: float = 0.0, top_p: float = 1.0,
                  seed: int = 0):

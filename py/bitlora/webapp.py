@@ -55,6 +55,8 @@ class Session:
         self.storage_ready = False
         self.cli_trainer = None   # the Trainer of a `bitlora train --backend browser` run
         self.hold = None          # tests only: a Hold the page's training waits at
+        self.generating = False   # a Generate is running (one at a time; training waits for it)
+        self.stop_generating = False
 
 
 class Hold:
@@ -696,6 +698,9 @@ async def on_train(msg: dict) -> None:
     if S.task is not None and not S.task.done():
         post({"type": "error", "where": "training", "text": "a training run is already going"})
         return
+    if S.generating:
+        post({"type": "error", "where": "training", "text": "wait for Generate to finish (or stop it)"})
+        return
     if S.model is None:       # the defaults: what the page's radios show before anything is chosen
         post({"type": "train-state", "state": "starting", "text": "Loading the demo model…"})
         await on_load_model({"source": "demo"})
@@ -799,20 +804,59 @@ async def on_resume_checkpoint(msg: dict) -> None:
 
 # -- try it, export ------------------------------------------------------------------------
 
+GEN_POST_S = 0.05   # at most this often a `gen-token` per answer: the page shows tokens as they come
+
+
+def _streamer(which: str, tokenizer):
+    """on_token for agenerate: posts `gen-token` {which, text so far, tokens, tokens_per_s}."""
+    state = {"t0": None, "last": 0.0}
+
+    def on_token(tok, ids):
+        now = time.monotonic()
+        if state["t0"] is None:
+            state["t0"] = now
+        if now - state["last"] < GEN_POST_S:
+            return
+        state["last"] = now
+        tps = (len(ids) - 1) / (now - state["t0"]) if len(ids) > 1 and now > state["t0"] else None
+        text = tokenizer.decode(ids, skip_special_tokens=True) if tokenizer is not None else ""
+        post({"type": "gen-token", "which": which, "text": text, "tokens": len(ids), "tokens_per_s": tps})
+    return on_token
+
+
 async def on_generate(msg: dict) -> None:
+    """Generate with the base model, then with the adapter (when there is one), streaming
+    each answer's tokens (`gen-token`) and ending with `generated`; `stop-generate` ends
+    the answer being generated and skips the rest."""
     from .data import format_prompt
     if S.model is None:
         post({"type": "error", "where": "generate", "text": "load a model first"})
+        return
+    if S.generating:
+        post({"type": "error", "where": "generate", "text": "a generation is already going"})
         return
     prompt = format_prompt({"instruction": str(msg.get("instruction") or ""), "input": str(msg.get("input") or ""),
                             "output": ""})
     n = max(1, min(int(msg.get("max_new_tokens") or 48), 1024))
     temp = float(msg.get("temperature") or 0.0)
-    base = await S.model.agenerate(prompt, max_new_tokens=n, temperature=temp, seed=0)
-    adapted = None
-    if S.trainer is not None and S.trainer.lora is not None:
-        adapted = str(await S.trainer.agenerate(prompt, max_new_tokens=n, temperature=temp, seed=0))
-    post({"type": "generated", "base": str(base), "adapted": adapted})
+    S.generating, S.stop_generating = True, False
+    out = {"type": "generated", "base": "", "adapted": None, "stopped": False}
+    try:
+        kw = dict(max_new_tokens=n, temperature=temp, seed=0, should_stop=lambda: S.stop_generating)
+        base = await S.model.agenerate(prompt, on_token=_streamer("base", S.model.tokenizer), **kw)
+        out.update(base=base.text, base_tokens=len(base.ids), base_tokens_per_s=base.tokens_per_s())
+        if S.trainer is not None and S.trainer.lora is not None and not S.stop_generating:
+            adapted = await S.trainer.agenerate(prompt, on_token=_streamer("adapted", S.model.tokenizer), **kw)
+            out.update(adapted=adapted.text, adapted_tokens=len(adapted.ids),
+                       adapted_tokens_per_s=adapted.tokens_per_s())
+        out["stopped"] = S.stop_generating
+    finally:
+        S.generating = False
+    post(out)
+
+
+async def on_stop_generate(msg: dict) -> None:
+    S.stop_generating = True
 
 
 async def on_export(msg: dict) -> None:
@@ -933,6 +977,7 @@ HANDLERS = {
     "forget-models": on_forget_models,
     "resume-checkpoint": on_resume_checkpoint,
     "generate": on_generate,
+    "stop-generate": on_stop_generate,
     "export": on_export,
     "cli-setup": on_cli_setup,
     "cli-train": on_cli_train,

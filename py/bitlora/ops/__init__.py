@@ -12,9 +12,11 @@ Browser-safe: standard library + bitlora only.
 """
 from __future__ import annotations
 
-from . import attention, bitlinear, cross_entropy, embedding, linear, lora, relu2, rmsnorm, rope, splitk
+from . import (attention, bitlinear, cross_entropy, embedding, linear, lora, matvec, relu2, rmsnorm, rope, sample,
+               splitk)
 
-MODEL_FAMILIES = (embedding, rmsnorm, bitlinear, splitk, rope, attention, relu2, linear, lora, cross_entropy)
+MODEL_FAMILIES = (embedding, rmsnorm, bitlinear, splitk, rope, attention, relu2, linear, lora, cross_entropy,
+                  matvec, sample)
 
 
 def kernel_specs(table_dtype: str = "f32", training: bool = False, kind: str | None = None,

@@ -28,7 +28,7 @@ LR = 16  # invocations per workgroup of the CPU variants (lora.wgsl LR)
 def kernel_specs(table_dtype: str = "f32", training: bool = False, kind: str | None = None) -> list:
     """The GPU kernels always (on a CPU they are the fallback where I or O % 4 != 0),
     the CPU variants (*_rows) unless kind is "gpu"."""
-    entries = FORWARD_ENTRIES + (BACKWARD_ENTRIES if training else ())
+    entries = FORWARD_ENTRIES + ("lora_down_parts",) + (BACKWARD_ENTRIES if training else ())
     return [(SHADER, e) for e in entries] + ([(SHADER, e + "_rows") for e in entries] if kind != "gpu" else [])
 
 
@@ -99,3 +99,26 @@ def lora_backward(dev, s: LoraShape, dy, x, a, b, u, da, db, du, stream, dx=None
     if dx is not None:
         need(dx, s.N * s.I, "dx", "lora_backward")
         _run(dev, "lora_grad_x", s, [du, a, dx], stream)
+
+
+PARTS = Uniform("LoraPartsParams", "i:u32 r:u32 a0:u32 a1:u32 a2:u32")
+NONE = 0xFFFFFFFF
+
+
+def lora_down_parts(dev, x, ab, a_offsets, u, I: int, R: int) -> None:
+    """One token's u[p*R + r] = A_p x for up to three projections of one input x[I]
+    (decoding: no dropout); A_p[R, I] at float a_offsets[p] of ab (None: not adapted).
+    ops.matvec.ternary_matvec adds the up half."""
+    if not 1 <= len(a_offsets) <= 3:
+        raise ValueError(f"lora_down_parts: 1 to 3 parts, got {len(a_offsets)}")
+    need(x, I, "x", "lora_down_parts")
+    need(u, 3 * R, "u", "lora_down_parts")
+    for a in a_offsets:
+        if a is not None:
+            need(ab, a + R * I, "ab (A)", "lora_down_parts")
+    a = [NONE if o is None else o for o in a_offsets] + [NONE] * (3 - len(a_offsets))
+    params = PARTS.pack(I, R, *a)
+    if dev.kind == "cpu" and I % 4 == 0:
+        dev.dispatch(dev.prepared(SHADER, "lora_down_parts_rows"), [x, ab, u], groups=-(-3 * R // LR), params=params)
+    else:
+        dev.dispatch(dev.prepared(SHADER, "lora_down_parts"), [x, ab, u], groups=3 * R, params=params)
