@@ -16,6 +16,7 @@ self.bitloraReplay = replay;
 
 const post = (msg) => self.postMessage(msg);
 let pyodide = null;
+let dispatch = null;   // bitlora.webapp.dispatch: one proxy for the worker's life (not one a message)
 
 async function boot() {
   post({ type: "boot", stage: "pyodide", text: "Loading Python (Pyodide)…" });
@@ -34,7 +35,9 @@ async function boot() {
   const micropip = pyodide.pyimport("micropip");
   await micropip.install.callKwargs(new URL(meta.wheel, self.location.href).href, { deps: false });
   micropip.destroy();
-  pyodide.runPython("import bitlora.webapp");
+  const webapp = pyodide.pyimport("bitlora.webapp");
+  dispatch = webapp.dispatch.copy();
+  webapp.destroy();
   post({ type: "ready", version: meta.version });
 }
 
@@ -68,13 +71,16 @@ self.onmessage = async (event) => {
   } else if (msg.type === "run") {
     await runCode(msg);
   } else {
-    const dispatch = pyodide.pyimport("bitlora.webapp").dispatch;
+    // Proxies are destroyed as soon as they are done with: one left to the garbage
+    // collector keeps its Python object until a collection finalizes it (the soak in
+    // bench/soak.py saw the module proxy of a per-message pyimport pile up that way).
+    const arg = pyodide.toPy(msg);
     try {
-      await dispatch(pyodide.toPy(msg));
+      await dispatch(arg);
     } catch (err) {
       post({ type: "error", text: String(err && err.message ? err.message : err), request: msg.type, id: msg.id });
     } finally {
-      dispatch.destroy();
+      if (arg && typeof arg.destroy === "function") arg.destroy();
     }
   }
 };

@@ -19,6 +19,17 @@ os.environ.setdefault("XDG_RUNTIME_DIR", "/tmp")  # quiets Mesa's lavapipe
 BACKENDS = ["native", pytest.param("browser", marks=pytest.mark.browser)]
 
 
+def pytest_collection_modifyitems(config, items):
+    """Tests marked slow run only when the -m expression names them (-m slow, or
+    -m "slow and browser"): CI's plain `pytest` and -m browser skip them."""
+    if "slow" in (config.getoption("markexpr") or ""):
+        return
+    skip = pytest.mark.skip(reason="slow: run with -m slow")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip)
+
+
 @pytest.fixture(params=BACKENDS)
 def backend(request):
     return request.param

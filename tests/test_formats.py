@@ -358,3 +358,16 @@ def test_tq_block_scales():
     assert T.zero_blocks(F.decode(bytes(blocks), n), F.W, zero) == bytes(codes)
     blocks[2 * F.BS + 64:2 * F.BS + 66] = struct.pack("<e", 0.25)
     assert T.tq_scale(bytes(blocks), F, n) is None
+
+
+def test_f16_to_f32_matches_struct_for_every_bit_pattern():
+    """formats.tensors.f16_to_f32 (byte tables, used to widen F16 embeddings) gives
+    exactly what struct's "e" gives, for all 65 536 f16 values: normals, +-0,
+    subnormals, Inf and NaN payloads."""
+    import struct
+    from bitlora.formats.tensors import f16_to_f32
+    raw = struct.pack("<65536H", *range(65536))
+    want = struct.pack("<65536f", *struct.unpack("<65536e", raw))
+    got = f16_to_f32(raw)
+    bad = [i for i in range(65536) if got[4 * i:4 * i + 4] != want[4 * i:4 * i + 4]]
+    assert not bad, [hex(i) for i in bad[:10]]

@@ -209,8 +209,7 @@ class Trainer:
         stays); the trainer cannot train or generate afterwards."""
         if self.programs is not None:
             self.programs.clear()     # they bind the buffers below
-        for b in self._buffers:
-            self.model.dev.destroy(b)
+        self.model.dev.destroy(*self._buffers)
         self._buffers, self.lora, self.acts, self.opt, self.programs = [], None, None, None, None
 
     # -- the loop --------------------------------------------------------------

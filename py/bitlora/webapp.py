@@ -92,76 +92,10 @@ def blob_bytes(blob) -> bytes:
     return js.Uint8Array.new(js.FileReaderSync.new().readAsArrayBuffer(blob)).to_bytes()
 
 
-async def fetch(url: str):
-    """js.fetch(url) -> an ok Response, or an OSError that says why in the page's words."""
-    import js
-    try:
-        resp = await js.fetch(url)
-    except Exception as e:  # noqa: BLE001 - a JS TypeError: CSP, CORS or the network
-        said = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
-        raise OSError(f"{url}: could not fetch ({said}): {await why_unfetchable(url)}") from None
-    if not resp.ok:
-        raise OSError(f"{url}: HTTP {resp.status} {resp.statusText}".rstrip())
-    return resp
-
-
-def _origin(url: str) -> str:
-    import urllib.parse
-    u = urllib.parse.urlsplit(url)
-    return f"{u.scheme}://{u.netloc}"
-
-
-async def connect_sources() -> list | None:
-    """The origins the page's Content-Security-Policy lets it fetch from ('self' as this
-    server's origin), read from a response of this server; None where that cannot be
-    told (no policy, or sources other than plain origins)."""
-    import js
-    from pyodide.ffi import to_js
-    here = str(js.self.location.href)
-    try:
-        resp = await js.fetch(here, to_js({"method": "HEAD"}, dict_converter=js.Object.fromEntries))
-    except Exception:  # noqa: BLE001 - this server is gone too: nothing to tell
-        return None
-    policy = {d.split()[0]: d.split()[1:] for d in str(resp.headers.get("Content-Security-Policy") or "").split(";")
-              if d.split()}
-    sources = policy.get("connect-src", policy.get("default-src"))
-    if sources is None or any(("*" in x or "//" not in x) and x != "'self'" for x in sources):
-        return None
-    return [_origin(here) if x == "'self'" else x.rstrip("/") for x in sources]
-
-
-async def why_unfetchable(url: str) -> str:
-    """Why js.fetch(url) failed: a browser says only "Failed to fetch" for the page's
-    Content-Security-Policy, a server without CORS headers and no server at all. The
-    policy (this server's header) tells the first; a no-cors request, which CORS does
-    not stop but the others do, tells the other two apart."""
-    import js
-    from pyodide.ffi import to_js
-    origin = _origin(url)
-    allowed = await connect_sources()
-    if allowed is not None and origin not in allowed:
-        here = _origin(str(js.self.location.href))
-        others = [o for o in allowed if o != here and not o.endswith(("//huggingface.co", ".huggingface.co", ".hf.co"))]
-        return (f"this page's Content-Security-Policy blocks {origin}: it may fetch only from its own server, "
-                f"the Hugging Face Hub" + "".join(f", {o}" for o in others) + ". Serve it with "
-                f"`bitlora serve --allow-origin {origin}` to allow that origin")
-    try:
-        await js.fetch(url, to_js({"mode": "no-cors"}, dict_converter=js.Object.fromEntries))
-    except Exception:  # noqa: BLE001 - not reachable at all
-        return (f"no answer from {origin}: the server is down or the address is wrong (a network error), "
-                f"or it redirected to an origin this page may not fetch from")
-    return (f"{origin} answered but does not let other sites' pages read it: its responses need the CORS "
-            f"header Access-Control-Allow-Origin")
-
-
 async def url_bytes(url: str) -> bytes:
-    resp = await fetch(url)
-    return js_bytes(await resp.arrayBuffer())
-
-
-def js_bytes(buf) -> bytes:
-    import js
-    return js.Uint8Array.new(buf).to_bytes()
+    """The bytes of a URL (a dataset, the demo's files): webfetch.download's resuming and checks."""
+    from .webfetch import download
+    return blob_bytes(await download(url))
 
 
 # -- handlers ------------------------------------------------------------------------
@@ -232,6 +166,7 @@ def data_report() -> dict:
 
 async def on_load_data(msg: dict) -> None:
     from .data import DataError, load_records
+    from .formats import FormatError
     source = msg.get("source")
     if source == "demo":
         name, raw = "demo dataset", await url_bytes("/demo/alpaca_demo.json")
@@ -242,7 +177,7 @@ async def on_load_data(msg: dict) -> None:
         name = url.split("?")[0].rstrip("/").split("/")[-1] or url
         try:
             raw = await url_bytes(url)
-        except OSError as e:
+        except (OSError, FormatError) as e:     # no answer, an HTTP error, an HTML page, cut short
             post({"type": "error", "where": "dataset", "text": str(e)})
             return
     else:
@@ -276,27 +211,23 @@ MODEL_CACHE = "bitlora-models"     # Cache Storage: downloaded model files, keye
 
 async def cached_download(url: str, progress, label: str):
     """A JS Blob of url's bytes: from the browser's Cache Storage, else downloaded with
-    byte progress and kept there (a full cache only costs the next download)."""
+    byte progress (webfetch.download: resumed if the connection drops) and kept there;
+    then the cached copy, on disk, stands in for the downloaded one (a full cache only
+    costs the next download)."""
     import js
+    from .webfetch import download
     cache = await js.caches.open(MODEL_CACHE)
     hit = await cache.match(url)
     if hit:
         blob = await hit.blob()
         progress(blob.size, blob.size, f"{label} (from this browser's cache)")
         return blob
-    resp = await fetch(url)
-    total, done = int(resp.headers.get("Content-Length") or 0), 0
-    reader, chunks = resp.body.getReader(), js.Array.new()
-    while True:
-        part = await reader.read()
-        if part.done:
-            break
-        chunks.push(part.value)
-        done += part.value.length
-        progress(done, max(total, done), label)
-    blob = js.Blob.new(chunks)
+    blob = await download(url, progress, label)
     try:
         await cache.put(url, js.Response.new(blob))
+        hit = await cache.match(url)
+        if hit:
+            blob = await hit.blob()
     except Exception as e:  # noqa: BLE001 - QuotaExceededError: the model still loads
         post({"type": "log", "level": "error", "text": f"{label}: not kept in the browser's cache ({e})"})
     return blob
@@ -388,8 +319,12 @@ async def open_model(source: str, name: str, src, progress=None) -> bool:
     model.name = name
     for w in model.warnings:          # a default that differs between implementations (formats/gguf.py)
         post({"type": "log", "level": "warning", "text": f"{name}: {w}"})
+    old, old_trainer = S.model, S.trainer
     S.model, S.model_name, S.trainer = model, name, None
     S.model_source, S.model_src = {"source": source, "name": name}, src
+    for gone in (old_trainer, old):     # the replaced model's GPU memory (a lost device's is gone already)
+        if gone is not None and getattr(gone, "model", gone).dev is model.dev:
+            gone.close()
     c = model.config
     rows = [["Name", name], ["Architecture", "BitNet b1.58"], ["Parameters", f"{model.param_count() / 1e6:.2f} M"],
             ["Layers", c["num_hidden_layers"]], ["Hidden / FFN", f"{c['hidden_size']} / {c['intermediate_size']}"],

@@ -9,6 +9,7 @@ reads and each tensor on demand. Sources:
   its downloader: a connection that drops mid-way is resumed with a Range request
   (restarted where the server ignores Range) and logged; a body shorter than its
   Content-Length after the retries, an HTTP error or an HTML page raise FormatError.
+  (The page's downloader, bitlora.webfetch, says the same things in the same words.)
 - `BlobSource(blob, name)`: a JS File/Blob inside Pyodide, read synchronously
   with `FileReaderSync` (only available in a Web Worker).
 
@@ -42,13 +43,30 @@ def _dropped(e) -> bool:
     return isinstance(e, drops)
 
 
-def _check_page(url: str, ctype: str, head: bytes) -> None:
-    """An HTML page where a file was expected (a login, an error or a landing page)."""
+def check_page(url: str, ctype: str, head: bytes) -> None:
+    """FormatError for an HTML page where a file was expected (a login, an error or a
+    landing page): by its Content-Type or its first bytes."""
     if "html" in ctype.lower() or head.lstrip()[:15].lower().startswith((b"<!doctype html", b"<html")):
         m = re.search(rb"<title[^>]*>(.*?)</title>", head, re.I | re.S)
         title = f" titled {m.group(1).decode('utf-8', 'replace').strip()[:80]!r}" if m else ""
         raise FormatError(f"{url}: the server sent an HTML page{title} (Content-Type {ctype or 'none'}), "
                           "not the file: check the URL (a login, error or download page?)")
+
+
+# What a download says (natively, and in the page: webfetch.py).
+def drop_note(url: str, pos: int, expect, why: str, retry: int, retries: int) -> str:
+    return (f"{url}: the connection dropped at byte {pos} of {expect if expect is not None else '?'} ({why}); "
+            f"resuming there with a Range request (retry {retry} of {retries})")
+
+
+def restart_note(url: str) -> str:
+    return f"{url}: the server cannot resume (it ignores Range): downloading again from the start"
+
+
+def incomplete_error(url: str, retries: int, pos: int, expect, why: str) -> FormatError:
+    return FormatError(f"{url}: the connection dropped {retries + 1} times, the last at byte {pos} of "
+                       f"{expect if expect is not None else '?'} ({why}); the download is incomplete (a "
+                       "server that sends fewer bytes than its Content-Length announces looks the same)")
 
 
 def fetch(url: str, out, start: int = 0, end: int | None = None, retries: int = RETRIES) -> dict:
@@ -74,7 +92,7 @@ def fetch(url: str, out, start: int = 0, end: int | None = None, retries: int = 
                     out.seek(0)
                     out.truncate()
                     pos, info["restarted"] = 0, info["restarted"] + 1
-                    log.warning("%s: the server cannot resume (it ignores Range): downloading again from the start", url)
+                    log.warning(restart_note(url))
                 length = r.headers.get("Content-Length", "")
                 expect = pos + int(length) if length.isdigit() else None
                 cr = r.headers.get("Content-Range", "")
@@ -84,7 +102,7 @@ def fetch(url: str, out, start: int = 0, end: int | None = None, retries: int = 
                     if not chunk:
                         break
                     if pos == start:
-                        _check_page(url, r.headers.get("Content-Type", ""), chunk[:1024])
+                        check_page(url, r.headers.get("Content-Type", ""), chunk[:1024])
                     out.write(chunk)
                     pos += len(chunk)
                 if expect is not None and pos < expect:
@@ -99,14 +117,9 @@ def fetch(url: str, out, start: int = 0, end: int | None = None, retries: int = 
                     raise FormatError(f"{url}: cannot download: {e}") from None
                 raise
             if attempt == retries:
-                raise FormatError(f"{url}: the connection dropped {retries + 1} times, the last at byte {pos} "
-                                  f"of {expect if expect is not None else '?'} ({type(e).__name__}); the "
-                                  "download is incomplete (a server that sends fewer bytes than its "
-                                  "Content-Length announces looks the same)") from None
+                raise incomplete_error(url, retries, pos, expect, type(e).__name__) from None
             info["resumed"] += 1
-            log.warning("%s: the connection dropped at byte %d of %s (%s); resuming there with a Range "
-                        "request (retry %d of %d)", url, pos, expect if expect is not None else "?",
-                        type(e).__name__, attempt + 1, retries)
+            log.warning(drop_note(url, pos, expect, type(e).__name__, attempt + 1, retries))
     raise AssertionError("unreachable")
 
 
@@ -191,7 +204,7 @@ class UrlSource(Source):
             with urllib.request.urlopen(req, timeout=TIMEOUT) as r:
                 cr = r.headers.get("Content-Range")
                 if r.status == 206 and cr and "/" in cr and cr.rsplit("/", 1)[1].isdigit():
-                    _check_page(url, r.headers.get("Content-Type", ""), b"")
+                    check_page(url, r.headers.get("Content-Type", ""), b"")
                     self.size = int(cr.rsplit("/", 1)[1])
                     return
         except urllib.error.HTTPError as e:
@@ -231,7 +244,10 @@ class BlobSource(Source):
 
     def read(self, offset, n):
         buf = self._reader.readAsArrayBuffer(self.blob.slice(offset, offset + n))
-        return buf.to_bytes()
+        data = buf.to_bytes()
+        if hasattr(buf, "transfer"):    # detach it: its memory goes now, not at a later collection
+            buf.transfer(0)
+        return data
 
 
 def is_blob(x) -> bool:

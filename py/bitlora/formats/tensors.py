@@ -65,3 +65,45 @@ class FloatTensor:
         for d in self.shape:
             n *= d
         return n
+
+
+# -- f16 -> f32 without a loop per value ---------------------------------------------
+# For a normal f16 (sign s, exponent e in 1..30, mantissa m = hi bits 1-0 : lo byte)
+# the f32 is s | (e + 112) << 23 | m << 13; byte by byte (little-endian): byte 0 is 0,
+# byte 1 is (lo & 7) << 5, byte 2 is lo >> 3 plus bits of hi ((hi & 3) << 5 and e's
+# lowest bit << 7: the two never overlap, so one big-int add joins them), byte 3 is
+# s << 7 | (e + 112) >> 1. Each is a bytes.translate through a 256-entry table. The
+# same tables give +-0 right (e = 0, m = 0); subnormals (e = 0, m != 0), Inf and NaN
+# (e = 31) are found with two more tables and widened one by one.
+def _tab(f) -> bytes:
+    return bytes(f(b) & 0xFF for b in range(256))
+
+
+_B1 = _tab(lambda lo: (lo & 7) << 5)
+_B2_LO = _tab(lambda lo: lo >> 3)
+_B2_HI = _tab(lambda hi: ((hi & 3) << 5) | (((hi >> 2) & 1) << 7))
+_B3 = _tab(lambda hi: (hi & 0x80) | ((((hi >> 2) & 31) + 112) >> 1 if (hi >> 2) & 31 else 0))
+# 2: exponent 31 or a subnormal by its high bits; 1: exponent 0 (special if lo != 0)
+_ODD_HI = _tab(lambda hi: 2 if (hi >> 2) & 31 == 31 or ((hi >> 2) & 31 == 0 and hi & 3) else int((hi >> 2) & 31 == 0))
+_NONZERO = _tab(lambda b: int(b != 0))
+_SPECIAL = _tab(lambda b: int(b >= 2))
+
+
+def f16_to_f32(raw) -> bytearray:
+    """Little-endian f16 values -> little-endian f32, exactly (what struct's "e" gives)."""
+    import re
+    import struct
+    raw = bytes(raw)
+    n = len(raw) // 2
+    lo, hi = raw[0::2], raw[1::2]
+    out = bytearray(4 * n)
+    out[1::4] = lo.translate(_B1)
+    out[2::4] = (int.from_bytes(lo.translate(_B2_LO), "little")
+                 + int.from_bytes(hi.translate(_B2_HI), "little")).to_bytes(n, "little")
+    out[3::4] = hi.translate(_B3)
+    odd = (int.from_bytes(hi.translate(_ODD_HI), "little")
+           + int.from_bytes(lo.translate(_NONZERO), "little")).to_bytes(n, "little").translate(_SPECIAL)
+    for m in re.finditer(rb"[^\x00]", odd):
+        i = m.start()
+        out[4 * i:4 * i + 4] = struct.pack("<f", struct.unpack("<e", raw[2 * i:2 * i + 2])[0])
+    return out

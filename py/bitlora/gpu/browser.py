@@ -97,7 +97,9 @@ class BrowserBackend:
     def write_buffer(self, handle, offset, mv):
         arr = js.Uint8Array.new(mv.nbytes)
         arr.assign(mv)
-        self.queue.writeBuffer(handle, offset, arr)
+        self.queue.writeBuffer(handle, offset, arr)   # copies arr now: its memory may go at once
+        if mv.nbytes >= 1 << 20 and hasattr(arr.buffer, "transfer"):
+            arr.buffer.transfer(0)     # a model's upload would otherwise pile up until a collection
 
     def destroy_buffer(self, handle):
         handle.destroy()

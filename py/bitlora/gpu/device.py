@@ -321,10 +321,15 @@ class Device:
         self.peak_allocated = self.allocated
         return self.allocated
 
-    def destroy(self, buf: Buffer) -> None:
-        self.backend.destroy_buffer(buf.handle)
-        self.allocated -= buf.size
-        self.live_buffers -= 1
+    def destroy(self, *bufs: Buffer) -> None:
+        """Free buffers made by buffer(), and forget the bind groups that use them."""
+        for buf in bufs:
+            self.backend.destroy_buffer(buf.handle)
+            self.allocated -= buf.size
+            self.live_buffers -= 1
+        gone = {buf.uid for buf in bufs}
+        self._bind_groups = {k: bg for k, bg in self._bind_groups.items()
+                             if gone.isdisjoint(uid for uid, _, _ in k[1])}
 
     @contextlib.contextmanager
     def collect(self, into: list):
