@@ -1,9 +1,11 @@
 """The `bitlora` command line.
 
     bitlora serve [--host 127.0.0.1] [--port 8765]   the web app, Pyodide and the wheel
+    bitlora lite                                      build the JupyterLite site that serve shows at /lite/
     bitlora train [--model M] [--data D] [--out DIR] ...  LoRA finetuning (alpaca-lora flags)
     bitlora bench optim --params N                    optimizer step benchmark (native)
     bitlora bench train --shape 2b4t                  LoRA training tokens/s and GPU memory (native)
+    bitlora bench generate --shape 2b4t               greedy generation tokens/s (native)
     bitlora info                                      the native GPU adapter and its limits
 """
 from __future__ import annotations
@@ -25,12 +27,27 @@ def cmd_serve(args) -> int:
         print(f"bitlora serve: cannot listen on {args.host}:{args.port}: {e.strerror or e}", file=sys.stderr)
         return 2
     print(f"bitlora: serving the app at {server.url}  (Ctrl+C to stop)", flush=True)
+    if (server.lite_dir / "index.html").exists():
+        print(f"bitlora: notebooks (JupyterLite) at {server.url}lite/", flush=True)
     try:
         server.serve_forever()
     except KeyboardInterrupt:
         pass
     finally:
         server.httpd.server_close()
+    return 0
+
+
+def cmd_lite(args) -> int:
+    from .lite import LiteError, build_site
+
+    try:
+        out = build_site()
+    except LiteError as e:
+        print(f"bitlora lite: {e}", file=sys.stderr)
+        return 2
+    print(f"bitlora lite: built the JupyterLite site in {out}; `bitlora serve` shows it at "
+          "http://127.0.0.1:8765/lite/")
     return 0
 
 
@@ -61,6 +78,8 @@ def cmd_bench(args) -> int:
     try:
         if args.what == "train":
             from bitlora.bench.train import main_train as main
+        elif args.what == "generate":
+            from bitlora.bench.generate import main_generate as main
         else:
             from bitlora.bench.optim import main_optim as main
     except ImportError as e:
@@ -82,6 +101,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="an origin (https://host[:port]) the page may fetch datasets and models from, "
                         "besides this server and the Hugging Face Hub; repeatable")
     s.set_defaults(func=cmd_serve)
+
+    s = sub.add_parser("lite", help="build the JupyterLite site (notebooks with a Pyodide kernel) "
+                                    "that `bitlora serve` shows at /lite/",
+                       description="Build build/lite: JupyterLite with the Pyodide kernel and examples/*.ipynb, "
+                                   "set up to use this server's Pyodide and bitlora wheel (no CDN).")
+    s.set_defaults(func=cmd_lite)
 
     s = sub.add_parser("train", help="LoRA-finetune a BitNet model on Alpaca-format data",
                        description="LoRA finetuning with alpaca-lora-style flags. Defaults: the built-in "
@@ -105,6 +130,11 @@ def build_parser() -> argparse.ArgumentParser:
                                       "tokens/s and GPU memory, beside torch + PEFT where CUDA is present")
     from bitlora.bench.train import add_train_args
     add_train_args(b)
+    b.set_defaults(func=cmd_bench)
+    b = bsub.add_parser("generate", help="greedy generation on random weights of a model's shapes (or a model): "
+                                         "prompt and decoding tokens/s, beside transformers + torch where CUDA is present")
+    from bitlora.bench.generate import add_generate_args
+    add_generate_args(b)
     b.set_defaults(func=cmd_bench)
     return p
 

@@ -7,6 +7,7 @@ numerics (tests/test_backward.py does those).
 Prints ms per call and GFLOP/s of each kernel; docs/PERFORMANCE.md has measured figures.
 """
 import argparse
+import struct
 import time
 
 import numpy as np
@@ -55,7 +56,8 @@ async def main(B, T, reps):
                                f32(N, Hkv * D), f32(N, Hkv * D))
     stats, cos, sin = f32(N, H, 2), f32(T, D // 2), f32(T, D // 2)
     a, b, da, db, u, du = f32(R, C), f32(C, R), f32(R, C), f32(C, R), f32(N, R), f32(N, R)
-    sl = lora.LoraShape(N, C, C, R, 2.0, 0.05, 1, 1)
+    sl = lora.LoraShape(N, C, C, R, 2.0, 0.05, 1)
+    stream = dev.buffer(4, "stream", data=struct.pack("<I", 1))
 
     ops = {
         "cross_entropy N x V": (lambda: ce.cross_entropy_forward_backward(dev, logits, tg, losses, N, V, 1e-3),
@@ -71,8 +73,8 @@ async def main(B, T, reps):
         "rope_backward q": (lambda: rope.rope_backward(dev, dq, cos, sin, N, T, H, D), 8.0 * N * H * D),
         "attention_backward": (lambda: attention.attention_backward(dev, do, q, k, v, dq, dk, dv, stats, B, T, H, Hkv, D),
                                B * H * T * T * D * 2.0 * 4),
-        "lora_forward q": (lambda: lora.lora_forward(dev, sl, x_c, a, b, u, dy_c), 4.0 * N * C * R),
-        "lora_backward q": (lambda: lora.lora_backward(dev, sl, dy_c, x_c, a, b, u, da, db, du, dx_c),
+        "lora_forward q": (lambda: lora.lora_forward(dev, sl, x_c, a, b, u, dy_c, stream), 4.0 * N * C * R),
+        "lora_backward q": (lambda: lora.lora_backward(dev, sl, dy_c, x_c, a, b, u, da, db, du, stream, dx_c),
                             8.0 * N * C * R),
     }
     print(f"B={B} T={T} N={N} C={C} F={F} H={H} Hkv={Hkv} D={D} V={V} R={R}")

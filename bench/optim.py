@@ -30,7 +30,8 @@ def _sizes(params: int, tensors: int) -> list[int]:
     return sizes
 
 
-async def _bench_wgsl(params: int, tensors: int, iters: int, backend: str, block4: int | None) -> dict:
+async def _bench_wgsl(params: int, tensors: int, iters: int, backend: str, block4: int | None,
+                      per_threads: tuple = ()) -> dict:
     import numpy as np
 
     dev = await gpu.get_device(backend)
@@ -84,10 +85,10 @@ async def _bench_wgsl(params: int, tensors: int, iters: int, backend: str, block
         gn.sumsq_blocks(dev, arena.grads, arena.blocks, arena.partial, arena.nb, 1.0 / tokens, arena.block4)
         gn.sumsq_finish(dev, arena.partial, opt.state, arena.nb, 1.0 / tokens, 1.0)
 
-    async def adamw_only():
+    async def adamw_only(per_thread=adamw_ops.PER_THREAD):
         adamw_ops.adamw_begin(dev, opt.state, opt.lr, opt.betas, plain=True)
         adamw_ops.adamw(dev, arena.params, arena.grads, arena.m, arena.v, opt.state, arena.n, opt.lr,
-                        opt.betas, opt.eps, opt.weight_decay)
+                        opt.betas, opt.eps, opt.weight_decay, per_thread)
 
     for _ in range(3):  # warm up: compile, first touch
         await copy_and_step()
@@ -101,6 +102,10 @@ async def _bench_wgsl(params: int, tensors: int, iters: int, backend: str, block
     t_step_zero = await timed(step)      # gradients zeroed by the previous step: same traffic
     t_norm = await timed(norm_only, per_submit=False)
     t_adamw = await timed(adamw_only, per_submit=False)
+    t_adamw_per = {}
+    for per in per_threads:  # the same kernel with `per` vec4s per invocation, for choosing PER_THREAD
+        await dev.prepare(adamw_ops.kernel_specs(per))
+        t_adamw_per[per] = await timed(lambda: adamw_only(per), per_submit=False) * 1e3
     step_s = t_copy_step_batched - t_copy
     out.update({
         "wgsl_step_ms": step_s * 1e3,
@@ -110,6 +115,7 @@ async def _bench_wgsl(params: int, tensors: int, iters: int, backend: str, block
         "wgsl_step_on_zero_grads_ms": t_step_zero * 1e3,
         "wgsl_norm_passes_ms": t_norm * 1e3,
         "wgsl_adamw_ms": t_adamw * 1e3,
+        "wgsl_adamw_ms_by_vec4s_per_thread": t_adamw_per,
         "wgsl_grad_copy_ms": t_copy * 1e3,
         "recompiled_after_warmup": dev.pipelines_compiled - compiled,
         "norm": first["norm"], "norm_rel_err_vs_float64": abs(first["norm"] - want_norm) / want_norm,
@@ -153,7 +159,7 @@ def _bench_torch(params: int, tensors: int, iters: int) -> dict:
 
 
 def bench_optim(params: int = 1 << 27, tensors: int = 200, iters: int = 50, backend: str = "native",
-                compare_torch: bool | None = None, block4: int | None = None) -> dict:
+                compare_torch: bool | None = None, block4: int | None = None, per_threads: tuple = ()) -> dict:
     """Time the fused optimizer step (and, with CUDA torch present, torch's clip + fused
     AdamW over the same sizes); print a summary and one JSON line; return the figures."""
     res = {}
@@ -163,13 +169,15 @@ def bench_optim(params: int = 1 << 27, tensors: int = 200, iters: int = 50, back
         except ImportError:
             if compare_torch:
                 raise
-    res.update(asyncio.run(_bench_wgsl(params, tensors, iters, backend, block4)))
+    res.update(asyncio.run(_bench_wgsl(params, tensors, iters, backend, block4, per_threads)))
     print(f"optimizer step, {params:,} params in {tensors} tensors on {res['adapter']}")
     print(f"  bitlora fused step (norm+clip+scale+AdamW+zero): {res['wgsl_step_ms']:.3f} ms, "
           f"{res['wgsl_step_GBps']:.0f} GB/s effective (36 B/param)")
     print(f"    norm passes {res['wgsl_norm_passes_ms']:.3f} ms, AdamW {res['wgsl_adamw_ms']:.3f} ms, "
           f"one submit per step {res['wgsl_step_one_submit_each_ms']:.3f} ms "
           f"({res['wgsl_step_one_submit_each_read_2_late_ms']:.3f} ms reading 2 steps late)")
+    for per, ms in res["wgsl_adamw_ms_by_vec4s_per_thread"].items():
+        print(f"    AdamW with {per} vec4 per invocation: {ms:.3f} ms")
     if "torch_clip_ms" in res:
         res["ratio_vs_torch"] = res["wgsl_step_ms"] / (res["torch_clip_ms"] + res["torch_fused_adamw_ms"])
         print(f"  torch {res['torch']} clip_grad_norm_ {res['torch_clip_ms']:.3f} ms + AdamW(fused=True) "
@@ -187,12 +195,15 @@ def add_optim_args(parser) -> None:
     parser.add_argument("--backend", default="native", help="native (the browser is not benchmarked here)")
     parser.add_argument("--block4", type=int, default=None, help="vec4s per sum-of-squares block (default: auto)")
     parser.add_argument("--no-torch", action="store_true", help="skip the torch CUDA comparison")
+    parser.add_argument("--adamw-per-thread", default="",
+                        help="also time AdamW alone with these vec4s per invocation, e.g. 1,2,4")
 
 
 def main_optim(args) -> dict:
     return bench_optim(args.params, args.tensors, args.iters, args.backend,
                        compare_torch=False if getattr(args, "no_torch", False) else None,
-                       block4=getattr(args, "block4", None))
+                       block4=getattr(args, "block4", None),
+                       per_threads=tuple(int(x) for x in getattr(args, "adamw_per_thread", "").split(",") if x))
 
 
 if __name__ == "__main__":

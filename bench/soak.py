@@ -1,17 +1,18 @@
 """Soak: many optimizer steps of the demo model on a few demo records with small
 settings, watching for leaks, natively or through the web page in headless Chromium.
 Every `every` steps (after a full garbage collection) it records the GPU buffer bytes
-and count (Device.allocated, Device.live_buffers), the bind-group cache, and the
-Python heap (tracemalloc). The trainer's metrics history grows by design (one row per
-step, for the charts and the checkpoint); its bytes are counted apart and left out of
-the heap figure. In the page it also records the worker's wasm memory (Pyodide's heap,
-which never shrinks) and the V8 heaps of the worker and of the page (see JsHeaps).
+and count (Device.allocated, Device.live_buffers), the bind-group cache, the trainer's
+recorded programs (one per micro-batch shape, gpu.Programs) and the Python heap
+(tracemalloc). The trainer's metrics history grows by design (one row per step, for
+the charts and the checkpoint); its bytes are counted apart and left out of the heap
+figure. In the page it also records the worker's wasm memory (Pyodide's heap, which
+never shrinks) and the V8 heaps of the worker and of the page (see JsHeaps).
 
     .venv/bin/python -m bitlora.bench.soak --steps 2000     # figures in docs/RELIABILITY.md
     .venv/bin/python -m bitlora.bench.soak --browser --steps 200
 
 Growth is measured from the end of the warm-up (one epoch: every sequence length has
-been seen, so the bind-group cache, keyed by buffer ranges, is full) to the largest
+been seen, so the bind-group cache, keyed by buffer ranges, and the programs are full) to the largest
 value after it. tests/test_soak.py runs a short version with the same 2 % bound.
 """
 from __future__ import annotations
@@ -30,7 +31,7 @@ from bitlora.model import load_model
 from bitlora.train import Trainer
 
 SETTINGS = dict(micro_batch_size=1, grad_accum=1, cutoff_len=64, lr=1e-3, warmup_steps=0, lora_r=4)
-MEASURES = ("gpu_bytes", "gpu_buffers", "bind_groups", "heap")
+MEASURES = ("gpu_bytes", "gpu_buffers", "bind_groups", "programs", "heap")
 
 
 def _metrics_bytes(rows: list) -> int:
@@ -53,7 +54,8 @@ def soak(steps: int, records: int = 20, every: int = 10, model=None) -> dict:
         gc.collect()
         kept = _metrics_bytes(tr.metrics)
         rows.append({"step": row["step"], "gpu_bytes": dev.allocated, "gpu_buffers": dev.live_buffers,
-                     "bind_groups": len(dev._bind_groups), "heap": tracemalloc.get_traced_memory()[0] - kept,
+                     "bind_groups": len(dev._bind_groups), "programs": len(tr.programs),
+                     "heap": tracemalloc.get_traced_memory()[0] - kept,
                      "metrics_bytes": kept, "loss": row["loss"]})
     tr.on_step = sample
     t0 = time.perf_counter()
@@ -94,7 +96,8 @@ def _soak_figures():
     kept = _metrics_bytes(tr.metrics)
     dev = tr.model.dev
     return json.dumps({"step": tr.step, "gpu_bytes": dev.allocated, "gpu_buffers": dev.live_buffers,
-        "bind_groups": len(dev._bind_groups), "heap": tracemalloc.get_traced_memory()[0] - kept,
+        "bind_groups": len(dev._bind_groups), "programs": len(tr.programs) if tr.programs is not None else 0,
+        "heap": tracemalloc.get_traced_memory()[0] - kept,
         "metrics_bytes": kept, "wasm": pyodide_js._module.HEAP8.length, "loss": tr.metrics[-1]["loss"]})
 
 def _soak_go(resolve, reject):

@@ -1,9 +1,11 @@
-"""LoRA training steps on a BitNet with random weights, timed: the part of `bitlora bench
-train` that runs on a bitlora device. Standard library + bitlora only, so the same
-function runs natively and inside Pyodide in Chromium (`--backend browser` hands this
-file to the page's worker, as the portable tests do).
+"""LoRA training steps and generation on a BitNet with random weights, timed: the parts
+of `bitlora bench train` and `bitlora bench generate` that run on a bitlora device.
+Standard library + bitlora only, so the same functions run natively and inside Pyodide
+in Chromium (`--backend browser` hands this file to the page's worker, as the portable
+tests do).
 
     res = await case_bench_steps(dev, config, B, T, steps, r, targets, profile=False)
+    res = await case_bench_generate(dev, config, prompt, new, r, targets, profile=False)
 
 Random weights: ternary codes from random bytes (code 3, not a weight, becomes 0), norm
 weights near 1, a bf16 embedding of magnitude ~0.01 (2B-4T stores it in bf16). Random
@@ -20,9 +22,11 @@ import time
 from bitlora.bitnet import EMBED, FINAL_NORM, FULL, LM_HEAD, norm_sizes, projection_shapes
 from bitlora.config import TrainConfig
 from bitlora.data import MicroBatch
+from bitlora.gpu import Programs
 from bitlora.formats.tensors import FloatTensor, TernaryTensor
 from bitlora.lora import Lora
 from bitlora.model import Model
+from bitlora.ops.sample import sample_token
 from bitlora.optim import AdamW
 
 # byte -> the same byte with every 2-bit code 3 turned into 1 (a zero weight)
@@ -98,17 +102,42 @@ async def _profile(dev, record_step) -> list:
     return [[name, round(sec * 1e3, 3), counts[name]] for name, sec in times.most_common()]
 
 
+# CPU time of this thread (Pyodide has none: its wall time, in a worker that does nothing else)
+_cpu_time = getattr(time, "thread_time", time.perf_counter)
+
+
+def _host_figures(host: list) -> dict:
+    """The host's share per step from (build s, submit s, dispatches, build CPU s) rows:
+    medians of the wall times (a shared machine's pauses fall outside them) and the mean
+    CPU time of this thread (what building a step costs wherever it runs)."""
+    med = lambda xs: sorted(xs)[len(xs) // 2]  # noqa: E731
+    build, submit = med([h[0] for h in host]), med([h[1] for h in host])
+    cpu, n = sum(h[3] for h in host) / len(host), host[-1][2]
+    return {"host_s_per_step": build + submit, "host_record_s_per_step": build, "host_submit_s_per_step": submit,
+            "host_cpu_s_per_step": cpu, "dispatches_per_step": n, "host_us_per_dispatch": 1e6 * build / n,
+            "host_cpu_us_per_dispatch": 1e6 * cpu / n}
+
+
 async def case_bench_steps(dev, config: dict, B: int, T: int, steps: int, r: int, targets: list,
-                           profile: bool = False, checkpointing: bool = False) -> dict:
+                           profile: bool = False, checkpointing: bool = False, kind: str | None = None,
+                           int8: bool = True, replay: bool = True, record_only: bool = False) -> dict:
     """Time `steps` optimizer steps (forward, loss, backward, clip, AdamW) of micro-batch
     B x T after two warm-up steps: ms/step, trained tokens/s, dispatches per step, the
-    host's share (recording and submitting a step, not waiting for it) and peak GPU bytes."""
+    host's share (building a step: writing its inputs and recording, or with `replay`
+    replaying, its dispatches; then submitting it; not waiting for it) and peak GPU bytes.
+    `kind` forces Device.kind's kernel variants ("gpu": a GPU's dispatch list on any
+    adapter), `int8` False turns Device.int8_dot off. `record_only`: build each step and
+    throw it away unsubmitted (the host's cost alone, e.g. at 2B-4T shapes on a CPU
+    adapter that would take minutes to run them)."""
+    dev.kind = kind or dev.kind
+    dev.int8_dot = dev.int8_dot and int8
     base = dev.reset_peak()
     t = time.perf_counter()
     model = await Model.create(dev, config, random_loader(config, 0), name="random-" + str(config["num_hidden_layers"]))
     await dev.sync()
-    out = {"adapter": dev.describe(), "kind": dev.kind, "model_upload_s": time.perf_counter() - t,
-           "model_bytes": dev.allocated - base}
+    out = {"adapter": dev.describe(), "kind": dev.kind, "int8": dev.kind == "gpu" and dev.int8_dot,
+           "model_upload_s": time.perf_counter() - t, "model_bytes": dev.allocated - base,
+           "replay": replay, "record_only": record_only}
     cfg = TrainConfig(lora_r=r, lora_alpha=2 * r, lora_dropout=0.05, target_modules=targets, micro_batch_size=B,
                       grad_accum=1, cutoff_len=T)
     lora = await Lora.create(model, cfg)
@@ -116,22 +145,37 @@ async def case_bench_steps(dev, config: dict, B: int, T: int, steps: int, r: int
     opt = AdamW(dev, lora.arena, lr=1e-4, weight_decay=0.0, max_grad_norm=1.0)
     await opt.prepare()
     mbs = [random_batch(B, T, config["vocab_size"], s) for s in range(steps + 3)]
+    programs = Programs(dev) if replay else None
     host = []
 
-    async def step(i):
-        t0 = time.perf_counter()
+    async def step(i, programs=programs):
+        t0, c0 = time.perf_counter(), _cpu_time()
         n0 = dev.dispatches
         dev.clear(acts.top.loss_sum)
-        model.forward(mbs[i].rows(), acts, lora, targets=mbs[i].targets, step=i)
-        model.backward(acts, lora)
+        model.train_micro(mbs[i].rows(), acts, lora, mbs[i].targets, step=i, programs=programs)
+        if record_only:
+            await opt.record_step(mbs[i].n_targets)
+            dev.discard()
+            host.append((time.perf_counter() - t0, 0.0, dev.dispatches - n0, _cpu_time() - c0))
+            return None
         loss = dev.read_later(acts.top.loss_sum, 0, 4)
-        res = await opt.step(mbs[i].n_targets)
-        host.append((time.perf_counter() - t0, dev.dispatches - n0))
+        res = await opt.record_step(mbs[i].n_targets)
+        t1, c1 = time.perf_counter(), _cpu_time()
+        dev.submit()
+        host.append((t1 - t0, time.perf_counter() - t1, dev.dispatches - n0, c1 - c0))
         return loss, res
 
     t = time.perf_counter()
-    await (await step(0))[1].get()
+    first = await step(0)
+    if not record_only:
+        await first[1].get()
     out["first_step_s"] = time.perf_counter() - t
+    out["first_step_host_s"] = host[0][0]
+    if record_only:
+        for i in range(1, steps + 2):
+            await step(i)
+        out.update(_host_figures(host[2:]), gpu_bytes_peak=dev.peak_allocated - base)
+        return out
     await (await step(1))[1].get()
     host.clear()
     t = time.perf_counter()
@@ -144,10 +188,101 @@ async def case_bench_steps(dev, config: dict, B: int, T: int, steps: int, r: int
         await res.get()
     dt = (time.perf_counter() - t) / steps
     tokens = mbs[2].n_targets
+    out.update(_host_figures(host))
     out.update({"step_s": dt, "tokens_per_step": tokens, "tokens_per_s": tokens / dt,
-                "host_s_per_step": sum(h for h, _ in host) / len(host), "dispatches_per_step": host[-1][1],
                 "loss_last": struct.unpack("<f", await pending[-1][0].get())[0] / tokens,
                 "gpu_bytes_peak": dev.peak_allocated - base})
+    if profile:   # dispatch by dispatch: recorded anew (a replay has no dispatch() calls to time)
+        out["profile"] = await _profile(dev, lambda: step(steps + 2, None))
+    return out
+
+
+def weight_bytes_per_token(model) -> int:
+    """Bytes of weights a one-token forward reads: every packed projection, the norms
+    and the head's table."""
+    proj = sum(p.O * -(-p.I // 16) * 4 for lay in model.layers for p in lay.proj.values())
+    norms = 4 * (model.L * (3 * model.C + model.F) + model.C)
+    return proj + norms + sum(w.size for _, _, w in model.head)
+
+
+async def _kernel_times(dev, record, reps: int = 20) -> list:
+    """GPU time per kernel of what `record()` records: each dispatch repeated `reps` times
+    in one submit, less the time of an empty submit; [name, ms per call, calls, bytes of
+    the weights it reads (matrix-vector kernels), GB/s]."""
+    plain, seen = dev.dispatch, []
+    dev.dispatch = lambda kernel, bindings, groups, params=None: seen.append((kernel, bindings, groups, params))
+    try:
+        record()
+    finally:
+        del dev.dispatch
+    dev.submit()
+    await dev.sync()
+    t = time.perf_counter()
+    await dev.sync()
+    idle = time.perf_counter() - t
+    times, counts, nbytes = collections.Counter(), collections.Counter(), collections.Counter()
+    for kernel, bindings, groups, params in seen:
+        t = time.perf_counter()
+        for _ in range(reps):
+            plain(kernel, bindings, groups, params)
+        await dev.sync()
+        times[kernel.name] += max(time.perf_counter() - t - idle, 0.0) / reps
+        counts[kernel.name] += 1
+        entry = kernel.name.split(":")[1]
+        if "matvec" in entry:      # the weight binding: ternary w is the third, the head's the second
+            nbytes[kernel.name] += bindings[2 if entry.startswith("ternary") else 1].size
+    return [[name, round(sec * 1e3, 4), counts[name], nbytes[name],
+             round(nbytes[name] / sec / 1e9, 1) if nbytes[name] and sec > 0 else None]
+            for name, sec in times.most_common()]
+
+
+async def case_bench_generate(dev, config: dict, prompt: int, new: int, r: int = 8, targets=("q_proj", "v_proj"),
+                              reps: int = 3, profile: bool = False, model=None) -> dict:
+    """Greedy generation of `new` tokens after a random `prompt`-token prompt, batch 1, KV
+    cache, no EOS: the prompt's tokens/s (its forward and the first token), decoding
+    tokens/s and ms per token after the first, dispatches and host ms per decoding token,
+    the weights' GB/s; the same with a LoRA adapter (r on `targets`). Best of `reps`."""
+    from bitlora.model import Model
+    base = dev.reset_peak()
+    t = time.perf_counter()
+    if model is None:
+        model = await Model.create(dev, config, random_loader(config, 0), name="random")
+    await dev.sync()
+    out = {"adapter": dev.describe(), "kind": dev.kind, "model_upload_s": time.perf_counter() - t,
+           "weight_bytes_per_token": weight_bytes_per_token(model)}
+    rnd = random.Random(1)
+    ids = [rnd.randrange(2, model.V) for _ in range(prompt)]
+    cfg = TrainConfig(lora_r=r, lora_alpha=2 * r, target_modules=list(targets))
+    lora = await Lora.create(model, cfg)
+    kinds = (("", None), ("lora_", lora))
+    for _, ad in kinds:
+        await model.agenerate(ids, 4, lora=ad, eos=())          # warm-up: pipelines, scratch, cache
+    firsts, runs = {name: [] for name, _ in kinds}, {name: [] for name, _ in kinds}
+    for _ in range(reps):                                        # base and adapted in turn: the same conditions
+        for name, ad in kinds:
+            firsts[name].append(await model.agenerate(ids, 1, lora=ad, eos=()))
+            runs[name].append(await model.agenerate(ids, new, lora=ad, eos=()))
+    for name, _ in kinds:
+        first = min(firsts[name], key=lambda g: g.total_s)
+        g = min(runs[name], key=lambda g: g.total_s - g.first_token_s)
+        steps = len(g.ids) - 1
+        dt = g.total_s - g.first_token_s
+        out.update({name + "prefill_s": first.total_s, name + "prefill_tokens_per_s": prompt / first.total_s,
+                    name + "decode_tokens_per_s": steps / dt, name + "ms_per_token": 1e3 * dt / steps,
+                    name + "dispatches_per_token": (g.dispatches - first.dispatches) / steps,
+                    name + "host_ms_per_token": 1e3 * (g.host_s - first.host_s) / steps,
+                    name + "weight_gb_per_s": out["weight_bytes_per_token"] * steps / dt / 1e9,
+                    name + "ids": g.ids[:16]})
+    out["lora_vs_base"] = out["lora_decode_tokens_per_s"] / out["decode_tokens_per_s"]
+    out["gpu_bytes_peak"] = dev.peak_allocated - base
     if profile:
-        out["profile"] = await _profile(dev, lambda: step(steps + 2))
+        cache = model.kv_cache(1, prompt + 2)
+        model.forward(ids, cache=cache, logits="last")
+        await dev.sync()
+        g = model._sampler(2)
+
+        def step():
+            logits = model.forward(g.tok, cache=cache, logits="last")
+            sample_token(dev, logits, g.state, g.tok, g.out, model.V)
+        out["profile"] = await _kernel_times(dev, step)
     return out

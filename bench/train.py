@@ -28,18 +28,21 @@ LEAN_MS_PER_TOKEN = 287.0   # the baseline's training time per trained token (do
 TORCH_CPU_MAX_PARAMS = 50_000_000   # torch on the CPU only for models this small (the demo)
 
 
-async def _native_steps(config, B, T, steps, r, targets, profile, checkpointing) -> dict:
+async def _native_steps(config, B, T, steps, r, targets, profile, checkpointing, kind, int8, replay,
+                        record_only) -> dict:
     dev = await gpu.get_device("native")
-    return await case_bench_steps(dev, config, B, T, steps, r, targets, profile, checkpointing)
+    return await case_bench_steps(dev, config, B, T, steps, r, targets, profile, checkpointing, kind, int8, replay,
+                                  record_only)
 
 
-def _browser_steps(config, B, T, steps, r, targets, profile, checkpointing) -> dict:
+def _browser_steps(config, B, T, steps, r, targets, profile, checkpointing, kind, int8, replay, record_only) -> dict:
     """bench/steps.py inside the page's worker: Pyodide + the browser's WebGPU."""
     from bitlora.app.browser import BrowserSession
     with BrowserSession() as session:
         return session.run_case(pathlib.Path(__file__).with_name("steps.py"), "case_bench_steps",
                                 {"config": config, "B": B, "T": T, "steps": steps, "r": r, "targets": targets,
-                                 "profile": profile, "checkpointing": checkpointing}, timeout_s=3600)
+                                 "profile": profile, "checkpointing": checkpointing, "kind": kind, "int8": int8,
+                                 "replay": replay, "record_only": record_only}, timeout_s=3600)
 
 
 def _nvidia_smi_mib():
@@ -146,12 +149,22 @@ def _bench_torch(config: dict, B: int, T: int, steps: int, r: int, targets: list
 
 def bench_train(shape: str = "2b4t", micro_batch: int = 1, seq: int = 256, steps: int = 10, lora_r: int = 8,
                 target_modules: str = "q_proj,v_proj", backend: str = "native", torch_dtypes: str | None = None,
-                compare_torch: bool | None = None, profile: bool = False, checkpointing: bool = False) -> dict:
-    """Time LoRA training steps on random weights of `shape`; print a summary and one
-    JSON line; return the figures."""
+                compare_torch: bool | None = None, profile: bool = False, checkpointing: bool = False,
+                kind: str | None = None, int8: bool = True, replay: bool = True, record_only: bool = False,
+                layers: int | None = None) -> dict:
+    """Time LoRA training steps on random weights of `shape` (with `layers`: that many
+    decoder layers); print a summary and one JSON line; return the figures. `kind` forces
+    the kernel variants ("gpu", "cpu": Device.kind), `int8` False the GPU's f32 forward
+    (Device.int8_dot). `record_only`: the host's part of each step alone, never run (no
+    torch comparison); `replay` False records every step anew."""
     config = dict(SHAPES[shape], model_type="bitnet")
+    if layers:
+        config["num_hidden_layers"] = layers
+    if record_only:
+        compare_torch = False
     targets = [m.strip() for m in target_modules.split(",") if m.strip()]
-    res = {"shape": shape, "micro_batch": micro_batch, "seq": seq, "steps": steps, "lora_r": lora_r,
+    res = {"shape": shape, "layers": config["num_hidden_layers"], "micro_batch": micro_batch, "seq": seq,
+           "steps": steps, "lora_r": lora_r,
            "target_modules": targets, "backend": backend, "gradient_checkpointing": checkpointing}
     dtypes = []
     if compare_torch is not False:
@@ -168,15 +181,25 @@ def bench_train(shape: str = "2b4t", micro_batch: int = 1, seq: int = 256, steps
             res.update({f"{k}_{dtype}" if k.startswith("torch_") and k not in ("torch_dtype", "torch_device", "torch_threads") else k: v
                         for k, v in got.items()})
     run = _browser_steps if backend == "browser" else lambda *a: asyncio.run(_native_steps(*a))
-    res.update(run(config, micro_batch, seq, steps, lora_r, targets, profile, checkpointing))
+    res.update(run(config, micro_batch, seq, steps, lora_r, targets, profile, checkpointing, kind, int8, replay,
+                   record_only))
     if backend != "browser":
         res["nvidia_smi_process_mib"] = _nvidia_smi_mib()
+    print(f"LoRA training, {shape} shapes (random ternary weights, {res['layers']} layers), r {lora_r} on "
+          f"{','.join(targets)}, micro-batch {micro_batch} x {seq} tokens, on {res['adapter']} ({res['kind']} kernels"
+          f"{', int8 forward' if res['int8'] else ''})")
+    host = (f"host {res['host_s_per_step'] * 1e3:.2f} ms/step (building the step {res['host_record_s_per_step'] * 1e3:.2f}"
+            f" = {res['host_us_per_dispatch']:.1f} us/dispatch, CPU time {res['host_cpu_s_per_step'] * 1e3:.2f}; submit "
+            f"{res['host_submit_s_per_step'] * 1e3:.2f}; {'replayed' if replay else 'recorded every step'}, first step "
+            f"{res['first_step_host_s'] * 1e3:.1f})")
+    if record_only:
+        print(f"  bitlora, recorded and not run: {res['dispatches_per_step']} dispatches/step, {host}")
+        print("BENCH " + json.dumps(res))
+        return res
     res["lean_tokens_per_s"] = 1000.0 / LEAN_MS_PER_TOKEN
     res["ratio_vs_lean"] = res["tokens_per_s"] / res["lean_tokens_per_s"]
-    print(f"LoRA training, {shape} shapes (random ternary weights), r {lora_r} on {','.join(targets)}, "
-          f"micro-batch {micro_batch} x {seq} tokens, on {res['adapter']} ({res['kind']} kernels)")
     print(f"  bitlora: {res['step_s'] * 1e3:.1f} ms/step, {res['tokens_per_s']:.0f} trained tokens/s, "
-          f"{res['dispatches_per_step']} dispatches/step, host {res['host_s_per_step'] * 1e3:.1f} ms/step; "
+          f"{res['dispatches_per_step']} dispatches/step, {host}; "
           f"GPU buffers {res['gpu_bytes_peak'] / 2**30:.3f} GiB at peak (model {res['model_bytes'] / 2**30:.3f} GiB)")
     for dtype in dtypes:
         line = (f"  torch {res['torch']} + PEFT on {res['torch_device']} ({res['torch_threads']} threads), "
@@ -208,12 +231,24 @@ def add_train_args(parser) -> None:
     parser.add_argument("--profile", action="store_true", help="also time each kernel over one step")
     parser.add_argument("--gradient-checkpointing", action="store_true",
                         help="recompute each layer in the backward (both bitlora and torch)")
+    parser.add_argument("--kind", choices=("gpu", "cpu"), default=None,
+                        help="force the kernel variants of a device kind (default: the adapter's; "
+                             "--kind gpu --record-only gives a GPU's dispatch list on a CPU adapter)")
+    parser.add_argument("--no-int8", action="store_true",
+                        help="the GPU forward in f32 sums even where dot4I8Packed exists (the kernel before it)")
+    parser.add_argument("--no-replay", action="store_true",
+                        help="record every step's dispatches anew instead of replaying the first step's")
+    parser.add_argument("--record-only", action="store_true",
+                        help="time the host's part of each step only: build it and never run it")
+    parser.add_argument("--layers", type=int, default=None, help="decoder layers (default: the shape's)")
 
 
 def main_train(args) -> dict:
     return bench_train(args.shape, args.micro_batch, args.seq, args.steps, args.lora_r, args.target_modules,
                        args.backend, args.torch_dtypes, compare_torch=False if args.no_torch else None,
-                       profile=args.profile, checkpointing=args.gradient_checkpointing)
+                       profile=args.profile, checkpointing=args.gradient_checkpointing, kind=args.kind,
+                       int8=not args.no_int8, replay=not args.no_replay, record_only=args.record_only,
+                       layers=args.layers)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,8 @@
 //   plain = 1 (the separate-ops path): gmul = 1, skip = 0 first. Then, unless skip:
 //   t = ++step, step_size and bc2_sqrt as above. A skipped step leaves t alone.
 // adamw:       0 params AdamWParams | 1 p[n/4] | 2 g[n/4] | 3 m[n/4] | 4 v[n/4] vec4 read_write |
-//              5 state read                                  ceil(n4/256) workgroups, split over x, y
+//              5 state read                       ceil(n4/(256*PER)) workgroups, split over x, y
+//   Each invocation updates PER vec4s, WG apart (override; more loads in flight per thread).
 //   skip = 1: only g = 0. Zero padding stays zero (g = m = v = p = 0 gives p = 0).
 
 struct AdamWParams {
@@ -68,10 +69,9 @@ fn adamw_begin() {
 @group(0) @binding(4) var<storage, read_write> v: array<vec4<f32>>;
 @group(0) @binding(5) var<storage, read> state: State;
 
-@compute @workgroup_size(WG)
-fn adamw(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>) {
-    let i = gid.x + gid.y * nw.x * WG;
-    if (i >= hp.n4) { return; }
+override PER: u32 = 1u;  // vec4s per invocation (ops/adamw.py PER_THREAD)
+
+fn adamw_one(i: u32) {
     if (state.skip != 0u) {
         g[i] = vec4<f32>(0.0);
         return;
@@ -90,4 +90,14 @@ fn adamw(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups)
     m[i] = mm;
     v[i] = vv;
     g[i] = vec4<f32>(0.0);
+}
+
+@compute @workgroup_size(WG)
+fn adamw(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>,
+         @builtin(num_workgroups) nw: vec3<u32>) {
+    let base = (wid.x + wid.y * nw.x) * WG * PER + lid.x;
+    for (var j = 0u; j < PER; j++) {
+        let i = base + j * WG;
+        if (i < hp.n4) { adamw_one(i); }
+    }
 }

@@ -10,6 +10,11 @@
 //   0 params ActQuantParams {N, I} | 1 x[N, I] read | 2 xq[N, I] write | 3 s[N] write
 //   dispatch: one workgroup (256) per row: N workgroups split over x, y
 //
+// actquant_forward_i8   the same, xq written packed (prelude: xq8[N, 4*ceil(I/16)] u32,
+//   for bitlinear_i8.wgsl): a thread quantises the 4 columns of each word it owns.
+//   0 params ActQuantParams {N, I} | 1 x[N, I] read | 2 xq8 write | 3 s[N] write
+//   dispatch: as actquant_forward
+//
 // bitlinear_forward   y[n, o] (= or +=) (sum_i xq[n, i] t[o, i]) * scale / s[n]
 //   The dot products of integers are exact in f32 (|sum| < 2^24 for I < 131072), so
 //   every tiling gives the same bits.
@@ -68,6 +73,35 @@ fn actquant_forward(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(work
     let s = 127.0 / max(wg_max(lid, m, WG), 1e-5);
     for (var i = lid; i < qp.i; i += WG) { q_xq[base + i] = clamp(round(q_x[base + i] * s), -128.0, 127.0); }
     if (lid == 0u) { q_s[n] = s; }
+}
+
+@group(0) @binding(0) var<uniform> q8_p: ActQuantParams;
+@group(0) @binding(1) var<storage, read> q8_x: array<f32>;
+@group(0) @binding(2) var<storage, read_write> q8_xq: array<u32>;
+@group(0) @binding(3) var<storage, read_write> q8_s: array<f32>;
+
+fn q8_at(base: u32, c: u32, s: f32) -> f32 {   // column c of the row at base, quantised (0 past I)
+    if (c >= q8_p.i) { return 0.0; }
+    return quant_i8(q8_x[base + c], s);
+}
+
+@compute @workgroup_size(WG)
+fn actquant_forward_i8(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>,
+                       @builtin(num_workgroups) nw: vec3<u32>) {
+    let lid = lid3.x;
+    let n = wid.x + wid.y * nw.x;
+    if (n >= q8_p.n) { return; }
+    let base = n * q8_p.i;
+    var m = 0.0;
+    for (var i = lid; i < q8_p.i; i += WG) { m = max(m, abs(q8_x[base + i])); }
+    let s = 127.0 / max(wg_max(lid, m, WG), 1e-5);
+    let words = 4u * ((q8_p.i + 15u) / 16u);
+    for (var e = lid; e < words; e += WG) {
+        let c = (e / 4u) * 16u + e % 4u;   // byte j: column c + 4j
+        q8_xq[n * words + e] = pack_i8(vec4<f32>(q8_at(base, c, s), q8_at(base, c + 4u, s),
+                                                 q8_at(base, c + 8u, s), q8_at(base, c + 12u, s)));
+    }
+    if (lid == 0u) { q8_s[n] = s; }
 }
 
 const TO: u32 = 64u;   // outputs per workgroup (one per thread)

@@ -57,8 +57,27 @@ fn sumsq_blocks(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup
     if (b >= arrayLength(&blocks)) { return; }  // uniform per workgroup
     let blk = blocks[b];
     var acc = 0.0;
-    if (blk.y == BLOCK4) {
-        // a full block: a constant trip count lets the compiler issue all the loads at once
+    if (blk.y == BLOCK4 && (BLOCK4 / WG) % 4u == 0u) {
+        // a full block: a constant trip count and four independent loads per iteration
+        // keep several loads of each thread in flight
+        var a0 = vec4<f32>(0.0);
+        var a1 = vec4<f32>(0.0);
+        var a2 = vec4<f32>(0.0);
+        var a3 = vec4<f32>(0.0);
+        for (var k = 0u; k < BLOCK4 / WG; k += 4u) {
+            let at = blk.x + k * WG + lid.x;
+            let x0 = g_in[at] * bp.scale;
+            let x1 = g_in[at + WG] * bp.scale;
+            let x2 = g_in[at + 2u * WG] * bp.scale;
+            let x3 = g_in[at + 3u * WG] * bp.scale;
+            a0 += x0 * x0;
+            a1 += x1 * x1;
+            a2 += x2 * x2;
+            a3 += x3 * x3;
+        }
+        let a = (a0 + a1) + (a2 + a3);
+        acc = (a.x + a.y) + (a.z + a.w);
+    } else if (blk.y == BLOCK4) {
         var a = vec4<f32>(0.0);
         for (var k = 0u; k < BLOCK4 / WG; k++) {
             let x = g_in[blk.x + k * WG + lid.x] * bp.scale;

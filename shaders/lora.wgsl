@@ -9,8 +9,10 @@
 // and a kept element is multiplied by keep_scale = 1 / (1 - p). The hash is counter
 // based (below, `dropout_hash`), so forward and backward regenerate the same mask on
 // the GPU from two u32s, and nothing random is uploaded. The caller makes `seed`
-// differ per (run, layer, module) and `step` per micro-batch. p = 0: threshold 0,
-// keep_scale 1, every element kept.
+// differ per (run, layer, module) and `step` per micro-batch. `step` is read from a
+// buffer (`stream[0]`, written by the host each step), not the uniform, so a recorded
+// step replays unchanged (gpu/device.py Program). p = 0: threshold 0, keep_scale 1,
+// every element kept (`step` is read but unused).
 //
 // Backward (dy[N, O] is the gradient of the projection's output):
 //   dB[O, R] += scale * dy^T u                       (lora_grad_b)
@@ -22,7 +24,9 @@
 // exactly one writer; the sums over N are serial loops of one invocation (no atomics).
 //
 // Entry points (all: 0 params uniform LoraParams, shared by the wrapper):
-//   params {N, I, O, R, scale, keep_threshold, keep_scale, seed, step}
+//   params {N, I, O, R, scale, keep_threshold, keep_scale, seed}
+// The three that apply dropout (lora_down, lora_grad_a, lora_grad_x and their *_rows)
+// also bind 4 stream[1] u32 read: the dropout stream `step`.
 // lora_down:   1 x[N, I] read | 2 a[R, I] read | 3 u[N, R] write
 //              one workgroup (64) per (n, r): N*R workgroups split over x, y
 // lora_up:     1 u[N, R] read | 2 b[O, R] read | 3 y[N, O] read_write (+=)
@@ -51,26 +55,18 @@
 struct LoraParams {
     n: u32, i: u32, o: u32, r: u32,
     scale: f32, keep_threshold: u32, keep_scale: f32, seed: u32,
-    step: u32,
 };
 
 const WR: u32 = 64u;  // workgroup of the reductions over I or O
-
-// PCG output permutation of one LCG step: a good 32-bit integer hash.
-fn pcg(v: u32) -> u32 {
-    let s = v * 747796405u + 2891336453u;
-    let w = ((s >> ((s >> 28u) + 4u)) ^ s) * 277803737u;
-    return (w >> 22u) ^ w;
-}
 
 fn dropout_hash(seed: u32, step: u32, idx: u32) -> u32 {
     return pcg(idx ^ pcg(seed ^ pcg(step)));
 }
 
 // dropout(x)[n, i] / x[n, i]: 0 or keep_scale
-fn keep_factor(p: LoraParams, idx: u32) -> f32 {
+fn keep_factor(p: LoraParams, step: u32, idx: u32) -> f32 {
     if (p.keep_threshold == 0u) { return 1.0; }
-    return select(0.0, p.keep_scale, dropout_hash(p.seed, p.step, idx) >= p.keep_threshold);
+    return select(0.0, p.keep_scale, dropout_hash(p.seed, step, idx) >= p.keep_threshold);
 }
 
 // ---------------------------------------------------------------------------- forward
@@ -78,11 +74,13 @@ fn keep_factor(p: LoraParams, idx: u32) -> f32 {
 @group(0) @binding(1) var<storage, read> down_x: array<f32>;
 @group(0) @binding(2) var<storage, read> down_a: array<f32>;
 @group(0) @binding(3) var<storage, read_write> down_u: array<f32>;
+@group(0) @binding(4) var<storage, read> down_stream: array<u32>;
 
 @compute @workgroup_size(WR)
 fn lora_down(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>,
              @builtin(num_workgroups) nw: vec3<u32>) {
     let p = p_down;
+    let step = down_stream[0];
     let k = wid.x + wid.y * nw.x;  // = n * R + r
     if (k >= p.n * p.r) { return; }
     let n = k / p.r;
@@ -90,7 +88,7 @@ fn lora_down(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_i
     var acc = 0.0;
     for (var i = lid3.x; i < p.i; i += WR) {
         let idx = n * p.i + i;
-        acc += down_x[idx] * keep_factor(p, idx) * down_a[r * p.i + i];
+        acc += down_x[idx] * keep_factor(p, step, idx) * down_a[r * p.i + i];
     }
     let total = wg_sum(lid3.x, acc, WR);
     if (lid3.x == 0u) { down_u[k] = total; }
@@ -157,11 +155,13 @@ fn lora_grad_u(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup
 @group(0) @binding(1) var<storage, read> ga_du: array<f32>;
 @group(0) @binding(2) var<storage, read> ga_x: array<f32>;
 @group(0) @binding(3) var<storage, read_write> ga_da: array<f32>;
+@group(0) @binding(4) var<storage, read> ga_stream: array<u32>;
 
 @compute @workgroup_size(WG)
 fn lora_grad_a(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>,
                @builtin(num_workgroups) nw: vec3<u32>) {
     let p = p_ga;
+    let step = ga_stream[0];
     let k = (wid.x + wid.y * nw.x) * WG + lid3.x;  // = r * I + i
     if (k >= p.r * p.i) { return; }
     let r = k / p.i;
@@ -169,7 +169,7 @@ fn lora_grad_a(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup
     var acc = 0.0;
     for (var n = 0u; n < p.n; n++) {
         let idx = n * p.i + i;
-        acc += ga_du[n * p.r + r] * ga_x[idx] * keep_factor(p, idx);
+        acc += ga_du[n * p.r + r] * ga_x[idx] * keep_factor(p, step, idx);
     }
     ga_da[k] = ga_da[k] + acc;
 }
@@ -178,16 +178,18 @@ fn lora_grad_a(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup
 @group(0) @binding(1) var<storage, read> gx_du: array<f32>;
 @group(0) @binding(2) var<storage, read> gx_a: array<f32>;
 @group(0) @binding(3) var<storage, read_write> gx_dx: array<f32>;
+@group(0) @binding(4) var<storage, read> gx_stream: array<u32>;
 
 @compute @workgroup_size(WG)
 fn lora_grad_x(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>,
                @builtin(num_workgroups) nw: vec3<u32>) {
     let p = p_gx;
+    let step = gx_stream[0];
     let k = (wid.x + wid.y * nw.x) * WG + lid3.x;  // = n * I + i
     if (k >= p.n * p.i) { return; }
     let n = k / p.i;
     let i = k % p.i;
-    let f = keep_factor(p, k);
+    let f = keep_factor(p, step, k);
     if (f == 0.0) { return; }
     var acc = 0.0;
     for (var r = 0u; r < p.r; r++) { acc += gx_du[n * p.r + r] * gx_a[r * p.i + i]; }
@@ -201,10 +203,12 @@ const LR: u32 = 16u;  // invocations per workgroup
 @group(0) @binding(1) var<storage, read> dr_x: array<vec4<f32>>;
 @group(0) @binding(2) var<storage, read> dr_a: array<vec4<f32>>;
 @group(0) @binding(3) var<storage, read_write> dr_u: array<f32>;
+@group(0) @binding(4) var<storage, read> dr_stream: array<u32>;
 
 @compute @workgroup_size(LR)
 fn lora_down_rows(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>) {
     let p = p_dr;
+    let step = dr_stream[0];
     let k = gid.x + gid.y * nw.x * LR;  // = n * R + r
     if (k >= p.n * p.r) { return; }
     let n = k / p.r;
@@ -214,7 +218,7 @@ fn lora_down_rows(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_wo
     if (p.keep_threshold == 0u) {   // no dropout: a loop without the branch
         for (var i = 0u; i < I4; i++) { acc += dr_x[n * I4 + i] * dr_a[r * I4 + i]; }
     } else {
-        for (var i = 0u; i < I4; i++) { acc += dr_x[n * I4 + i] * keep4(p, n * p.i + 4u * i) * dr_a[r * I4 + i]; }
+        for (var i = 0u; i < I4; i++) { acc += dr_x[n * I4 + i] * keep4(p, step, n * p.i + 4u * i) * dr_a[r * I4 + i]; }
     }
     dr_u[k] = (acc.x + acc.y) + (acc.z + acc.w);
 }
@@ -284,19 +288,22 @@ fn lora_grad_b_rows(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_
 }
 
 // keep_factor of elements idx .. idx+3
-fn keep4(p: LoraParams, idx: u32) -> vec4<f32> {
+fn keep4(p: LoraParams, step: u32, idx: u32) -> vec4<f32> {
     if (p.keep_threshold == 0u) { return vec4<f32>(1.0); }
-    return vec4<f32>(keep_factor(p, idx), keep_factor(p, idx + 1u), keep_factor(p, idx + 2u), keep_factor(p, idx + 3u));
+    return vec4<f32>(keep_factor(p, step, idx), keep_factor(p, step, idx + 1u), keep_factor(p, step, idx + 2u),
+                     keep_factor(p, step, idx + 3u));
 }
 
 @group(0) @binding(0) var<uniform> p_gar: LoraParams;
 @group(0) @binding(1) var<storage, read> gar_du: array<f32>;
 @group(0) @binding(2) var<storage, read> gar_x: array<vec4<f32>>;
 @group(0) @binding(3) var<storage, read_write> gar_da: array<vec4<f32>>;
+@group(0) @binding(4) var<storage, read> gar_stream: array<u32>;
 
 @compute @workgroup_size(LR)
 fn lora_grad_a_rows(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>) {
     let p = p_gar;
+    let step = gar_stream[0];
     let I4 = p.i / 4u;
     let k = gid.x + gid.y * nw.x * LR;  // = r * I/4 + i/4
     if (k >= p.r * I4) { return; }
@@ -307,7 +314,7 @@ fn lora_grad_a_rows(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_
         for (var n = 0u; n < p.n; n++) { acc += gar_du[n * p.r + r] * gar_x[n * I4 + i4]; }
     } else {
         for (var n = 0u; n < p.n; n++) {
-            acc += gar_du[n * p.r + r] * gar_x[n * I4 + i4] * keep4(p, n * p.i + 4u * i4);
+            acc += gar_du[n * p.r + r] * gar_x[n * I4 + i4] * keep4(p, step, n * p.i + 4u * i4);
         }
     }
     gar_da[k] = gar_da[k] + acc;
@@ -317,10 +324,12 @@ fn lora_grad_a_rows(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_
 @group(0) @binding(1) var<storage, read> gxr_du: array<f32>;
 @group(0) @binding(2) var<storage, read> gxr_a: array<vec4<f32>>;
 @group(0) @binding(3) var<storage, read_write> gxr_dx: array<vec4<f32>>;
+@group(0) @binding(4) var<storage, read> gxr_stream: array<u32>;
 
 @compute @workgroup_size(LR)
 fn lora_grad_x_rows(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>) {
     let p = p_gxr;
+    let step = gxr_stream[0];
     let I4 = p.i / 4u;
     let k = gid.x + gid.y * nw.x * LR;  // = n * I/4 + i/4
     if (k >= p.n * I4) { return; }
@@ -328,6 +337,57 @@ fn lora_grad_x_rows(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_
     let i4 = k % I4;
     var acc = vec4<f32>(0.0);
     for (var r = 0u; r < p.r; r++) { acc += gxr_du[n * p.r + r] * gxr_a[r * I4 + i4]; }
-    let f = keep4(p, 4u * k);
+    let f = keep4(p, step, 4u * k);
     gxr_dx[k] = gxr_dx[k] + f * acc;
+}
+
+// ---------------------------------------------------------------------------- decoding
+// lora_down_parts   one token's u for up to three adapted projections of one input
+//   (decoding, N = 1, no dropout), from the arena's params in one dispatch:
+//     u[p*R + r] = sum_i x[i] A_p[r, i]   for each part p whose a_p != NONE
+//   A_p at float a_p of ab. The up half is folded into ternary_matvec (matvec.wgsl),
+//   which adds scale * B_p u_p to each output as lora_up would.
+//   lora_down_parts: lora_down's sum (WR threads, strided, wg_sum), one workgroup per (p, r):
+//     3*R workgroups split over x, y (an absent part's return at once).
+//   lora_down_parts_rows (CPU adapters, I % 4 == 0): lora_down_rows' vec4 sum, one (p, r)
+//     per invocation: ceil(3*R / LR) workgroups.
+//   0 params LoraPartsParams {I, R, a0, a1, a2} | 1 x[I] read | 2 ab read (the arena's
+//   params) | 3 u[3R] read_write
+const NONE: u32 = 0xffffffffu;
+struct LoraPartsParams { i: u32, r: u32, a0: u32, a1: u32, a2: u32 };
+@group(0) @binding(0) var<uniform> lp_p: LoraPartsParams;
+@group(0) @binding(1) var<storage, read> lp_x: array<f32>;
+@group(0) @binding(2) var<storage, read> lp_ab: array<f32>;
+@group(0) @binding(3) var<storage, read_write> lp_u: array<f32>;
+
+fn lp_a(part: u32) -> u32 {
+    return select(select(lp_p.a2, lp_p.a1, part == 1u), lp_p.a0, part == 0u);
+}
+
+@compute @workgroup_size(WR)
+fn lora_down_parts(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>,
+                   @builtin(num_workgroups) nw: vec3<u32>) {
+    let k = wid.x + wid.y * nw.x;     // = part * R + r
+    if (k >= 3u * lp_p.r || lp_a(k / lp_p.r) == NONE) { return; }   // uniform per workgroup
+    let ar = lp_a(k / lp_p.r) + (k % lp_p.r) * lp_p.i;
+    var acc = 0.0;
+    for (var i = lid3.x; i < lp_p.i; i += WR) { acc += lp_x[i] * lp_ab[ar + i]; }
+    let total = wg_sum(lid3.x, acc, WR);
+    if (lid3.x == 0u) { lp_u[k] = total; }
+}
+
+@group(0) @binding(1) var<storage, read> lpr_x: array<vec4<f32>>;
+@group(0) @binding(2) var<storage, read> lpr_ab: array<vec4<f32>>;
+
+@compute @workgroup_size(LR)
+fn lora_down_parts_rows(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>) {
+    let k = gid.x + gid.y * nw.x * LR;
+    if (k >= 3u * lp_p.r) { return; }
+    let a = lp_a(k / lp_p.r);
+    if (a == NONE) { return; }
+    let I4 = lp_p.i / 4u;
+    let ar = (a + (k % lp_p.r) * lp_p.i) / 4u;
+    var acc = vec4<f32>(0.0);
+    for (var i = 0u; i < I4; i++) { acc += lpr_x[i] * lpr_ab[ar + i]; }
+    lp_u[k] = (acc.x + acc.y) + (acc.z + acc.w);
 }

@@ -41,6 +41,31 @@ fn wg_max(lid: u32, x: f32, n: u32) -> f32 {
     return total;
 }
 
+// ---------------------------------------------------------------- MLP gating
+// h = act(g) * u, act relu^2 or SiLU (relu2.wgsl; matvec.wgsl's norm fuses it when decoding).
+const GATE_RELU2: u32 = 1u;
+const GATE_SILU: u32 = 2u;
+
+fn sigmoid(x: f32) -> f32 {   // without overflow: exp of a non-positive number only
+    let e = exp(-abs(x));
+    return select(e / (1.0 + e), 1.0 / (1.0 + e), x >= 0.0);
+}
+
+fn gating(act: u32, g: f32, u: f32) -> f32 {
+    if (act == GATE_SILU) { return g * sigmoid(g) * u; }
+    let r = max(g, 0.0);
+    return r * r * u;
+}
+
+// ---------------------------------------------------------------- hashing
+// PCG output permutation of one LCG step: a good 32-bit integer hash (LoRA dropout masks,
+// the sampler's random numbers).
+fn pcg(v: u32) -> u32 {
+    let s = v * 747796405u + 2891336453u;
+    let w = ((s >> ((s >> 28u) + 4u)) ^ s) * 277803737u;
+    return (w >> 22u) ^ w;
+}
+
 // ---------------------------------------------------------------- bf16
 // Element e of a bf16 array stored two per u32, low half first (word = array[e >> 1]):
 // a bf16 is the top half of an f32, so widening is a shift. No shader-f16 needed.
@@ -59,6 +84,22 @@ fn ternary_at(word: u32, k: u32) -> f32 {          // weight of column k (< 16) 
 fn ternary_quad(word: u32, q: u32) -> vec4<f32> {   // weights of columns 4q .. 4q+3 of a word
     let b = word >> (8u * q);
     return vec4<f32>(vec4<u32>(b & 3u, (b >> 2u) & 3u, (b >> 4u) & 3u, (b >> 6u) & 3u)) - 1.0;
+}
+
+// ---------------------------------------------------------------- int8 activations
+// BitLinear's per-token activation quantiser (HF ActQuant): q = clamp(round(v * s), -128, 127)
+// with s = 127 / max|row|; WGSL round() rounds half to even, like torch.round.
+fn quant_i8(v: f32, s: f32) -> f32 {
+    return clamp(round(v * s), -128.0, 127.0);
+}
+
+// Packed int8 activations, the GPU's input to bitlinear_i8.wgsl: xq8[N, 4*ceil(I/16)] u32.
+// Per 16 columns (one packed ternary word) four words; byte j of word k holds column
+// 16g + 4j + k of group g as a two's-complement int8, so word k lines up with the
+// weight bits (w >> 2k) & 0x03030303 (bitlinear_i8.wgsl). Columns past I are 0.
+fn pack_i8(q: vec4<f32>) -> u32 {                  // q: 4 integers in [-128, 127], byte j = q[j]
+    let b = bitcast<vec4<u32>>(vec4<i32>(q)) & vec4<u32>(0xffu);
+    return b.x | (b.y << 8u) | (b.z << 16u) | (b.w << 24u);
 }
 
 // ---------------------------------------------------------------- CPU register tiles

@@ -11,6 +11,7 @@
 //   0 params Relu2Params {count} | 1 dh[N, F] read | 2 g[N, F] read | 3 u[N, F] read |
 //   4 dg[N, F] write | 5 du[N, F] write
 // silu_gating_forward, silu_gating_backward: the same bindings as their relu2 twins
+// (the forward's arithmetic is the prelude's `gating`, shared with matvec.wgsl)
 // dispatch (all): ceil(count / 256) workgroups split over x, y
 
 struct Relu2Params { count: u32 };
@@ -24,8 +25,7 @@ fn relu2_gating_forward(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(w
                         @builtin(num_workgroups) nw: vec3<u32>) {
     let i = (wid.x + wid.y * nw.x) * WG + lid.x;
     if (i >= p.count) { return; }
-    let r = max(g[i], 0.0);
-    h[i] = r * r * u[i];
+    h[i] = gating(GATE_RELU2, g[i], u[i]);
 }
 
 @group(0) @binding(1) var<storage, read> gt_dh: array<f32>;
@@ -45,19 +45,12 @@ fn relu2_gating_backward(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(
     gt_du[k] = a * a * dh;
 }
 
-// sigmoid without overflow: exp of a non-positive number only
-fn sigmoid(x: f32) -> f32 {
-    let e = exp(-abs(x));
-    return select(e / (1.0 + e), 1.0 / (1.0 + e), x >= 0.0);
-}
-
 @compute @workgroup_size(WG)
 fn silu_gating_forward(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>,
                        @builtin(num_workgroups) nw: vec3<u32>) {
     let i = (wid.x + wid.y * nw.x) * WG + lid.x;
     if (i >= p.count) { return; }
-    let x = g[i];
-    h[i] = x * sigmoid(x) * u[i];
+    h[i] = gating(GATE_SILU, g[i], u[i]);
 }
 
 @compute @workgroup_size(WG)

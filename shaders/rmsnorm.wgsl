@@ -9,7 +9,14 @@
 // rmsnorm_backward   accumulate = 1 adds into dx (the residual stream), 0 overwrites
 //   0 params RmsBackwardParams {N, C, accumulate} | 1 dy[N, C] read | 2 x[N, C] read |
 //   3 w[C] read | 4 rstd[N] read | 5 dx[N, C] read_write
-// dispatch (both): one workgroup (256) per row: N workgroups split over x, y
+// rmsnorm_quant_forward   rmsnorm_forward, then BitLinear's activation quantiser of its
+//   output (bitlinear.wgsl actquant_forward) in the same dispatch, with the same bits: y,
+//   rstd, and s[n] = 127 / max(max_c |y[n, c]|, 1e-5), xq = quant_i8(y * s) (prelude),
+//   written as f32 [N, C] (packed = 0) or packed int8 (packed = 1: prelude xq8).
+//   y is recomputed, not read back, for xq (the same two multiplies: the same value).
+//   0 params RmsQuantParams {N, C, eps, packed} | 1 x[N, C] read | 2 w[C] read |
+//   3 y[N, C] write | 4 rstd[N] write | 5 xq write (u32 words) | 6 s[N] write
+// dispatch (all three): one workgroup (256) per row: N workgroups split over x, y
 //
 // CPU variants (Device.kind "cpu", C % 4 == 0): rmsnorm_forward_rows, rmsnorm_backward_rows,
 //   the same bindings seen as vec4 (rstd[N] stays scalar); one row per invocation, RR rows
@@ -36,6 +43,51 @@ fn rmsnorm_forward(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workg
     let r = inverseSqrt(wg_sum(lid, acc, WG) / f32(p.c) + p.eps);
     for (var c = lid; c < p.c; c += WG) { y[base + c] = w[c] * (x[base + c] * r); }
     if (lid == 0u) { rstd[n] = r; }
+}
+
+struct RmsQuantParams { n: u32, c: u32, eps: f32, packed: u32 };
+@group(0) @binding(0) var<uniform> rq_p: RmsQuantParams;
+@group(0) @binding(1) var<storage, read> rq_x: array<f32>;
+@group(0) @binding(2) var<storage, read> rq_w: array<f32>;
+@group(0) @binding(3) var<storage, read_write> rq_y: array<f32>;
+@group(0) @binding(4) var<storage, read_write> rq_rstd: array<f32>;
+@group(0) @binding(5) var<storage, read_write> rq_xq: array<u32>;   // f32 bits, or packed int8
+@group(0) @binding(6) var<storage, read_write> rq_s: array<f32>;
+
+fn rq_at(base: u32, c: u32, r: f32, s: f32) -> f32 {   // xq of column c of the row at base (0 past C)
+    if (c >= rq_p.c) { return 0.0; }
+    return quant_i8(rq_w[c] * (rq_x[base + c] * r), s);
+}
+
+@compute @workgroup_size(WG)
+fn rmsnorm_quant_forward(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>,
+                         @builtin(num_workgroups) nw: vec3<u32>) {
+    let lid = lid3.x;
+    let n = wid.x + wid.y * nw.x;
+    if (n >= rq_p.n) { return; }
+    let C = rq_p.c;
+    let base = n * C;
+    var acc = 0.0;
+    for (var c = lid; c < C; c += WG) { let v = rq_x[base + c]; acc += v * v; }
+    let r = inverseSqrt(wg_sum(lid, acc, WG) / f32(C) + rq_p.eps);
+    var m = 0.0;
+    for (var c = lid; c < C; c += WG) {
+        let v = rq_w[c] * (rq_x[base + c] * r);
+        rq_y[base + c] = v;
+        m = max(m, abs(v));
+    }
+    let s = 127.0 / max(wg_max(lid, m, WG), 1e-5);
+    if (rq_p.packed != 0u) {
+        let words = 4u * ((C + 15u) / 16u);
+        for (var e = lid; e < words; e += WG) {
+            let c = (e / 4u) * 16u + e % 4u;   // byte j: column c + 4j
+            rq_xq[n * words + e] = pack_i8(vec4<f32>(rq_at(base, c, r, s), rq_at(base, c + 4u, r, s),
+                                                     rq_at(base, c + 8u, r, s), rq_at(base, c + 12u, r, s)));
+        }
+    } else {
+        for (var c = lid; c < C; c += WG) { rq_xq[base + c] = bitcast<u32>(rq_at(base, c, r, s)); }
+    }
+    if (lid == 0u) { rq_rstd[n] = r; rq_s[n] = s; }
 }
 
 struct RmsBackwardParams { n: u32, c: u32, accumulate: u32 };

@@ -61,3 +61,55 @@ fn rope_backward(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgrou
     x[i0] = a * c + b * s;
     x[i0 + half] = b * c - a * s;
 }
+
+// rope_kv_store   a forward over a KV cache (decoding): RoPE on q in place and on k as
+//   it goes into the cache, v copied beside it — rope_forward on q and k, then
+//   attention.wgsl's kv_store, in one dispatch with the same arithmetic (the same bits).
+//   Row n = b*T + t is at position pos0 + t; k_cache[b, pos0 + t, :] = rope(k[n, :]).
+//   0 params RopeKvParams {B, T, H, Hkv, D, S, pos0} | 1 q[N, H*D] read_write |
+//   2 k[N, Hkv*D] read | 3 v[N, Hkv*D] read | 4 k_cache[B, S, Hkv*D] read_write |
+//   5 v_cache[B, S, Hkv*D] read_write | 6 cos[P, D/2] read | 7 sin[P, D/2] read
+//   dispatch: ceil(N*(H + Hkv)*D/2 / 256) workgroups split over x, y; an invocation
+//   rotates one pair (j, j + D/2) of a q or k head, and a k head's also copies v's pair.
+struct RopeKvParams { b: u32, t: u32, h: u32, hkv: u32, d: u32, s: u32, pos0: u32 };
+@group(0) @binding(0) var<uniform> rk_p: RopeKvParams;
+@group(0) @binding(1) var<storage, read_write> rk_q: array<f32>;
+@group(0) @binding(2) var<storage, read> rk_k: array<f32>;
+@group(0) @binding(3) var<storage, read> rk_v: array<f32>;
+@group(0) @binding(4) var<storage, read_write> rk_kc: array<f32>;
+@group(0) @binding(5) var<storage, read_write> rk_vc: array<f32>;
+@group(0) @binding(6) var<storage, read> rk_cos: array<f32>;
+@group(0) @binding(7) var<storage, read> rk_sin: array<f32>;
+
+@compute @workgroup_size(256)
+fn rope_kv_store(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>,
+                 @builtin(num_workgroups) nw: vec3<u32>) {
+    let p = rk_p;
+    let i = (wid.x + wid.y * nw.x) * 256u + lid.x;
+    let half = p.d / 2u;
+    let heads = p.h + p.hkv;
+    if (i >= p.b * p.t * heads * half) { return; }
+    let j = i % half;
+    let n = i / half / heads;
+    let h = (i / half) % heads;
+    let pos = p.pos0 + n % p.t;
+    let c = rk_cos[pos * half + j];
+    let s = rk_sin[pos * half + j];
+    if (h < p.h) {
+        let a = (n * p.h + h) * p.d + j;
+        let x1 = rk_q[a];
+        let x2 = rk_q[a + half];
+        rk_q[a] = x1 * c - x2 * s;
+        rk_q[a + half] = x2 * c + x1 * s;
+        return;
+    }
+    let W = p.hkv * p.d;
+    let a = n * W + (h - p.h) * p.d + j;
+    let dst = ((n / p.t) * p.s + pos) * W + (h - p.h) * p.d + j;
+    let x1 = rk_k[a];
+    let x2 = rk_k[a + half];
+    rk_kc[dst] = x1 * c - x2 * s;
+    rk_kc[dst + half] = x2 * c + x1 * s;
+    rk_vc[dst] = rk_v[a];
+    rk_vc[dst + half] = rk_v[a + half];
+}

@@ -2,14 +2,15 @@
 // and draws what the worker reports. No math here: Python does the work.
 //
 // Page -> worker: hello, load-model, load-data, train, pause, resume, stop, forget-models,
-//                 generate, export, resume-checkpoint, discard-checkpoint, estimate.
+//                 generate, stop-generate, export, resume-checkpoint, discard-checkpoint, estimate.
 // Worker -> page: boot, ready, fatal, log, defaults, hello, progress, model-info,
-//                 data-info, train-state, micro, step, generated, export, checkpoint, model-cache,
+//                 data-info, train-state, micro, step, gen-token, generated, export, checkpoint, model-cache,
 //                 estimate, error, gpu-error (each handled below; unknown types are reported).
 // The source radios show what is loaded; Train uses it, and the worker loads the
 // demo model and dataset itself when nothing else was chosen.
 // Tests only: with ?test-hooks in the URL, window.bitloraTest lets a test run Python
-// in the worker (to read logits, or destroy the GPU device) and read every message.
+// in the worker (to read logits, destroy the GPU device, or hold training as a chosen
+// micro-batch starts: webapp.Hold) and read every message.
 import uPlot from "/vendor/uplot/uPlot.esm.js";
 import { PyWorker } from "./client.js";
 
@@ -81,9 +82,35 @@ function saveSettings() {
   try { localStorage.setItem(SETTINGS_KEY, JSON.stringify(readSettings())); } catch { /* private mode */ }
 }
 
+$("settings").addEventListener("input", saveSettings);      // typed, then reloaded: kept
 $("settings").addEventListener("change", () => { saveSettings(); requestEstimate(); });
 $("memory-budget").addEventListener("change", requestEstimate);
 $("reset-settings").onclick = () => { if (defaults) { writeSettings(defaults); saveSettings(); requestEstimate(); } };
+
+// The page's other fields (hub URL, memory budget, URLs, prompt, generation options)
+// survive a reload too: every input, textarea and select with an id outside the form,
+// except file pickers and the source radios (those show what is loaded).
+const FIELDS_KEY = "bitlora.fields.v1";
+const keptFields = () => [...document.querySelectorAll("main input[id], main textarea[id], main select[id]")]
+  .filter((el) => !el.closest("#settings") && el.type !== "file" && el.type !== "radio");
+
+function saveFields() {
+  const out = {};
+  for (const el of keptFields()) out[el.id] = el.type === "checkbox" ? el.checked : el.value;
+  try { localStorage.setItem(FIELDS_KEY, JSON.stringify(out)); } catch { /* private mode */ }
+}
+
+function restoreFields() {
+  let saved = null;
+  try { saved = JSON.parse(localStorage.getItem(FIELDS_KEY) || "null"); } catch { saved = null; }
+  for (const el of keptFields()) {
+    if (!saved || !(el.id in saved)) continue;
+    if (el.type === "checkbox") el.checked = Boolean(saved[el.id]);
+    else el.value = String(saved[el.id]);
+  }
+}
+restoreFields();
+for (const el of keptFields()) for (const ev of ["input", "change"]) el.addEventListener(ev, saveFields);
 
 // ---------------------------------------------------------------- charts
 const charts = {};
@@ -195,16 +222,18 @@ let gpuOk = false;
 let loading = "";              // "model" / "data" while one loads
 let trainState = "idle";
 let hasAdapter = false;
+let generating = false;        // a Generate is streaming its answers
 // what Train uses: the loaded model and dataset, else the demo ones (the radios show it)
 const loaded = { model: { source: "demo", name: "" }, data: { source: "demo", name: "" } };
 
 function updateButtons() {
   const busy = ["running", "paused", "starting", "stopping"].includes(trainState);
-  $("train").disabled = !gpuOk || !dataReady || busy || loading !== "";
+  $("train").disabled = !gpuOk || !dataReady || busy || loading !== "" || generating;
   $("pause").disabled = trainState !== "running";
   $("resume").disabled = trainState !== "paused";
   $("stop").disabled = !busy || trainState === "stopping";
-  $("generate").disabled = !modelReady || busy;
+  $("generate").disabled = !modelReady || busy || generating;
+  $("gen-stop").hidden = !generating;
   $("export").disabled = !hasAdapter;
   $("export-why").hidden = hasAdapter;
   for (const id of ["load-demo-model", "model-file", "model-folder", "model-url-load",
@@ -230,6 +259,8 @@ function loadModel(msg) {
   modelReady = false; loading = "model"; updateButtons();
   $("model-progress").hidden = false;
   $("model-progress").value = 0;
+  $("model-progress-text").textContent = "";
+  $("model-progress-text").className = "muted";
   setStatus(`Loading the model ${msg.name || msg.url || "(demo)"}…`);
   py.send({ type: "load-model", ...msg });
 }
@@ -317,10 +348,18 @@ $("resume").onclick = () => py.send({ type: "resume" });
 $("stop").onclick = () => py.send({ type: "stop" });
 $("export").onclick = () => py.send({ type: "export" });
 $("generate").onclick = () => {
-  $("gen-base").textContent = "…"; $("gen-adapted").textContent = "…";
+  $("gen-base").textContent = "…"; $("gen-adapted").textContent = hasAdapter ? "…" : "";
+  $("gen-base-speed").textContent = ""; $("gen-adapted-speed").textContent = "";
+  generating = true; updateButtons();
+  setStatus("Generating…");
   py.send({ type: "generate", instruction: $("prompt").value, input: $("prompt-input").value,
             max_new_tokens: Number($("max-new-tokens").value), temperature: Number($("temperature").value) });
 };
+$("gen-stop").onclick = () => py.send({ type: "stop-generate" });
+
+function genSpeed(tokens, tps) {
+  return tps ? `· ${tokens} tokens, ${tps.toFixed(1)} tokens/s` : `· ${tokens} tokens`;
+}
 
 function download(name, bytes) {
   const url = URL.createObjectURL(new Blob([bytes]));
@@ -464,10 +503,17 @@ const handlers = {
     }
   },
   "model-cache": (m) => { $("model-cache").textContent = m.text; setStatus(m.text); },
+  "gen-token": (m) => {
+    $(`gen-${m.which}`).textContent = m.text;
+    $(`gen-${m.which}-speed`).textContent = genSpeed(m.tokens, m.tokens_per_s);
+  },
   generated: (m) => {
+    generating = false; updateButtons();
     $("gen-base").textContent = m.base;
-    $("gen-adapted").textContent = m.adapted ?? "(no adapter yet: train first)";
-    setStatus("Generated: change the instruction and Generate again, or train further.");
+    $("gen-base-speed").textContent = genSpeed(m.base_tokens, m.base_tokens_per_s);
+    $("gen-adapted").textContent = m.adapted ?? (m.stopped ? "" : "(no adapter yet: train first)");
+    $("gen-adapted-speed").textContent = m.adapted == null ? "" : genSpeed(m.adapted_tokens, m.adapted_tokens_per_s);
+    setStatus(m.stopped ? "Generation stopped." : "Generated: change the instruction and Generate again, or train further.");
   },
   export: (m) => {
     for (const f of m.files) download(f.name, f.bytes);
@@ -488,8 +534,14 @@ const handlers = {
   },
   error: (m) => {
     showError(m.where || "Error", m.text);
-    if (m.where === "model") { $("model-progress").hidden = true; $("model-progress-text").textContent = ""; }
+    if (m.where === "model") {         // said beside the model too; the model loaded before stays
+      $("model-progress").hidden = true;
+      $("model-progress-text").textContent = `Not loaded: ${m.text}`;
+      $("model-progress-text").className = "warning";
+      modelReady = loaded.model.name !== "";
+    }
     if (m.where === "model" || m.where === "dataset" || m.where === "data") { loading = ""; syncRadios(); }
+    if (m.where === "generate") generating = false;
     updateButtons();
   },
 };

@@ -7,7 +7,12 @@
 //                                          (with an id: a request, answered with that id)
 // Messages out: {type: "boot", stage, text} while starting; {type: "ready", version};
 //               {type: "result", id, ok, value | error}; whatever Python posts.
+// self.bitloraReplay: static/replay.js's replay, which the browser backend calls to
+// encode a recorded step (gpu/browser.py; without it, it encodes from Python).
 import { loadPyodide } from "/pyodide/pyodide.mjs";
+import { replay } from "./replay.js";
+
+self.bitloraReplay = replay;
 
 const post = (msg) => self.postMessage(msg);
 let pyodide = null;

@@ -4,8 +4,9 @@ per invocation for "cpu", and the few-rows kernel used for decoding), and the te
 one with its reduction split over workgroups (splitk.wgsl), against numpy, natively
 and in Chromium. The ternary matmul sums integers, which f32 holds exactly, so its
 kernels must agree bit for bit with each other and with float64 numpy up to the
-final scaling. Also the row-wise forward kernels (rmsnorm.wgsl, bitlinear.wgsl's
-actquant), each variant."""
+final scaling; that holds for the int8 kernel (bitlinear_i8.wgsl, packed activations,
+dot4I8Packed) too, on every device that has it. Also the row-wise forward kernels
+(rmsnorm.wgsl, bitlinear.wgsl's actquant, and the two fused), each variant."""
 import numpy as np
 import pytest
 
@@ -13,26 +14,63 @@ from bitlora.ops import bitlinear
 from test_backward import L, assert_close, f32, pack_ternary
 
 
-@pytest.mark.parametrize("kind", ["gpu", "cpu"])
+def test_int8_dot_flag(run_case):
+    """Device.int8_dot is true exactly where dot4I8Packed compiles, and it computes
+    signed byte dot products (lane 0 lowest)."""
+    r = run_case("forward_cases", "case_int8_dot")
+    assert r["int8_dot"] == r["compiles"], r
+    if r["compiles"]:
+        assert r["values"] == [4 * 1 + 3 * -128 + 2 * 127 + 1 * -1, 4 * -128 * -127], r
+
+
+def check_bitlinear_forward(r, xq, s, t, y0, scale, acc):
+    """Every entry of case_bitlinear_forward's answer equals float64 numpy's integer sums
+    with the kernel's two roundings, bit for bit."""
+    N, O = xq.shape[0], t.shape[0]
+    dots = xq.astype(np.float64) @ t.T.astype(np.float64)            # exact integers
+    want = f32(f32(dots * f32(scale)) / s[:, None])                    # the kernel's two roundings
+    if acc:
+        want = f32(y0 + want)
+    for entry in r:
+        if entry != "int8":
+            got = f32(r[entry]).reshape(N, O)
+            assert np.array_equal(got, want), (entry, np.abs(got - want).max())
+
+
+@pytest.mark.parametrize("kind,int8", [("gpu", True), ("gpu", False), ("cpu", True)])
 @pytest.mark.parametrize("N,I,O,acc", [(1, 1, 1, False), (7, 16, 64, True), (65, 33, 70, False),
                                         (130, 385, 129, True), (64, 64, 64, False), (20, 200, 30, True),
-                                        (9, 17, 129, False), (300, 130, 260, True)])
-def test_bitlinear_forward(run_case, N, I, O, acc, kind):
+                                        (9, 17, 129, False), (300, 130, 260, True), (70, 150, 65, False)])
+def test_bitlinear_forward(run_case, N, I, O, acc, kind, int8):
+    """kind "gpu" with int8: the op runs bitlinear_forward_i8 where the device has it (N > 8),
+    int8 False: the f32 kernel, as on a device without dot4I8Packed."""
     rng = np.random.default_rng(N * 1000 + I + O)
     xq = rng.integers(-128, 128, size=(N, I)).astype(np.float32)
     s = f32(rng.uniform(0.1, 300.0, size=N))
     t = rng.integers(-1, 2, size=(O, I))
     y0, scale = f32(rng.normal(size=(N, O))), 0.0421
     r = run_case("forward_cases", "case_bitlinear_forward", xq=L(xq), s=L(s), packed=pack_ternary(t), scale=scale,
-                 y0=L(y0), N=N, I=I, O=O, accumulate=acc, kind=kind)
-    dots = xq.astype(np.float64) @ t.T.astype(np.float64)            # exact integers
-    want = f32(f32(dots * f32(scale)) / s[:, None])                    # the kernel's two roundings
-    if acc:
-        want = f32(y0 + want)
-    assert len(r) == 5 + (len(bitlinear.CPU_TILES) if kind == "cpu" else 0), sorted(r)
-    for entry in r:
-        got = f32(r[entry]).reshape(N, O)
-        assert np.array_equal(got, want), (entry, np.abs(got - want).max())
+                 y0=L(y0), N=N, I=I, O=O, accumulate=acc, kind=kind, int8=int8)
+    has_i8 = "bitlinear_forward_i8" in r
+    assert r["int8"] == (kind == "gpu" and int8 and has_i8 and N > bitlinear.ROWS_KERNEL_MAX_N), r["int8"]
+    assert len(r) == 6 + has_i8 + (len(bitlinear.CPU_TILES) if kind == "cpu" else 0), sorted(r)
+    check_bitlinear_forward(r, xq, s, t, y0, scale, acc)
+
+
+@pytest.mark.parametrize("N,I,O", [(16, 6912, 70), (40, 2560, 96)])
+def test_bitlinear_forward_int8_extremes(run_case, N, I, O):
+    """The largest integer sums a 2B-4T projection can make (|xq| = 128 against whole rows
+    of -1 or +1: 884736 at I = 6912) and random ones, in every kernel: exact everywhere."""
+    rng = np.random.default_rng(I + O)
+    xq = rng.integers(-128, 128, size=(N, I)).astype(np.float32)
+    xq[0], xq[1], xq[2] = -128.0, 127.0, np.where(np.arange(I) % 2, -128.0, 127.0)
+    t = rng.integers(-1, 2, size=(O, I))
+    t[0], t[1], t[2] = -1, 1, np.where(np.arange(I) % 3, 1, -1)
+    s = f32(rng.uniform(0.1, 300.0, size=N))
+    y0 = f32(rng.normal(size=(N, O)))
+    r = run_case("forward_cases", "case_bitlinear_forward", xq=L(xq), s=L(s), packed=pack_ternary(t), scale=0.5,
+                 y0=L(y0), N=N, I=I, O=O, accumulate=False, kind="gpu", splits=(5,))
+    check_bitlinear_forward(r, xq, s, t, y0, 0.5, False)
 
 
 @pytest.mark.parametrize("kind", ["gpu", "cpu"])
@@ -101,3 +139,25 @@ def test_actquant_forward(run_case, N, I, kind):
     assert_close(s, 127.0 / np.maximum(np.abs(x.astype(np.float64)).max(1), 1e-5), 1e-6, "s")
     want = np.clip(np.round(f32(x * s[:, None])), -128, 127)   # round half to even, from the kernel's s
     assert np.array_equal(f32(r["xq"]).reshape(N, I), want), np.abs(f32(r["xq"]).reshape(N, I) - want).max()
+
+
+@pytest.mark.parametrize("kind,int8", [("gpu", True), ("gpu", False), ("cpu", True)])
+@pytest.mark.parametrize("N,C", [(1, 1), (3, 257), (17, 12), (40, 128), (9, 600), (12, 2560)])
+def test_rmsnorm_quant_forward(run_case, N, C, kind, int8):
+    """RMSNorm + activation quantisation in one dispatch (GPU; packed int8 where the device
+    has dot4I8Packed and N > 8) gives the same bits as the two ops, and the references."""
+    rng = np.random.default_rng(N + C)
+    x, w = f32(rng.normal(size=(N, C)) * 3), f32(rng.normal(1.0, 0.3, size=C))
+    if N > 2:
+        x[1, :] = 0.0                                # an all-zero row: s = 127 / 1e-5
+    r = run_case("forward_cases", "case_rmsnorm_quant_forward", x=L(x), w=L(w), N=N, C=C, eps=1e-5, kind=kind,
+                 int8=int8)
+    assert r["fused"] == r["two_ops"]
+    got = r["fused"]
+    rstd = 1 / np.sqrt((x.astype(np.float64) ** 2).mean(1) + 1e-5)
+    assert_close(got["rstd"], rstd, 1e-6, "rstd")
+    y = f32(got["y"]).reshape(N, C)
+    assert np.array_equal(y, f32(w * f32(x * f32(got["rstd"])[:, None]))), "y"
+    s = f32(got["s"])
+    assert np.array_equal(s, f32(127.0 / np.maximum(np.abs(y).max(1), f32(1e-5)))), "s"
+    assert np.array_equal(f32(got["xq"]).reshape(N, C), np.clip(np.round(f32(y * s[:, None])), -128, 127))

@@ -76,6 +76,17 @@ def test_logits_match_hf(run_case, folders, name):
     check(r["logits"], hf_logits(folders[name], IDS), name)
 
 
+@pytest.mark.parametrize("name", ["online_f32", "odd_untied"])
+def test_gpu_kernels_logits_match_hf(run_case, folders, name):
+    """The GPU kernel variants (Device.kind forced to "gpu"), with the int8 forward and
+    without it (a GPU lacking dot4I8Packed): HF's logits at the usual bound, and the
+    same bits with and without int8 (its integer sums are exact)."""
+    got = {i8: run_case("model_cases", "case_logits", files=files_of(folders[name]), ids=IDS, kind="gpu", int8=i8)
+           for i8 in (True, False)}
+    check(got[True]["logits"], hf_logits(folders[name], IDS), name)
+    assert got[True]["logits"] == got[False]["logits"]
+
+
 @pytest.mark.parametrize("ttype,arch", [("i2_s", "bitnet-b1.58"), ("tq2_0", "bitnet"), ("tq1_0", "bitnet")])
 def test_gguf_logits_match_hf(run_case, folders, tmp_path, ttype, arch):
     """The same model through a GGUF file (tokenizer from the GGUF metadata). I2_S keeps
@@ -152,15 +163,45 @@ def test_generate_sampling_is_seeded_and_stops_at_eos(run_case, folders):
     assert e["eos"] and e["ids"] == g["ids"][:cut]
 
 
-def test_sample_top_p():
-    import random
-    from bitlora.model import sample
-    row = [0.0, 5.0, 4.0, -1.0]
-    assert sample(row, 0.0, 1.0, random.Random(0)) == 1
-    # top_p tiny: only the most likely token survives
-    assert {sample(row, 1.0, 1e-6, random.Random(s)) for s in range(20)} == {1}
-    # top_p 1: every token appears given enough draws at high temperature
-    assert {sample(row, 100.0, 1.0, random.Random(s)) for s in range(200)} == {0, 1, 2, 3}
+@pytest.mark.parametrize("kind", ["gpu", "cpu"])
+@pytest.mark.parametrize("name", ["offline_autobitlinear", "odd_untied"])
+def test_generate_same_tokens_every_path(run_case, folders, name, kind):
+    """Greedy decoding (one-token steps, matrix-vector kernels, ids chosen on the GPU,
+    steps submitted ahead) gives the tokens of the whole-sequence forward's argmax, step
+    by step, and of transformers' generate; on the GPU and CPU kernel variants, with
+    widths in whole 16-byte words and not (odd_untied)."""
+    f = folders[name]
+    r = run_case("model_cases", "case_generate_paths", files=files_of(f), prompt="The quick brown",
+                 max_new_tokens=16, kind=kind)
+    assert r["generate"] == r["full"]
+    m = hf_model(f)
+    ids = torch.tensor([r["prompt_ids"]])
+    with torch.no_grad():
+        g = m.generate(ids, max_new_tokens=16, do_sample=False, eos_token_id=m.config.eos_token_id,
+                       pad_token_id=m.config.eos_token_id)
+    assert r["generate"] == g[0, ids.shape[1]:].tolist()
+
+
+@pytest.mark.parametrize("kind", ["gpu", "cpu"])
+@pytest.mark.parametrize("name", ["online_f32", "odd_untied"])
+def test_generate_adapted_same_tokens(run_case, folders, name, kind):
+    """With a LoRA adapter (random A and B) on every projection: the decoding path (the
+    branches folded into the matrix-vector kernels) gives the whole-sequence forward's
+    greedy tokens, and they differ from the base model's."""
+    r = run_case("model_cases", "case_generate_paths", files=files_of(folders[name]), prompt="Hello",
+                 max_new_tokens=12, kind=kind,
+                 lora_targets=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
+    assert r["generate"] == r["full"]
+    assert r["generate"] != r["base"]
+
+
+def test_generate_streams_and_stops(run_case, folders):
+    r = run_case("model_cases", "case_generate_stream", files=files_of(folders["online_f32"]), prompt="Hello",
+                 max_new_tokens=12, stop_after=3)
+    assert [t for t, _ in r["seen"]] == r["ids"] and [n for _, n in r["seen"]] == list(range(1, len(r["ids"]) + 1))
+    assert r["stopped"] and r["cut"] == r["ids"][:3] and r["seen_async"] == r["ids"][:3]
+    assert r["again"] == r["ids"]
+    assert 0 < r["first_token_s"] < r["total_s"] and r["tokens_per_s"] > 0 and r["dispatches"] > 0
 
 
 def test_native_api_plain_calls(folders):

@@ -99,6 +99,17 @@ def test_adamw_million_elements_matches_torch(run_case):
         assert math.isclose(math.sqrt(sum(x * x for x in tn.values())), rep["norm"], rel_tol=1e-5)
 
 
+@pytest.mark.parametrize("per_thread", [2, 3])
+def test_vec4s_per_invocation_change_nothing(run_case, per_thread):
+    """The update kernel's PER override (vec4s per invocation) is a speed knob: the same
+    bits as one vec4 per invocation, over sizes that leave partial workgroups."""
+    sizes = [3, 257, 1031, 64 * 1024 + 5]
+    one = run_case("optim_cases", "case_adamw_run", sizes=sizes, steps=3, seed=6, per_thread=1)
+    more = run_case("optim_cases", "case_adamw_run", sizes=sizes, steps=3, seed=6, per_thread=per_thread)
+    for what in ("params", "m", "v", "grads"):
+        assert one[what] == more[what], what
+
+
 @pytest.mark.parametrize("hp", [dict(betas=(0.8, 0.99), eps=1e-6, weight_decay=0.0, max_grad_norm=None),
                                 dict(betas=(0.3, 0.95), eps=1e-8, weight_decay=0.1, max_grad_norm=0.5, lr=1e-2)])
 def test_adamw_hyperparameters_match_torch(run_case, hp):

@@ -216,7 +216,8 @@ def test_page_has_no_eval_and_no_html_sinks(path):
 def test_server_module_docstring_matches_routes():
     """The routes the docstring lists are the ones the handler knows (no hidden extras)."""
     src = pathlib.Path(server.__file__).read_text()
-    for route in ("/pyodide/", "/vendor/uplot/", "/demo/", "/wheels/", "/bitlora.json"):
+    for route in ("/pyodide/", "/vendor/uplot/", "/demo/", "/wheels/", "/bitlora.json", "/lite/",
+                  "/wheels/all.json", "/pyodide/lite-lock.json"):
         assert route in server.__doc__ and route in src
 
 

@@ -74,7 +74,7 @@ def test_uniform_pack_checks_arity():
 @pytest.mark.parametrize("table_dtype", ["f32", "bf16"])
 @pytest.mark.parametrize("training", [False, True])
 def test_kernel_specs_name_real_entry_points(table_dtype, training):
-    specs = ops.kernel_specs(table_dtype, training) + grad_norm.kernel_specs(1024) + adamw.kernel_specs() \
+    specs = ops.kernel_specs(table_dtype, training, int8=True) + grad_norm.kernel_specs(1024) + adamw.kernel_specs() \
         + hello.kernel_specs()
     for shader, entry, *constants in specs:
         assert re.search(rf"@compute[^\n]*\n\s*fn {entry}\(", wgsl(shader)), f"{shader} has no entry point {entry}"

@@ -9,6 +9,8 @@
 
 Natively every call runs to the end; under Pyodide (a JupyterLite or browser kernel)
 load_model, train, save_adapter, generate and train_with_display return awaitables.
+Cells meant for both await the forms that are awaitable everywhere: aload_model,
+atrain_with_display, trainer.agenerate, trainer.asave_adapter.
 
 Everything is exported lazily (module `__getattr__`): `import bitlora` imports no GPU
 library, so it is cheap and works in Pyodide before a device exists.
@@ -16,13 +18,14 @@ library, so it is cheap and works in Pyodide before a device exists.
 from __future__ import annotations
 
 __all__ = ["load_model", "aload_model", "Trainer", "TrainConfig", "attach_display",
-           "train_with_display", "NotebookProgress", "show_app"]
+           "train_with_display", "atrain_with_display", "NotebookProgress", "show_app"]
 
 # name -> (module, attribute path) that defines it (imported on first use)
 _LAZY = {
     "load_model": ("model", "load_model"), "aload_model": ("model", "Model.load"),
     "Trainer": ("train", "Trainer"), "TrainConfig": ("config", "TrainConfig"),
     "attach_display": ("notebook", "attach_display"), "train_with_display": ("notebook", "train_with_display"),
+    "atrain_with_display": ("notebook", "atrain_with_display"),
     "NotebookProgress": ("notebook", "NotebookProgress"), "show_app": ("notebook", "show_app"),
 }
 

@@ -3,8 +3,8 @@ and the branch of one adapted projection, forward and backward. The layer loop i
 the model's (model.Model.forward / backward call `apply` / `apply_backward`).
 
     lora = await Lora.create(model, cfg)        # PEFT's init from cfg.seed, or init=tensors
-    lora.apply(li, "q_proj", x, y, u, N)        # y += scale * B (A dropout(x))
-    lora.apply_backward(li, "q_proj", dy, x, u, dx, du, N)
+    lora.apply(li, "q_proj", x, y, u, N, stream)   # y += scale * B (A dropout(x))
+    lora.apply_backward(li, "q_proj", dy, x, u, dx, du, N, stream)
 
 Shape legend as in model.py. Per adapted projection W[O, I] with input x[N, I] (the
 layer input *before* activation quantisation, as PEFT wraps the BitLinear module):
@@ -14,6 +14,8 @@ Backward: dB += scale dy^T u; du = scale dy B; dA += du^T dropout(x); dx += mask
 
 Dropout masks come from a counter-based hash of (seed, layer, module, step,
 micro-batch, element): forward and backward agree, and a resumed run repeats them.
+(step, micro-batch) reach the GPU in a buffer, `stream` (`dropout_stream` gives its
+value), so the recorded dispatches do not change from step to step.
 Standard library only: this module runs in the browser.
 """
 from __future__ import annotations
@@ -34,6 +36,7 @@ class Lora:
         self.modules = tuple(m for m in MODULES if m in cfg.target_modules)
         self.R = cfg.lora_r
         self.scale = cfg.lora_alpha / cfg.lora_r
+        self._parts = {}    # decode_parts' answers
 
     @classmethod
     async def create(cls, model, cfg, init: dict | None = None) -> "Lora":
@@ -57,25 +60,46 @@ class Lora:
         return (self.arena.view(buf, adapter_io.peft_key(li, mod, "A")),
                 self.arena.view(buf, adapter_io.peft_key(li, mod, "B")))
 
-    def _shape(self, li: int, mod: str, N: int, train: bool, step: int, micro: int) -> LoraShape:
+    def _shape(self, li: int, mod: str, N: int, train: bool) -> LoraShape:
         p = self.model.layers[li].proj[mod]
         seed = (self.cfg.seed * 1000003 + li * 64 + MODULES.index(mod)) & 0xFFFFFFFF
-        return LoraShape(N, p.I, p.O, self.R, self.scale, self.cfg.lora_dropout if train else 0.0,
-                         seed, (step * 4096 + micro) & 0xFFFFFFFF)
+        return LoraShape(N, p.I, p.O, self.R, self.scale, self.cfg.lora_dropout if train else 0.0, seed)
 
-    def apply(self, li: int, mod: str, x, y, u, N: int, train: bool = False, step: int = 0, micro: int = 0):
+    @staticmethod
+    def dropout_stream(step: int, micro: int) -> int:
+        """The u32 a micro-batch's stream buffer holds: its masks' (step, micro) pair."""
+        return (step * 4096 + micro) & 0xFFFFFFFF
+
+    def apply(self, li: int, mod: str, x, y, u, N: int, train: bool, stream):
         """Record y[N, O] += scale * B (A dropout(x)) for projection `mod` of layer li,
         keeping u[N, R] = A dropout(x) for the backward. Dropout only when `train`, its
-        mask drawn from (step, micro)."""
+        mask drawn from stream[0] (a u32 buffer holding `dropout_stream(step, micro)`)."""
         A, B = self._ab(li, mod, self.arena.params)
-        lora_forward(self.dev, self._shape(li, mod, N, train, step, micro), x, A, B, u, y)
+        lora_forward(self.dev, self._shape(li, mod, N, train), x, A, B, u, y, stream)
 
-    def apply_backward(self, li: int, mod: str, dy, x, u, dx, du, N: int, step: int = 0, micro: int = 0):
+    def apply_backward(self, li: int, mod: str, dy, x, u, dx, du, N: int, stream):
         """Record the branch's backward: dA, dB += (into arena.grads), dx[N, I] += its input
-        gradient; du[N, R] is scratch. (step, micro) must be the forward's."""
+        gradient; du[N, R] is scratch. `stream` must be the forward's."""
         A, B = self._ab(li, mod, self.arena.params)
         dA, dB = self._ab(li, mod, self.arena.grads)
-        lora_backward(self.dev, self._shape(li, mod, N, True, step, micro), dy, x, A, B, u, dA, dB, du, dx)
+        lora_backward(self.dev, self._shape(li, mod, N, True), dy, x, A, B, u, dA, dB, du, stream, dx)
+
+    def decode_parts(self, li: int, mods) -> tuple:
+        """For a one-token forward's fused branches (ops.lora.lora_down_parts and
+        ops.matvec.ternary_matvec): the arena's params buffer and, per projection of
+        `mods` of layer li, the float offsets (A, B) of its tensors there, or None where
+        it is not adapted (worked out once per layer and group: a decoding step asks again)."""
+        key = (li, tuple(mods))
+        offs = self._parts.get(key)
+        if offs is None:
+            offs = self._parts[key] = []
+            for mod in mods:
+                if self.adapts(mod):
+                    A, B = self._ab(li, mod, self.arena.params)
+                    offs.append((A.offset // 4, B.offset // 4))
+                else:
+                    offs.append(None)
+        return self.arena.params, offs
 
     # -- the whole adapter ------------------------------------------------------------
     async def read_adapter(self) -> dict:

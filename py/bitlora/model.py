@@ -16,7 +16,9 @@ with act = relu^2 (hidden_act "relu2", BitNet b1.58 2B-4T) or SiLU ("silu", 1bit
 docs/FORMATS.md says which a GGUF architecture name means)
 and logits = lm_head(norm(x)), lm_head a plain float linear (tied: the embedding).
 Every BitLinear is actquant (per-token int8) + packed ternary matmul; an adapted
-projection adds its LoRA branch (lora.Lora.apply) computed from the same input.
+projection adds its LoRA branch (lora.Lora.apply) computed from the same input. Every
+BitLinear input is an RMSNorm's output, so the norm and the quantiser are one call
+(_norm; one dispatch on a GPU).
 
     model = await Model.create(dev, config, load)     # or bitlora.load_model(...)
     acts = model.activations(B, T, lora)             # training: kept per layer
@@ -39,30 +41,37 @@ each (a 2B-4T embedding is larger than one binding may be).
 from __future__ import annotations
 
 import array
+import collections
+import inspect
 import math
 import os
-import random
 import struct
+import time
 from dataclasses import dataclass
 
 from .formats.tensors import FloatTensor, TernaryTensor, f16_to_f32
 from . import demo, gpu, ops
 from .bitnet import FULL, MODULES, NORMS
 from .formats import open_checkpoint, peft, source_name
-from .ops import bitlinear, linear
-from .ops.attention import attention_backward, attention_forward, kv_store
-from .ops.bitlinear import actquant_forward, bitlinear_backward_input, bitlinear_forward
+from .ops import bitlinear, linear, matvec
+from .ops.attention import attention_backward, attention_forward
+from .ops.bitlinear import bitlinear_backward_input, bitlinear_forward
 from .ops.cross_entropy import cross_entropy_forward_backward, cross_entropy_sum
 from .ops.embedding import embedding_forward
 from .ops.linear import linear_backward_input, linear_forward
+from .ops.lora import lora_down_parts
+from .ops.matvec import dense_matvec, rmsnorm_quant, ternary_matvec
 from .ops.relu2 import ACTS as GATINGS, gating_backward, gating_forward
-from .ops.rmsnorm import rmsnorm_backward, rmsnorm_forward
-from .ops.rope import rope_backward, rope_forward, rope_tables
+from .ops.rmsnorm import rmsnorm_backward, rmsnorm_forward, rmsnorm_quant_forward
+from .ops.rope import rope_backward, rope_forward, rope_kv_store, rope_tables
+from .ops.sample import sample_token, sampler_state
+from .lora import Lora
 from .optim import AdamW, ParamArena
 
 # The activation table. scope: "layer" (one set per layer in training, one shared set
 # when decoding), "top" (once: around the layers), "lora" (per adapted projection, per
-# layer in training), "grad" (backward scratch, training only), "io" (token ids and
+# layer in training), "grad" (backward scratch, training only), "decode" (decoding
+# only: a one-token forward's packed activations), "io" (token ids and
 # targets: one pair per micro-batch of a step, since every micro-batch of a step is
 # recorded into one submit and a write lands before the whole submit runs).
 ACTS = (
@@ -89,13 +98,17 @@ ACTS = (
     ("x_out",   "N C",    "f32", "top"),     # the last layer's output
     ("xf",      "N C",    "f32", "top"),     # norm(x_out): the head's input
     ("rstd_out", "N",     "f32", "top"),
-    ("xq",      "N CF",   "f32", "top"),     # int8 activations (CF = max(C, F))
+    ("xq",      "N XQ",   "f32", "top"),     # int8 activations: f32 or packed (XQ: the larger, for CF = max(C, F))
     ("s",       "N",      "f32", "top"),     # their per-row scales
     ("logits",  "N V",    "f32", "train"),   # training: logits, then dlogits in place
     ("losses",  "N",      "f32", "train"),
     ("loss_sum", "1",     "f32", "train"),
+    ("xq4",     "XQ4",    "u32", "decode"),  # one token's int8 activations, packed (ops.matvec)
+    ("qs",      "2",      "f32", "decode"),  # their scale and sum
+    ("lora_ups", "3 R",   "f32", "decode"),  # the LoRA u of up to three projections of one input
     ("ids",     "N",      "u32", "io"),
     ("targets", "N",      "i32", "io"),
+    ("stream",  "1",      "u32", "io"),      # the LoRA dropout stream (Lora.dropout_stream(step, micro))
     ("dh",      "N C",    "f32", "grad"),    # gradient of the residual stream
     ("dxf",     "N C",    "f32", "grad"),
     ("d_fn",    "N F",    "f32", "grad"),
@@ -146,11 +159,17 @@ class RowTable(list):
 
 @dataclass
 class Proj:
-    """A BitLinear weight on the GPU: w_packed[O, ceil(I/16)] u32, dequantised t * scale."""
+    """A BitLinear weight on the GPU: w_packed[O, ceil(I/16)] u32, dequantised t * scale;
+    `buf` is a view of the buffer its input group shares (Model._upload_projs)."""
     buf: object
     scale: float
     O: int
     I: int
+
+
+# The projections that read one input, in layer order: each group's packed weights share
+# a buffer, and a one-token forward multiplies a group in one dispatch.
+INPUTS = (("q_proj", "k_proj", "v_proj"), ("o_proj",), ("gate_proj", "up_proj"), ("down_proj",))
 
 
 @dataclass
@@ -166,6 +185,16 @@ class Generation:
     ids: list            # new token ids (the EOS that stopped it included)
     prompt_ids: list
     stopped_at_eos: bool = False
+    stopped: bool = False        # ended by should_stop()
+    first_token_s: float = 0.0   # from the call to the first new id (the prompt's forward and a step)
+    total_s: float = 0.0         # from the call to the last id
+    host_s: float = 0.0          # of which recording and submitting (not waiting for the GPU)
+    dispatches: int = 0          # kernels recorded (dropped steps included)
+
+    def tokens_per_s(self) -> float:
+        """Decoding speed: the ids after the first, over the time after the first."""
+        n, t = len(self.ids) - 1, self.total_s - self.first_token_s
+        return n / t if n > 0 and t > 0 else 0.0
 
     def __str__(self):
         return self.text
@@ -205,7 +234,7 @@ class Activations:
             raise ValueError(f"Activations: mode {mode!r} is not one of {self.MODES}")
         self.B, self.T, self.N, self.R = B, T, B * T, R
         self.mode, self.training, self.modules = mode, mode != "decode", tuple(modules)
-        self.micro, self.step = 0, 0      # micro-batch and step of the last training forward (dropout)
+        self.micro = 0                    # micro-batch of the last training forward (its io buffers)
         self.layers = [_Set() for _ in range(1 if mode == "decode" else model.L)]
         self.top, self.grad, self._io, self._u = _Set(), _Set(), [], {}
         shared = _Set()
@@ -263,13 +292,16 @@ class Activations:
             elif scope in ("train", "grad"):
                 if mode != "decode":
                     out.append(((scope, name), b))
+            elif scope == "decode":
+                if mode == "decode":
+                    out.append((("top", name), b))
         io = [(name, shape) for name, shape, _, scope in ACTS if scope == "io"]
         for j in range(1 if mode == "decode" else micro_batches):
             out += [(("io", j, name), buffer_bytes(4 * _numel(shape, dims))) for name, shape in io]
         return out
 
     def io(self, micro: int) -> tuple:
-        """(ids[N], targets[N]) buffers of micro-batch `micro`."""
+        """(ids[N], targets[N], stream[1]) buffers of micro-batch `micro`."""
         if micro >= len(self._io):
             raise ValueError(f"micro-batch {micro}: activations were made for {len(self._io)} per step")
         return tuple(self._io[micro])
@@ -328,11 +360,13 @@ class Model:
         self._scratch: Activations | None = None   # decoding activations
         self._cache: KVCache | None = None
         self._logits = None        # decoding logits[rows, V], sized for the most rows asked
+        self._gen = None           # the sampler's buffers (_sampler)
 
     def dims(self, N: int, R: int = 0) -> dict:
         """The legend's sizes for N rows (and LoRA rank R)."""
         return {"N": N, "C": self.C, "F": self.F, "V": self.V, "H": self.H, "KV": self.Hkv * self.D,
-                "CF": max(self.C, self.F), "R": R}
+                "CF": max(self.C, self.F), "XQ": max(self.C, self.F, bitlinear.xq_floats(max(self.C, self.F), True)),
+                "XQ4": matvec.xq_words(max(self.C, self.F)), "R": R}
 
     # -- construction ---------------------------------------------------------
     @classmethod
@@ -345,8 +379,9 @@ class Model:
         for i in range(m.L):
             p = f"model.layers.{i}."
             norms = {n: m._upload_vec(p + n + ".weight", load(p + n + ".weight")) for n in NORMS}
-            proj = {mod: m._upload_proj(p + FULL[mod] + ".weight", load(p + FULL[mod] + ".weight"))
-                    for mod in MODULES}
+            proj = {}
+            for group in INPUTS:
+                proj.update(m._upload_projs(p, group, load))
             m.layers.append(Layer(norms, proj))
         m.norm = m._upload_vec("model.norm.weight", load("model.norm.weight"))
         tied = m.config.get("tie_word_embeddings", False)
@@ -399,17 +434,35 @@ class Model:
         """Compile every kernel the forward (and with `training`, the loss and backward)
         records, so that recording is plain synchronous code."""
         dtypes = {self.embed.dtype, self.head.dtype}
-        await self.dev.prepare([s for t in dtypes for s in ops.kernel_specs(t, training, self.dev.kind)])
+        await self.dev.prepare([s for t in dtypes for s in ops.kernel_specs(t, training, self.dev.kind,
+                                                                             self.dev.int8_dot)])
 
     def _upload_vec(self, name, t):
         if not isinstance(t, FloatTensor):
             raise ValueError(f"{name}: expected a float tensor, got {type(t).__name__}")
         return self.dev.buffer(4 * t.numel, name, data=f32_bytes(t))
 
-    def _upload_proj(self, name, t):
-        if not isinstance(t, TernaryTensor):
-            raise ValueError(f"{name}: expected a ternary tensor, got {type(t).__name__}")
-        return Proj(self.dev.buffer(len(t.packed), name, data=t.packed), float(t.scale), *t.shape)
+    def _upload_projs(self, prefix, group, load) -> dict:
+        """The projections of `group` (those sharing an input: INPUTS) in one buffer, each
+        a view of it starting at a multiple of the storage offset alignment, so a
+        one-token forward multiplies them all in one dispatch (ops.matvec.ternary_matvec)."""
+        align = int(self.dev.limits.get("minStorageBufferOffsetAlignment", 256))
+        ts = {}
+        for mod in group:
+            name = prefix + FULL[mod] + ".weight"
+            t = ts[mod] = load(name)
+            if not isinstance(t, TernaryTensor):
+                raise ValueError(f"{name}: expected a ternary tensor, got {type(t).__name__}")
+        offs, end = {}, 0
+        for mod, t in ts.items():
+            offs[mod] = end
+            end += -(-buffer_bytes(len(t.packed)) // align) * align
+        buf = self.dev.buffer(end, prefix + "+".join(group))
+        out = {}
+        for mod, t in ts.items():
+            self.dev.write(buf, t.packed, offs[mod])
+            out[mod] = Proj(buf.view(offs[mod], buffer_bytes(len(t.packed))), float(t.scale), *t.shape)
+        return out
 
     def _upload_rows(self, name, t):
         """A float [rows, C] table as row chunks of at most max_binding bytes (multiples of
@@ -513,18 +566,57 @@ class Model:
     # -- forward ------------------------------------------------------------------
     def forward(self, ids, acts: Activations | None = None, lora=None, cache: KVCache | None = None,
                 targets=None, micro: int = 0, step: int = 0, logits: str | None = "all"):
-        """Record the forward of ids[B, T] (B equal-length lists, or one flat list: B = 1).
+        """Record the forward of ids[B, T] (B equal-length lists, or one flat list: B = 1;
+        or, decoding with a cache, a GPU buffer holding ids[B] u32: one token per
+        sequence, T = 1, e.g. where ops.sample left the last step's choice).
 
         acts: training activations (model.activations): every layer's activations are
           kept for `backward`, the logits of all rows land in acts.top.logits and, with
           `targets[N]` (-1: not a target), the cross-entropy of each row's target is
           added into acts.top.loss_sum and the logits become dlogits (for backward).
-          LoRA dropout is on, its masks drawn from (micro, step).
+          LoRA dropout is on, its masks drawn from (micro, step). (train_inputs, then
+          train_forward; train_micro adds the backward and replays recorded steps.)
         Without acts (decoding): one shared scratch, no dropout; `cache` (model.kv_cache)
           puts k, v at positions cache.pos.. and attends over everything cached.
           logits: "all" -> logits[N, V], "last" -> each sequence's last row [B, V],
           None -> none (the final hidden states stay for `head_rows`).
         Returns the logits buffer (or None). Records; does not submit."""
+        if acts is not None:
+            if cache is not None:
+                raise ValueError("forward: training activations take no KV cache")
+            self.train_inputs(ids, acts, targets, micro, step)
+            return self.train_forward(acts, lora, loss=targets is not None)
+        on_gpu = isinstance(ids, (gpu.Buffer, gpu.BufferView))
+        if on_gpu:
+            if cache is None:
+                raise ValueError("forward: token ids in a GPU buffer are for decoding with a KV cache")
+            B, T, flat = cache.B, 1, None
+        else:
+            B, T, flat = self._check_ids(ids)
+        acts = self._decoding(B, T, lora)
+        pos0 = 0
+        if cache is not None:
+            if cache.B != B or cache.pos + T > cache.S:
+                raise ValueError(f"forward: cache holds B={cache.B}, S={cache.S}; asked B={B}, "
+                                 f"positions {cache.pos}..{cache.pos + T - 1}")
+            pos0 = cache.pos
+        self._rope(pos0 + T)
+        if on_gpu:
+            ids_buf = ids
+        else:
+            ids_buf = acts.io(0)[0]
+            self.dev.write(ids_buf, array.array("I", flat))   # lands before this forward's submit
+        self._forward(acts, lora, cache, B, T, pos0, ids_buf)
+        if cache is not None:
+            cache.pos += T
+        if logits == "all":
+            return self.head_rows(B * T)
+        if logits == "last":
+            return self.head_rows(B, T - 1, T)
+        return None
+
+    def _check_ids(self, ids) -> tuple:
+        """(B, T, flat ids) of ids[B, T] (or one flat list), checked."""
         seqs = [list(ids)] if ids and isinstance(ids[0], int) else [list(s) for s in ids]
         B, T = len(seqs), len(seqs[0]) if seqs else 0
         if T == 0 or any(len(s) != T for s in seqs):
@@ -533,84 +625,124 @@ class Model:
         bad = [t for t in flat if not 0 <= t < self.V]
         if bad:
             raise ValueError(f"forward: token id {bad[0]} outside the vocabulary (V={self.V})")
-        N = B * T
-        training = acts is not None
-        if training:
-            if N > acts.N:
-                raise ValueError(f"forward: {B} x {T} tokens exceed the activations' {acts.N} rows")
-            if cache is not None:
-                raise ValueError("forward: training activations take no KV cache")
-            acts.B, acts.T, acts.micro, acts.step = B, T, micro, step
-        else:
-            acts = self._decoding(B, T, lora)
-        pos0 = 0
-        if cache is not None:
-            if cache.B != B or cache.pos + T > cache.S:
-                raise ValueError(f"forward: cache holds B={cache.B}, S={cache.S}; asked B={B}, "
-                                 f"positions {cache.pos}..{cache.pos + T - 1}")
-            pos0 = cache.pos
-        self._rope(pos0 + T)
-        ids_buf = acts.io(micro)[0]
-        self.dev.write(ids_buf, array.array("I", flat))   # lands before this forward's submit
+        return B, T, flat
+
+    def _forward(self, acts, lora, cache, B, T, pos0, ids_buf=None) -> None:
+        """Record embedding (of ids_buf, default the micro-batch's ids), every layer and
+        the final norm (into acts.top.xf)."""
+        N, top = B * T, acts.top
+        ids_buf = acts.io(acts.micro)[0] if ids_buf is None else ids_buf
         embedding_forward(self.dev, ids_buf, self.embed, acts.layer(0).x, N, self.C)
         for li in range(self.L):
             self._layer_forward(li, acts, lora, cache, B, T, pos0)
-        top = acts.top
         rmsnorm_forward(self.dev, top.x_out, self.norm, top.xf, top.rstd_out, N, self.C, self.eps)
-        if cache is not None:
-            cache.pos += T
-        if training:
-            linear_forward(self.dev, top.xf, self.head, top.logits, N, self.C, self.V)
-            if targets is not None:
-                tbuf = acts.io(micro)[1]
-                self.dev.write(tbuf, array.array("i", targets))
-                cross_entropy_forward_backward(self.dev, top.logits, tbuf, top.losses, N, self.V, 1.0)
-                cross_entropy_sum(self.dev, top.losses, top.loss_sum, N)
-            return top.logits
-        if logits == "all":
-            return self.head_rows(N)
-        if logits == "last":
-            return self.head_rows(B, T - 1, T)
-        return None
 
-    def _proj(self, li, mods, x, width, outs, acts, lora, train, accumulate=False):
-        """BitLinear(x) of projections `mods` of layer li into `outs` (one activation
-        quantisation for all of them), each plus its LoRA branch when adapted."""
-        dev, N = self.dev, acts.B * acts.T
-        top = acts.top
-        actquant_forward(dev, x, top.xq, top.s, N, width)
-        for mod, y in zip(mods, outs):
-            p = self.layers[li].proj[mod]
+    # -- a training micro-batch: host data, then recorded (or replayed) dispatches ----
+    def train_inputs(self, ids, acts: Activations, targets=None, micro: int = 0, step: int = 0) -> tuple:
+        """Check a training micro-batch ids[B, T] and write what changes from step to step
+        into acts.io(micro): the token ids, `targets[N]` (when given) and the LoRA dropout
+        stream of (step, micro). Writes land before the next submit runs. Returns (B, T);
+        train_forward / backward then record dispatches that depend on (B, T, micro) only."""
+        B, T, flat = self._check_ids(ids)
+        if B * T > acts.N:
+            raise ValueError(f"forward: {B} x {T} tokens exceed the activations' {acts.N} rows")
+        if targets is not None and len(targets) != B * T:
+            raise ValueError(f"forward: {len(targets)} targets for {B} x {T} tokens")
+        ids_buf, tbuf, stream = acts.io(micro)
+        acts.B, acts.T, acts.micro = B, T, micro
+        self._rope(T)
+        self.dev.write(ids_buf, array.array("I", flat))
+        if targets is not None:
+            self.dev.write(tbuf, array.array("i", targets))
+        self.dev.write(stream, struct.pack("<I", Lora.dropout_stream(step, micro)))
+        return B, T
+
+    def train_forward(self, acts: Activations, lora=None, loss: bool = True):
+        """Record the training forward of the micro-batch train_inputs wrote: logits into
+        acts.top.logits and, with `loss`, each row's cross-entropy added into
+        acts.top.loss_sum with dlogits left in the logits. Returns the logits buffer."""
+        B, T, N, top = acts.B, acts.T, acts.B * acts.T, acts.top
+        self._forward(acts, lora, None, B, T, 0)
+        linear_forward(self.dev, top.xf, self.head, top.logits, N, self.C, self.V)
+        if loss:
+            cross_entropy_forward_backward(self.dev, top.logits, acts.io(acts.micro)[1], top.losses, N, self.V, 1.0)
+            cross_entropy_sum(self.dev, top.losses, top.loss_sum, N)
+        return top.logits
+
+    def train_micro(self, ids, acts: Activations, lora, targets, micro: int = 0, step: int = 0,
+                    programs=None) -> None:
+        """One micro-batch of a training step: its inputs written (train_inputs), then
+        forward, loss and backward recorded. With `programs` (a gpu.Programs), the
+        dispatches are recorded once per (B, T, micro) and replayed after that in one
+        backend call: only the writes cost the host anything per step. (The device's
+        kernel choices, kind and int8_dot, are in the key too: tests switch them.)"""
+        B, T = self.train_inputs(ids, acts, targets, micro, step)
+
+        def record():
+            self.train_forward(acts, lora)
+            self.backward(acts, lora)
+
+        if programs is None:
+            record()
+        else:
+            programs.run(("train", B, T, micro, self.dev.kind, self.dev.int8_dot), record)
+
+    def _norm_proj(self, li, norm, x, n, rstd, width, mods, outs, acts, lora, accumulate=False, gate=None):
+        """n = norm(x), then BitLinear(n) of projections `mods` of layer li into `outs` (=
+        or +=; one activation quantisation for all of them), each plus its LoRA branch
+        when adapted. gate = (g, u): x = act(g) * u first (the MLP's gating).
+        A one-token forward (decoding, N = 1) fuses the gating, the norm and the
+        quantisation and multiplies the group in one dispatch (ops.matvec), the group's
+        LoRA branches in one more (their up half inside the matvec): the same bits."""
+        dev, N, top = self.dev, acts.B * acts.T, acts.top
+        w, projs = self.layers[li].norms[norm], [self.layers[li].proj[m] for m in mods]
+        if N == 1 and not acts.training:
+            rmsnorm_quant(dev, x, w, n, top.xq4, top.qs, width, self.eps, gate and (self.act, *gate))
+            fused = None
+            if lora is not None and any(lora.adapts(m) for m in mods):   # the branch: one dispatch + in the matvec
+                ab, offs = lora.decode_parts(li, mods)
+                lora_down_parts(dev, n, ab, [None if o is None else o[0] for o in offs], top.lora_ups, width, lora.R)
+                fused = (top.lora_ups, ab, lora.R, lora.scale, [None if o is None else o[1] for o in offs])
+            base = projs[0].buf.offset
+            ternary_matvec(dev, top.xq4, top.qs, projs[0].buf.buffer.view(base),
+                           [((p.buf.offset - base) // 4, p.O, p.scale, y) for p, y in zip(projs, outs)], width,
+                           accumulate, fused)
+            return
+        if gate is not None:
+            gating_forward(dev, self.act, gate[0], gate[1], x, N * width)
+        rmsnorm_quant_forward(dev, x, w, n, rstd, top.xq, top.s, N, width, self.eps)   # one dispatch on GPUs
+        for p, y in zip(projs, outs):
             bitlinear_forward(dev, top.xq, top.s, p.buf, p.scale, y, N, p.I, p.O, accumulate)
+        for mod, y in zip(mods, outs):
             if lora is not None and lora.adapts(mod):
-                lora.apply(li, mod, x, y, acts.lora_u(li, mod), N, train, acts.step, acts.micro)
+                lora.apply(li, mod, n, y, acts.lora_u(li, mod), N, acts.training, acts.io(acts.micro)[2])
 
     def _layer_forward(self, li, acts, lora, cache, B, T, pos0, out=None):
         """Record layer li: acts.layer(li).x -> `out` (default: the next layer's x)."""
-        dev, C, F, H, Hkv, D, eps = self.dev, self.C, self.F, self.H, self.Hkv, self.D, self.eps
-        N, train = B * T, acts.training
-        W, a, out = self.layers[li].norms, acts.layer(li), out or acts.out(li)
-        rmsnorm_forward(dev, a.x, W["input_layernorm"], a.n1, a.rstd1, N, C, eps)
-        self._proj(li, ("q_proj", "k_proj", "v_proj"), a.n1, C, (a.q, a.k, a.v), acts, lora, train)
-        rope_forward(dev, a.q, self.cos, self.sin, N, T, H, D, pos0)
-        rope_forward(dev, a.k, self.cos, self.sin, N, T, Hkv, D, pos0)
-        if cache is not None:
-            kv_store(dev, a.k, a.v, cache.k[li], cache.v[li], B, T, cache.S, Hkv * D, pos0)
+        dev, C, F, H, Hkv, D = self.dev, self.C, self.F, self.H, self.Hkv, self.D
+        N = B * T
+        a, out = acts.layer(li), out or acts.out(li)
+        self._norm_proj(li, "input_layernorm", a.x, a.n1, a.rstd1, C, ("q_proj", "k_proj", "v_proj"),
+                        (a.q, a.k, a.v), acts, lora)
+        if cache is not None:     # rope on q, and on k on its way into the cache: one dispatch
+            rope_kv_store(dev, a.q, a.k, a.v, cache.k[li], cache.v[li], self.cos, self.sin, B, T, H, Hkv, D,
+                          cache.S, pos0)
             k, v, S = cache.k[li], cache.v[li], cache.S
         else:
+            rope_forward(dev, a.q, self.cos, self.sin, N, T, H, D, pos0)
+            rope_forward(dev, a.k, self.cos, self.sin, N, T, Hkv, D, pos0)
             k, v, S = a.k, a.v, T
         attention_forward(dev, a.q, k, v, a.att, a.lse, B, T, H, Hkv, D, S, pos0)
-        rmsnorm_forward(dev, a.att, W["self_attn.attn_sub_norm"], a.an, a.rstd_a, N, C, eps)
         if a.x_mid is not a.x:
             dev.copy(a.x, a.x_mid, 4 * N * C)
-        self._proj(li, ("o_proj",), a.an, C, (a.x_mid,), acts, lora, train, accumulate=True)
-        rmsnorm_forward(dev, a.x_mid, W["post_attention_layernorm"], a.n2, a.rstd2, N, C, eps)
-        self._proj(li, ("gate_proj", "up_proj"), a.n2, C, (a.g, a.u), acts, lora, train)
-        gating_forward(dev, self.act, a.g, a.u, a.hf, N * F)
-        rmsnorm_forward(dev, a.hf, W["mlp.ffn_sub_norm"], a.fn, a.rstd_f, N, F, eps)
+        self._norm_proj(li, "self_attn.attn_sub_norm", a.att, a.an, a.rstd_a, C, ("o_proj",), (a.x_mid,),
+                        acts, lora, accumulate=True)
+        self._norm_proj(li, "post_attention_layernorm", a.x_mid, a.n2, a.rstd2, C, ("gate_proj", "up_proj"),
+                        (a.g, a.u), acts, lora)
         if out is not a.x_mid:
             dev.copy(a.x_mid, out, 4 * N * C)
-        self._proj(li, ("down_proj",), a.fn, F, (out,), acts, lora, train, accumulate=True)
+        self._norm_proj(li, "mlp.ffn_sub_norm", a.hf, a.fn, a.rstd_f, F, ("down_proj",), (out,), acts, lora,
+                        accumulate=True, gate=(a.g, a.u))
 
     def head_rows(self, rows: int, row0: int = 0, step: int = 1):
         """logits[rows, V] of final hidden-state rows row0 + r*step of the last decoding
@@ -621,7 +753,10 @@ class Model:
                              f"ask for fewer rows at a time (alogits does)")
         if self._logits is None or self._logits.size < need:
             self._logits = self.dev.buffer(need, "logits")
-        linear_forward(self.dev, self._scratch.top.xf, self.head, self._logits, rows, self.C, self.V, row0, step)
+        if rows == 1:
+            dense_matvec(self.dev, self._scratch.top.xf, self.head, self._logits, self.C, self.V, row0)
+        else:
+            linear_forward(self.dev, self._scratch.top.xf, self.head, self._logits, rows, self.C, self.V, row0, step)
         return self._logits
 
     # -- backward -------------------------------------------------------------------
@@ -648,7 +783,7 @@ class Model:
         bitlinear_backward_input(self.dev, dy, p.buf, p.scale, dx, N, p.I, p.O, accumulate)
         if lora is not None and lora.adapts(mod):
             lora.apply_backward(li, mod, dy, x, acts.lora_u(li, mod), dx, acts.grad.du_lora, N,
-                                acts.step, acts.micro)
+                                acts.io(acts.micro)[2])
 
     def _layer_backward(self, li, acts, lora):
         """The backward of one layer; g.dh holds the gradient of its output on entry and of
@@ -700,13 +835,35 @@ class Model:
             out.add(self.tokenizer.eos_id)
         return out
 
+    AHEAD = 4   # decoding steps submitted beyond the one whose id is awaited
+
+    def _sampler(self, max_new_tokens: int) -> _Set:
+        """The sampler's buffers (ops.sample): state[4], tok[1] (the next step's input id)
+        and out[max_new_tokens] (the chosen ids), kept and grown as needed."""
+        g = self._gen
+        if g is None:
+            g = self._gen = _Set()
+            g.state, g.tok, g.out = self.dev.buffer(16, "sampler_state"), self.dev.buffer(4, "sampler_tok"), None
+        if g.out is None or g.out.size < 4 * max_new_tokens:
+            if g.out is not None:
+                self.dev.destroy(g.out)
+            g.out = self.dev.buffer(4 * max(max_new_tokens, 64), "sampler_out")
+        return g
+
     async def agenerate(self, prompt, max_new_tokens: int = 64, temperature: float = 0.0, top_p: float = 1.0,
-                        seed: int = 0, lora=None) -> Generation:
+                        seed: int = 0, lora=None, on_token=None, should_stop=None, eos=None) -> Generation:
         """Continue `prompt` (text, encoded with the tokenizer's BOS template; or a list
         of ids) by up to max_new_tokens tokens, stopping after an EOS. temperature 0 is
-        greedy; otherwise nucleus sampling (top_p) with random.Random(seed) on the host.
-        With `lora`, the adapted model. The prompt runs once, then one token per step
-        over the KV cache."""
+        greedy; otherwise nucleus sampling (top_p) from `seed` (ops.sample: on the GPU,
+        reproducible). With `lora`, the adapted model.
+
+        The prompt runs once, then one token per step over the KV cache. Each step's token
+        is chosen on the GPU and becomes the next step's input there, so steps are
+        submitted AHEAD of the one whose id is read back (4 bytes); an EOS is seen a few
+        steps late and the steps after it are dropped. on_token(id, ids so far) is called
+        (and awaited if it returns an awaitable) as each id arrives; should_stop() -> True
+        ends the generation there (Generation.stopped). eos: the ids that end it (default
+        eos_ids(); benchmarks pass an empty set)."""
         if isinstance(prompt, str):
             if self.tokenizer is None:
                 raise ValueError("generate: this model has no tokenizer; pass token ids")
@@ -715,21 +872,41 @@ class Model:
             ids = [int(t) for t in prompt]
         if not ids:
             raise ValueError("generate: empty prompt")
+        dev, eos = self.dev, self.eos_ids() if eos is None else set(eos)
         cache = self.kv_cache(1, len(ids) + max_new_tokens)
-        rng, eos, new = random.Random(seed), self.eos_ids(), []
-        step_ids, stopped = ids, False
-        for _ in range(max_new_tokens):
-            buf = self.forward(step_ids, lora=lora, cache=cache, logits="last")
-            row = array.array("f")
-            row.frombytes(await self.dev.read(buf, 0, 4 * self.V))
-            tok = sample(row, temperature, top_p, rng)
-            new.append(tok)
-            step_ids = [tok]
-            if tok in eos:
-                stopped = True
+        g = self._sampler(max_new_tokens)
+        dev.write(g.state, sampler_state(seed, temperature, top_p))
+        out = Generation("", [], ids)
+        t0, d0 = time.perf_counter(), dev.dispatches
+        pending, recorded, done = collections.deque(), 0, False
+        while True:
+            h = time.perf_counter()
+            while recorded < max_new_tokens and len(pending) <= self.AHEAD and not done:
+                logits = self.forward(ids if recorded == 0 else g.tok, lora=lora, cache=cache, logits="last")
+                sample_token(dev, logits, g.state, g.tok, g.out, self.V)
+                pending.append(dev.read_later(g.out, 4 * recorded, 4))
+                dev.submit()
+                recorded += 1
+            out.host_s += time.perf_counter() - h
+            if not pending:
                 break
-        text = self.tokenizer.decode(new, skip_special_tokens=True) if self.tokenizer is not None else ""
-        return Generation(text, new, ids, stopped)
+            tok = struct.unpack("<I", await pending.popleft().get())[0]
+            if done:              # steps submitted past the end: read (their staging buffers return), dropped
+                continue
+            if not out.ids:
+                out.first_token_s = time.perf_counter() - t0
+            out.ids.append(tok)
+            if on_token is not None:
+                res = on_token(tok, out.ids)
+                if inspect.isawaitable(res):
+                    await res
+            out.stopped_at_eos = tok in eos
+            out.stopped = not out.stopped_at_eos and should_stop is not None and bool(should_stop())
+            done = out.stopped_at_eos or out.stopped
+        out.total_s, out.dispatches = time.perf_counter() - t0, dev.dispatches - d0
+        if self.tokenizer is not None:
+            out.text = self.tokenizer.decode(out.ids, skip_special_tokens=True)
+        return out
 
     # -- plain calls natively, awaitables in the browser ------------------------------
     def logits(self, ids, lora=None):
@@ -737,36 +914,13 @@ class Model:
         return gpu.maybe_run(self.alogits(ids, lora))
 
     def generate(self, prompt, max_new_tokens: int = 64, temperature: float = 0.0, top_p: float = 1.0,
-                 seed: int = 0, lora=None):
+                 seed: int = 0, lora=None, on_token=None, should_stop=None):
         """`agenerate` as a plain call natively; in Pyodide an awaitable."""
-        return gpu.maybe_run(self.agenerate(prompt, max_new_tokens, temperature, top_p, seed, lora))
+        return gpu.maybe_run(self.agenerate(prompt, max_new_tokens, temperature, top_p, seed, lora, on_token,
+                                            should_stop))
 
 
 def load_model(src="demo", progress=None, device=None, max_binding: int | None = None):
     """`bitlora.load_model`: `Model.load` as a plain call natively (a Model); in Pyodide
     an awaitable."""
     return gpu.maybe_run(Model.load(src, progress, device, max_binding))
-
-
-def sample(row, temperature: float, top_p: float, rng: random.Random) -> int:
-    """A token from one logits row: argmax at temperature 0 (first maximum), else
-    softmax(row / temperature) cut to the smallest set of top tokens whose
-    probability reaches top_p (as HF's TopPLogitsWarper keeps), sampled with rng."""
-    if temperature <= 0:
-        return max(range(len(row)), key=row.__getitem__)
-    m = max(row)
-    p = [math.exp((v - m) / temperature) for v in row]
-    z = sum(p)
-    order = sorted(range(len(p)), key=p.__getitem__, reverse=True)
-    keep, acc = [], 0.0
-    for i in order:
-        keep.append(i)
-        acc += p[i] / z
-        if acc >= top_p:
-            break
-    r = rng.random() * sum(p[i] for i in keep)
-    for i in keep:
-        r -= p[i]
-        if r <= 0:
-            return i
-    return keep[-1]

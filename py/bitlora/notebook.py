@@ -213,7 +213,10 @@ def attach_display(trainer, mode: str | None = None, every: int | None = None, o
     return NotebookProgress(trainer, mode=mode, every=every, out=out)
 
 
-async def _atrain_with_display(trainer, progress):
+async def atrain_with_display(trainer, mode: str | None = None, every: int | None = None, out=None):
+    """`await trainer.atrain()` with the live display, in any kernel: the form for cells
+    that run in both a native kernel and a Pyodide one (examples/finetune_demo.ipynb)."""
+    progress = attach_display(trainer, mode=mode, every=every, out=out)
     try:
         return await trainer.atrain()
     finally:
@@ -226,9 +229,9 @@ def train_with_display(trainer, mode: str | None = None, every: int | None = Non
     under Pyodide. Natively, an interrupt (Ctrl-C, or the notebook's stop button) stops
     training at the next step boundary — the trainer stays usable (save_adapter, train
     again) — and then the KeyboardInterrupt goes on."""
-    progress = attach_display(trainer, mode=mode, every=every, out=out)
     if gpu.IN_BROWSER:
-        return _atrain_with_display(trainer, progress)
+        return atrain_with_display(trainer, mode=mode, every=every, out=out)
+    progress = attach_display(trainer, mode=mode, every=every, out=out)
     import asyncio
     import concurrent.futures
     # The loop runs on a helper thread (as gpu.run does inside Jupyter's running loop),

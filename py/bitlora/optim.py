@@ -161,11 +161,13 @@ class StepResult:
 
 class AdamW:
     """torch.optim.AdamW + clip_grad_norm_ over a ParamArena, on the GPU.
-    Attributes (lr, betas, eps, weight_decay, max_grad_norm) may change between steps."""
+    Attributes (lr, betas, eps, weight_decay, max_grad_norm) may change between steps;
+    `per_thread` (vec4s per invocation of the update kernel) changes speed only."""
 
     def __init__(self, dev: Device, arena: ParamArena, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8,
-                 weight_decay: float = 1e-2, max_grad_norm: float | None = 1.0):
-        self.dev, self.arena = dev, arena
+                 weight_decay: float = 1e-2, max_grad_norm: float | None = 1.0,
+                 per_thread: int = adamw_ops.PER_THREAD):
+        self.dev, self.arena, self.per_thread = dev, arena, per_thread
         self.lr, self.betas, self.eps, self.weight_decay = lr, tuple(betas), eps, weight_decay
         self.max_grad_norm = max_grad_norm
         self.state = dev.buffer(gn.STATE_BYTES, "optim.state")
@@ -175,7 +177,7 @@ class AdamW:
 
     def kernel_specs(self) -> list:
         """The kernels this optimizer runs (sumsq_blocks for the arena's block length)."""
-        return gn.kernel_specs(self.arena.block4) + adamw_ops.kernel_specs()
+        return gn.kernel_specs(self.arena.block4) + adamw_ops.kernel_specs(self.per_thread)
 
     async def prepare(self) -> None:
         """Compile the optimizer's kernels (once per device; a no-op after that). The
@@ -209,7 +211,7 @@ class AdamW:
             gn.sumsq_per_tensor(dev, a.partial, a.tensors, self.tsumsq, a.nt)
         adamw_ops.adamw_begin(dev, self.state, self.lr, self.betas, plain=False)
         adamw_ops.adamw(dev, a.params, a.grads, a.m, a.v, self.state, a.n, self.lr, self.betas,
-                        self.eps, self.weight_decay)
+                        self.eps, self.weight_decay, self.per_thread)
         if per_tensor:
             tensor_rb = dev.read_later(self.tsumsq, 0, 4 * a.nt)
         return StepResult(dev.read_later(self.state, 0, 32), tensor_rb, [s.name for s in a.slots])
@@ -254,7 +256,7 @@ class AdamW:
         a = self.arena
         adamw_ops.adamw_begin(self.dev, self.state, self.lr, self.betas, plain=True)
         adamw_ops.adamw(self.dev, a.params, a.grads, a.m, a.v, self.state, a.n, self.lr, self.betas,
-                        self.eps, self.weight_decay)
+                        self.eps, self.weight_decay, self.per_thread)
 
     async def read_state(self) -> dict:
         """The state buffer now (submits and waits): norm, clip, step, skipped..."""

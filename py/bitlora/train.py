@@ -11,7 +11,8 @@
 This is also the notebook API's `bitlora.Trainer`.
 
 One optimizer step (step semantics pinned by the issue): every micro-batch of the
-step runs forward and backward on the GPU, adding raw (unnormalised) cross-entropy
+step runs forward and backward on the GPU (recorded once per micro-batch shape, then
+replayed: `Model.train_micro` with the trainer's `gpu.Programs`), adding raw (unnormalised) cross-entropy
 gradient sums into the arena's gradients and the summed loss into a GPU scalar;
 then `AdamW.step(n_targets)` divides by the step's target-token count, clips the
 mean gradient by global norm and updates — one submit. The loss and the pre-clip
@@ -121,11 +122,13 @@ class Trainer:
         self.lora = None                  # lora.Lora: the adapter being trained
         self.acts = None                  # its training activations (model.activations)
         self.opt = None
+        self.programs = None              # gpu.Programs: each micro-batch shape's recorded dispatches
+        self.replay = True                # replay them (False: record every step anew; same results)
         self.on_step = None               # callback(metrics_row) after each step lands
         self.on_checkpoint = None         # callback(step) after a checkpoint is written; awaited if async
-        self.on_micro = None              # callback(dict) as each micro-batch finishes on the GPU; set, it
-                                          #   makes a step one submit per micro-batch (progress, and stop()
-                                          #   takes effect at the next micro-batch boundary)
+        self.on_micro = None              # callback(dict) as each micro-batch finishes on the GPU (awaited if
+                                          #   async); set, it makes a step one submit per micro-batch
+                                          #   (progress, and stop() takes effect at the next micro-batch boundary)
         self.keep_adapter = False         # read the adapter back with each step's loss (adapter_snapshot)
         self.adapter_snapshot = None      # (step, raw f32 bytes of the arena's params) after that step
         self.checkpoint_dir = None        # where save_every writes (default OUT/checkpoint)
@@ -159,6 +162,7 @@ class Trainer:
                 dev.destroy(b)
             raise gpu.OutOfMemory(self.out_of_memory_text(e, failed_at), e.label, e.size) from None
         self.lora, self.acts, self.opt, self._buffers = lora, acts, opt, bufs
+        self.programs = gpu.Programs(dev)
         if cfg.resume:
             await self.load_checkpoint(cfg.resume)
 
@@ -203,8 +207,10 @@ class Trainer:
     def close(self) -> None:
         """Free the GPU buffers of the adapter, activations and optimizer (the model
         stays); the trainer cannot train or generate afterwards."""
+        if self.programs is not None:
+            self.programs.clear()     # they bind the buffers below
         self.model.dev.destroy(*self._buffers)
-        self._buffers, self.lora, self.acts, self.opt = [], None, None, None
+        self._buffers, self.lora, self.acts, self.opt, self.programs = [], None, None, None, None
 
     # -- the loop --------------------------------------------------------------
     async def atrain(self, until_step: int | None = None) -> list:
@@ -265,19 +271,26 @@ class Trainer:
         tokens = sum(len(mb.ids) for mb in step.micro_batches)     # padded positions, B*T per micro-batch
         for j, mb in enumerate(step.micro_batches):
             if self.on_micro is not None:
-                self.on_micro({"step": step.index + 1, "micro": j, "micros": n, "tokens": done,
-                               "step_tokens": tokens, "elapsed_s": time.perf_counter() - t0})
-            self.model.forward(mb.rows(), self.acts, self.lora, targets=mb.targets, micro=j, step=step.index)
-            self.model.backward(self.acts, self.lora)
+                await self._report_micro({"step": step.index + 1, "micro": j, "micros": n, "tokens": done,
+                                          "step_tokens": tokens, "elapsed_s": time.perf_counter() - t0})
+                if self.control.stopped:       # stop() came while an async on_micro was awaited
+                    return False
+            self.model.train_micro(mb.rows(), self.acts, self.lora, mb.targets, micro=j, step=step.index,
+                                   programs=self.programs if self.replay else None)
             done += len(mb.ids)
             if self.on_micro is not None:
                 await self.model.dev.sync()
                 if self.control.stopped:
                     return False
         if self.on_micro is not None:
-            self.on_micro({"step": step.index + 1, "micro": n, "micros": n, "tokens": done,
-                           "step_tokens": tokens, "elapsed_s": time.perf_counter() - t0})
+            await self._report_micro({"step": step.index + 1, "micro": n, "micros": n, "tokens": done,
+                                      "step_tokens": tokens, "elapsed_s": time.perf_counter() - t0})
         return True
+
+    async def _report_micro(self, info: dict) -> None:
+        res = self.on_micro(info)
+        if inspect.isawaitable(res):
+            await res
 
     async def _finish(self, pending) -> dict:
         step, lr, loss_rb, res, t0, snap = pending
@@ -318,13 +331,15 @@ class Trainer:
 
     # -- generation ------------------------------------------------------------
     async def agenerate(self, prompt, max_new_tokens: int = 32, temperature: float = 0.0, top_p: float = 1.0,
-                        seed: int = 0):
+                        seed: int = 0, on_token=None, should_stop=None):
         """Generate with the adapter being trained. prompt: text, token ids, or an Alpaca
-        record (formatted with the training prompt template, without its output)."""
+        record (formatted with the training prompt template, without its output).
+        on_token / should_stop: as Model.agenerate's (streaming, stopping)."""
         await self.setup()
         if isinstance(prompt, dict):
             prompt = format_prompt(prompt)
-        return await self.model.agenerate(prompt, max_new_tokens, temperature, top_p, seed, lora=self.lora)
+        return await self.model.agenerate(prompt, max_new_tokens, temperature, top_p, seed, lora=self.lora,
+                                          on_token=on_token, should_stop=should_stop)
 
     def generate(self, prompt, max_new_tokens: int = 32, temperature: float = 0.0, top_p: float = 1.0,
                  seed: int = 0):

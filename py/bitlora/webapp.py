@@ -15,6 +15,7 @@ import asyncio
 import base64
 import json
 import os
+import re
 import shutil
 import time
 import traceback
@@ -48,10 +49,36 @@ class Session:
         self.data_name = ""
         self.data_source = None   # "demo", "file" or "url": which radio the page checks
         self.longest = None       # tokens of the dataset's longest example (with the model's tokenizer)
+        self.shortest = None      # the shortest cutoff that keeps every example's prompt and one answer token
         self.trainer = None
         self.task = None
         self.storage_ready = False
         self.cli_trainer = None   # the Trainer of a `bitlora train --backend browser` run
+        self.hold = None          # tests only: a Hold the page's training waits at
+        self.generating = False   # a Generate is running (one at a time; training waits for it)
+        self.stop_generating = False
+
+
+class Hold:
+    """Tests only, never set by the app: the page's ?test-hooks runs Python in the worker
+    that sets `S.hold = Hold(step, micro)`. Training then waits as micro-batch `micro` of
+    step `step` is about to start (steps before it landed) until `release()`, so a test's
+    Pause, Stop, Export, reload or fault lands in mid-run whatever the device's speed.
+    `await S.hold.reached.wait()` returns once training waits there."""
+
+    def __init__(self, step: int, micro: int = 0):
+        self.at = (step, micro)
+        self.reached = asyncio.Event()
+        self.released = asyncio.Event()
+
+    async def __call__(self, info: dict) -> None:
+        if (info["step"], info["micro"]) == self.at:
+            self.reached.set()
+            await self.released.wait()
+
+    def release(self) -> str:
+        self.released.set()
+        return "released"
 
 
 S = Session()
@@ -131,6 +158,7 @@ def data_report() -> dict:
             preview.append({"index": i, **{k: str(rec.get(k) if rec.get(k) is not None else "")
                                            for k in ("instruction", "input", "output")}})
     S.longest = max(lengths) if lengths else None
+    S.shortest = max(mask.index(1) + 1 for _, _, mask in ds.examples) if lengths else None
     return {"type": "data-info", "name": S.data_name, "source": S.data_source, "total": len(records),
             "valid": len(records) - len(invalid), "invalid": invalid[:1000], "preview": preview,
             "histogram": _histogram(lengths) if lengths else None}
@@ -216,6 +244,10 @@ async def hub_model(ref: dict, base: str, progress):
         except OSError as e:
             if name in hub.OPTIONAL and "HTTP 404" in str(e):
                 continue
+            if i == 0 and re.search(r": HTTP 40[134]\b", str(e)):    # the hub answers 401 for a repo it has not
+                raise OSError(f"{e}: {base.rstrip('/')} has no repo {ref['repo']} with {name} at revision "
+                              f"{ref['revision']} (or it is private or gated: this page cannot log in); "
+                              f"check the repo id, the revision and the hub URL") from None
             raise
     return files[ref["files"][0]] if ref["files"][0].endswith(".gguf") else files
 
@@ -319,48 +351,114 @@ def _fits(model, cfg, budget) -> bool:
     return est["largest"] <= _limit(model) and (not budget or est["total"] <= budget)
 
 
+def shortest_cutoff(model) -> int:
+    """The shortest sensible cutoff: every example keeps its prompt and one token of its
+    answer (the loaded dataset's longest prompt; before one is loaded, the template's)."""
+    if S.shortest is not None:
+        return S.shortest
+    from .data import tokenize_record
+    _, mask = tokenize_record(model.tokenizer, {"instruction": "", "input": "", "output": ""}, 1 << 30, False)
+    return mask.index(1) + 1
+
+
+# LoRA targets to fall back on, each within the configured ones: attention only, the
+# query and value projections (LoRA's own choice), the query alone.
+_FEWER = (("q_proj", "k_proj", "v_proj", "o_proj"), ("q_proj", "v_proj"), ("q_proj",))
+
+
+def _adapters(cfg) -> list:
+    """(lora_r, lora_alpha, target_modules) from the configured adapter down: the rank
+    halved (alpha with it: the update's scale alpha/r stays), then fewer targets."""
+    targets = [list(cfg.target_modules)]
+    for keep in _FEWER + ((cfg.target_modules[0],),):
+        t = [m for m in cfg.target_modules if m in keep]
+        if t and t not in targets:
+            targets.append(t)
+    out = []
+    for t in targets:
+        r = cfg.lora_r
+        while r >= 1:
+            out.append((r, cfg.lora_alpha * r / cfg.lora_r, t))
+            r //= 2
+    return out
+
+
 def fit_settings(model, cfg, budget):
     """Settings that fit: gradient checkpointing first (the same batches, one more
     forward), then the micro-batch halved (gradient accumulation raised to keep the
-    sequences per step), then the cutoff halved; None if nothing does."""
+    sequences per step), then the cutoff halved down to the shortest sensible one;
+    when even micro-batch 1 at that cutoff does not fit, the same with a smaller LoRA
+    adapter (_adapters). None if nothing does."""
     import dataclasses
-    batch, cut = cfg.micro_batch_size * cfg.grad_accum, cfg.cutoff_len
-    cfg = dataclasses.replace(cfg, gradient_checkpointing=True)
-    while cut >= 16:
-        mb = cfg.micro_batch_size
-        while mb >= 1:
-            trial = dataclasses.replace(cfg, micro_batch_size=mb, grad_accum=max(1, -(-batch // mb)), cutoff_len=cut)
-            if _fits(model, trial, budget):
-                return trial
-            mb //= 2
-        cut //= 2
+    batch, floor = cfg.micro_batch_size * cfg.grad_accum, min(shortest_cutoff(model), cfg.cutoff_len)
+    cuts = [c for c in (cfg.cutoff_len >> k for k in range(16)) if c > floor] + [floor]
+    for r, alpha, targets in _adapters(cfg):
+        base = dataclasses.replace(cfg, gradient_checkpointing=True, lora_r=r, lora_alpha=alpha,
+                                   target_modules=targets)
+        if not _fits(model, dataclasses.replace(base, micro_batch_size=1, grad_accum=batch, cutoff_len=floor), budget):
+            continue                       # not even the smallest batch: a smaller adapter
+        for cut in cuts:
+            mb = cfg.micro_batch_size
+            while mb >= 1:
+                trial = dataclasses.replace(base, micro_batch_size=mb, grad_accum=max(1, -(-batch // mb)),
+                                            cutoff_len=cut)
+                if _fits(model, trial, budget):
+                    return trial
+                mb //= 2
     return None
+
+
+def _mb(x: int) -> str:
+    return f"{x / 2**20:.0f} MB" if x >= 10 * 2**20 else f"{x / 2**20:.2f} MB"
+
+
+def _setting(key: str, value) -> str:
+    words = {"lora_r": "LoRA rank", "lora_alpha": "LoRA alpha", "micro_batch_size": "micro-batch size",
+             "grad_accum": "gradient accumulation", "cutoff_len": "cutoff length"}.get(key, key.replace("_", " "))
+    if value is True:
+        return words
+    if isinstance(value, list):
+        return f"{words} {' '.join(value)}"
+    return f"{words} {value:g}" if isinstance(value, float) else f"{words} {value}"
 
 
 def estimate_message(model, cfg, budget: int | None = None) -> dict:
     """The `estimate` message: the model's exact estimate of the run's GPU bytes (at the
     dataset's longest example when one is loaded), whether it fits the device's largest
     buffer and the user's memory budget, and if not, settings that do (`proposal`)."""
+    import dataclasses
     est = _estimate(model, cfg)
     total, largest, limit = est["total"], est["largest"], _limit(model)
-    mb = lambda x: f"{x / 2**20:.0f} MB" if x >= 10 * 2**20 else f"{x / 2**20:.1f} MB"  # noqa: E731
     fits = _fits(model, cfg, budget)
-    text = (f"Training with these settings needs {mb(total)} of GPU memory "
-            f"(largest buffer {mb(largest)}; this device allows {mb(limit)} per buffer"
-            + (f"; your budget is {mb(budget)}" if budget else "") + ").")
+    text = (f"Training with these settings needs {_mb(total)} of GPU memory "
+            f"(largest buffer {_mb(largest)}; this device allows {_mb(limit)} per buffer"
+            + (f"; your budget is {_mb(budget)}" if budget else "") + ").")
     out = {"type": "estimate", "fits": fits, "bytes": total, "largest": largest, "limit": limit, "proposal": None}
     if not fits:
-        why = (f"its largest buffer ({mb(largest)}) is over the device's {mb(limit)}" if largest > limit
-               else f"{mb(total)} is over your budget of {mb(budget)}")
+        why = (f"its largest buffer ({_mb(largest)}) is over the device's {_mb(limit)}" if largest > limit
+               else f"{_mb(total)} is over your budget of {_mb(budget)}")
         text += f" Too big: {why}."
         fit = fit_settings(model, cfg, budget)
         if fit is None:
-            text += " No micro-batch size or cutoff length fits: try a smaller LoRA rank or fewer target modules."
+            r, alpha, targets = _adapters(cfg)[-1]
+            least = dataclasses.replace(cfg, gradient_checkpointing=True, micro_batch_size=1, lora_r=r,
+                                        lora_alpha=alpha, target_modules=targets,
+                                        cutoff_len=min(shortest_cutoff(model), cfg.cutoff_len))
+            small = _estimate(model, least)
+            text += (f" Nothing fits: even micro-batch 1, cutoff length {least.cutoff_len} (the shortest that "
+                     f"keeps every prompt), gradient checkpointing and LoRA rank {r} on {' '.join(targets)} "
+                     f"need {_mb(small['total'])} (the model's weights alone {_mb(model.weight_bytes)}): "
+                     + ("raise the budget, or choose a smaller model." if budget and small["total"] > budget
+                        else "this device cannot train this model."))
         else:
-            keys = ("gradient_checkpointing", "micro_batch_size", "grad_accum", "cutoff_len")
+            keys = ("gradient_checkpointing", "micro_batch_size", "grad_accum", "cutoff_len", "lora_r", "lora_alpha",
+                    "target_modules")
             out["proposal"] = {k: getattr(fit, k) for k in keys if getattr(fit, k) != getattr(cfg, k)}
-            words = ", ".join(k.replace("_", " ") + ("" if v is True else f" {v}") for k, v in out["proposal"].items())
-            text += f" Fits: {words} ({mb(_estimate(model, fit)['total'])}): press Fit to device (under Settings)."
+            words = ", ".join(_setting(k, v) for k, v in out["proposal"].items())
+            smaller = " (a smaller adapter: nothing else fits)" if "lora_r" in out["proposal"] or \
+                "target_modules" in out["proposal"] else ""
+            text += (f" Fits: {words} ({_mb(_estimate(model, fit)['total'])}){smaller}: press Fit to device "
+                     f"(under Settings).")
     out["text"] = text
     return out
 
@@ -476,7 +574,12 @@ async def _run_training(trainer, resumed: bool) -> None:
     can_save = await storage()
     S.saved_step = None
     trainer.on_step = lambda row: post(_step_message(row, total))
-    trainer.on_micro = lambda m: post({"type": "micro", "total_steps": total, **m})
+
+    def on_micro(m):
+        post({"type": "micro", "total_steps": total, **m})
+        return S.hold(m) if S.hold is not None else None     # tests only: a Hold waits here
+
+    trainer.on_micro = on_micro
     trainer.keep_adapter = True      # Export answers from the last step's copy, even mid-step
     if can_save:
         with open(CKPT + "/records.json", "w") as f:   # reaches IndexedDB with the first checkpoint
@@ -529,6 +632,9 @@ async def on_train(msg: dict) -> None:
     from .train import Trainer
     if S.task is not None and not S.task.done():
         post({"type": "error", "where": "training", "text": "a training run is already going"})
+        return
+    if S.generating:
+        post({"type": "error", "where": "training", "text": "wait for Generate to finish (or stop it)"})
         return
     if S.model is None:       # the defaults: what the page's radios show before anything is chosen
         post({"type": "train-state", "state": "starting", "text": "Loading the demo model…"})
@@ -633,20 +739,59 @@ async def on_resume_checkpoint(msg: dict) -> None:
 
 # -- try it, export ------------------------------------------------------------------------
 
+GEN_POST_S = 0.05   # at most this often a `gen-token` per answer: the page shows tokens as they come
+
+
+def _streamer(which: str, tokenizer):
+    """on_token for agenerate: posts `gen-token` {which, text so far, tokens, tokens_per_s}."""
+    state = {"t0": None, "last": 0.0}
+
+    def on_token(tok, ids):
+        now = time.monotonic()
+        if state["t0"] is None:
+            state["t0"] = now
+        if now - state["last"] < GEN_POST_S:
+            return
+        state["last"] = now
+        tps = (len(ids) - 1) / (now - state["t0"]) if len(ids) > 1 and now > state["t0"] else None
+        text = tokenizer.decode(ids, skip_special_tokens=True) if tokenizer is not None else ""
+        post({"type": "gen-token", "which": which, "text": text, "tokens": len(ids), "tokens_per_s": tps})
+    return on_token
+
+
 async def on_generate(msg: dict) -> None:
+    """Generate with the base model, then with the adapter (when there is one), streaming
+    each answer's tokens (`gen-token`) and ending with `generated`; `stop-generate` ends
+    the answer being generated and skips the rest."""
     from .data import format_prompt
     if S.model is None:
         post({"type": "error", "where": "generate", "text": "load a model first"})
+        return
+    if S.generating:
+        post({"type": "error", "where": "generate", "text": "a generation is already going"})
         return
     prompt = format_prompt({"instruction": str(msg.get("instruction") or ""), "input": str(msg.get("input") or ""),
                             "output": ""})
     n = max(1, min(int(msg.get("max_new_tokens") or 48), 1024))
     temp = float(msg.get("temperature") or 0.0)
-    base = await S.model.agenerate(prompt, max_new_tokens=n, temperature=temp, seed=0)
-    adapted = None
-    if S.trainer is not None and S.trainer.lora is not None:
-        adapted = str(await S.trainer.agenerate(prompt, max_new_tokens=n, temperature=temp, seed=0))
-    post({"type": "generated", "base": str(base), "adapted": adapted})
+    S.generating, S.stop_generating = True, False
+    out = {"type": "generated", "base": "", "adapted": None, "stopped": False}
+    try:
+        kw = dict(max_new_tokens=n, temperature=temp, seed=0, should_stop=lambda: S.stop_generating)
+        base = await S.model.agenerate(prompt, on_token=_streamer("base", S.model.tokenizer), **kw)
+        out.update(base=base.text, base_tokens=len(base.ids), base_tokens_per_s=base.tokens_per_s())
+        if S.trainer is not None and S.trainer.lora is not None and not S.stop_generating:
+            adapted = await S.trainer.agenerate(prompt, on_token=_streamer("adapted", S.model.tokenizer), **kw)
+            out.update(adapted=adapted.text, adapted_tokens=len(adapted.ids),
+                       adapted_tokens_per_s=adapted.tokens_per_s())
+        out["stopped"] = S.stop_generating
+    finally:
+        S.generating = False
+    post(out)
+
+
+async def on_stop_generate(msg: dict) -> None:
+    S.stop_generating = True
 
 
 async def on_export(msg: dict) -> None:
@@ -767,6 +912,7 @@ HANDLERS = {
     "forget-models": on_forget_models,
     "resume-checkpoint": on_resume_checkpoint,
     "generate": on_generate,
+    "stop-generate": on_stop_generate,
     "export": on_export,
     "cli-setup": on_cli_setup,
     "cli-train": on_cli_train,

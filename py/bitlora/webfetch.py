@@ -21,9 +21,6 @@ from .formats import FormatError
 from .formats.source import RETRIES, check_page, drop_note, incomplete_error, restart_note
 
 PIECE = 16 << 20      # bytes of chunks gathered before they join the Blob
-FETCH_HELP = ("the page may fetch only from its own server, the Hugging Face Hub and the origins "
-              "`bitlora serve --allow-origin` names, and another server must allow it (CORS)")
-
 
 def _last_line(e) -> str:
     text = str(e).strip().splitlines()
@@ -44,10 +41,59 @@ async def fetch(url: str, headers: dict | None = None):
     try:
         resp = await (js.fetch(url, init) if init is not None else js.fetch(url))
     except Exception as e:  # noqa: BLE001 - a JS TypeError: CSP, CORS or the network
-        raise FetchFailed(f"{url}: could not fetch ({_last_line(e)}): {FETCH_HELP}") from None
+        raise FetchFailed(f"{url}: could not fetch ({_last_line(e)}): {await why_unfetchable(url)}") from None
     if not resp.ok:
         raise OSError(f"{url}: HTTP {resp.status} {resp.statusText}".rstrip())
     return resp
+
+
+def _origin(url: str) -> str:
+    import urllib.parse
+    u = urllib.parse.urlsplit(url)
+    return f"{u.scheme}://{u.netloc}"
+
+
+async def connect_sources() -> list | None:
+    """The origins the page's Content-Security-Policy lets it fetch from ('self' as this
+    server's origin), read from a response of this server; None where that cannot be
+    told (no policy, or sources other than plain origins)."""
+    import js
+    from pyodide.ffi import to_js
+    here = str(js.self.location.href)
+    try:
+        resp = await js.fetch(here, to_js({"method": "HEAD"}, dict_converter=js.Object.fromEntries))
+    except Exception:  # noqa: BLE001 - this server is gone too: nothing to tell
+        return None
+    policy = {d.split()[0]: d.split()[1:] for d in str(resp.headers.get("Content-Security-Policy") or "").split(";")
+              if d.split()}
+    sources = policy.get("connect-src", policy.get("default-src"))
+    if sources is None or any(("*" in x or "//" not in x) and x != "'self'" for x in sources):
+        return None
+    return [_origin(here) if x == "'self'" else x.rstrip("/") for x in sources]
+
+
+async def why_unfetchable(url: str) -> str:
+    """Why js.fetch(url) failed: a browser says only "Failed to fetch" for the page's
+    Content-Security-Policy, a server without CORS headers and no server at all. The
+    policy (this server's header) tells the first; a no-cors request, which CORS does
+    not stop but the others do, tells the other two apart."""
+    import js
+    from pyodide.ffi import to_js
+    origin = _origin(url)
+    allowed = await connect_sources()
+    if allowed is not None and origin not in allowed:
+        here = _origin(str(js.self.location.href))
+        others = [o for o in allowed if o != here and not o.endswith(("//huggingface.co", ".huggingface.co", ".hf.co"))]
+        return (f"this page's Content-Security-Policy blocks {origin}: it may fetch only from its own server, "
+                f"the Hugging Face Hub" + "".join(f", {o}" for o in others) + ". Serve it with "
+                f"`bitlora serve --allow-origin {origin}` to allow that origin")
+    try:
+        await js.fetch(url, to_js({"mode": "no-cors"}, dict_converter=js.Object.fromEntries))
+    except Exception:  # noqa: BLE001 - not reachable at all
+        return (f"no answer from {origin}: the server is down or the address is wrong (a network error), "
+                f"or it redirected to an origin this page may not fetch from")
+    return (f"{origin} answered but does not let other sites' pages read it: its responses need the CORS "
+            f"header Access-Control-Allow-Origin")
 
 
 def _note(text: str) -> None:

@@ -59,13 +59,14 @@ async def case_cross_entropy(dev, logits, targets, N, V, grad_scale, loss_sum0=0
 
 async def case_lora(dev, x, a, b, dy, y0, da0, db0, dx0, N, I, O, R, scale, p=0.0, seed=0, step=0, kind="gpu"):
     await _prepare(dev)
-    s = lora.LoraShape(N, I, O, R, scale, p, seed, step)
+    s = lora.LoraShape(N, I, O, R, scale, p, seed)
+    stream = _u32(dev, [step], "stream")   # the dropout stream's step travels in a buffer
     bx, ba, bb, bdy = _f32(dev, x, "x"), _f32(dev, a, "a"), _f32(dev, b, "b"), _f32(dev, dy, "dy")
     by, bda, bdb, bdx = _f32(dev, y0, "y"), _f32(dev, da0, "da"), _f32(dev, db0, "db"), _f32(dev, dx0, "dx")
     bu, bdu = dev.buffer(4 * N * R, "u"), dev.buffer(4 * N * R, "du")
     with _kind(dev, kind):
-        lora.lora_forward(dev, s, bx, ba, bb, bu, by)
-        lora.lora_backward(dev, s, bdy, bx, ba, bb, bu, bda, bdb, bdu, bdx)
+        lora.lora_forward(dev, s, bx, ba, bb, bu, by, stream)
+        lora.lora_backward(dev, s, bdy, bx, ba, bb, bu, bda, bdb, bdu, stream, bdx)
     return {"y": await _get(dev, by, N * O), "u": await _get(dev, bu, N * R), "da": await _get(dev, bda, R * I),
             "db": await _get(dev, bdb, O * R), "du": await _get(dev, bdu, N * R), "dx": await _get(dev, bdx, N * I)}
 
@@ -210,10 +211,11 @@ async def case_layer_backward(dev, dims, saved, weights, lora_cfg, dh_out):
     bitlinear.bitlinear_backward_input(dev, dq, Wt["q_packed"], Wt["q_scale"], d_c, N, C, H * D)
     bitlinear.bitlinear_backward_input(dev, dk, Wt["k_packed"], Wt["k_scale"], d_c, N, C, Hkv * D, accumulate=True)
     bitlinear.bitlinear_backward_input(dev, dv, Wt["v_packed"], Wt["v_scale"], d_c, N, C, Hkv * D, accumulate=True)
-    sq = lora.LoraShape(N, C, H * D, R, lora_cfg["scale"], lora_cfg["p"], lora_cfg["seed_q"], lora_cfg["step"])
-    sv = lora.LoraShape(N, C, Hkv * D, R, lora_cfg["scale"], lora_cfg["p"], lora_cfg["seed_v"], lora_cfg["step"])
-    lora.lora_backward(dev, sq, dq, S["n1"], Wt["a_q"], Wt["b_q"], S["uq"], da_q, db_q, du_l, d_c)
-    lora.lora_backward(dev, sv, dv, S["n1"], Wt["a_v"], Wt["b_v"], S["uv"], da_v, db_v, du_l, d_c)
+    sq = lora.LoraShape(N, C, H * D, R, lora_cfg["scale"], lora_cfg["p"], lora_cfg["seed_q"])
+    sv = lora.LoraShape(N, C, Hkv * D, R, lora_cfg["scale"], lora_cfg["p"], lora_cfg["seed_v"])
+    stream = _u32(dev, [lora_cfg["step"]], "stream")
+    lora.lora_backward(dev, sq, dq, S["n1"], Wt["a_q"], Wt["b_q"], S["uq"], da_q, db_q, du_l, stream, d_c)
+    lora.lora_backward(dev, sv, dv, S["n1"], Wt["a_v"], Wt["b_v"], S["uv"], da_v, db_v, du_l, stream, d_c)
     rmsnorm.rmsnorm_backward(dev, d_c, S["h_in"], Wt["w_in"], S["rstd1"], dh, N, C, accumulate=True)
     return {"dh_in": await _get(dev, dh, N * C), "da_q": await _get(dev, da_q, R * C),
             "db_q": await _get(dev, db_q, H * D * R), "da_v": await _get(dev, da_v, R * C),

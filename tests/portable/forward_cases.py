@@ -16,8 +16,38 @@ def _buf(dev, code, vals, label):
 
 
 async def _prepare(dev):
-    """Compile every kernel the ops record (once per device)."""
-    await dev.prepare(ops.kernel_specs("f32"))
+    """Compile every kernel the ops record (once per device), the int8 ones where it has them."""
+    await dev.prepare(ops.kernel_specs("f32", int8=dev.int8_dot))
+
+
+def pack_xq(xq, N, I):
+    """xq[N, I] (integers in -128..127) -> the packed int8 words of prelude.wgsl's xq8
+    (byte j of word 4g + k: column 16g + 4j + k; 0 past I)."""
+    words = 4 * -(-I // 16)
+    out = array.array("I", bytes(4 * N * words))
+    for n in range(N):
+        for e in range(words):
+            c = (e // 4) * 16 + e % 4
+            out[n * words + e] = sum((int(xq[n * I + c + 4 * j]) & 0xFF) << (8 * j)
+                                     for j in range(4) if c + 4 * j < I)
+    return out
+
+
+def unpack_xq(words, N, I):
+    """The inverse of pack_xq: a flat list of N*I floats."""
+    per = 4 * -(-I // 16)
+    out = []
+    for n in range(N):
+        for c in range(I):
+            b = (words[n * per + (c // 16) * 4 + c % 4] >> (8 * ((c % 16) // 4))) & 0xFF
+            out.append(float(b - 256 if b > 127 else b))
+    return out
+
+
+async def _words(dev, buf, n):
+    out = array.array("I")
+    out.frombytes(await dev.read(buf, 0, 4 * n))
+    return list(out)
 
 
 async def _get(dev, buf, n):
@@ -26,14 +56,18 @@ async def _get(dev, buf, n):
     return list(out)
 
 
-async def case_bitlinear_forward(dev, xq, s, packed, scale, y0, N, I, O, accumulate, kind="gpu", splits=(2, 3)):
+async def case_bitlinear_forward(dev, xq, s, packed, scale, y0, N, I, O, accumulate, kind="gpu", splits=(2, 3),
+                                 int8=True):
     """y for every entry point of device `kind` ("gpu": {"bitlinear_forward": [...],
-    "bitlinear_forward_rows": [...]}; "cpu": bitlinear_forward_cpu and the rows kernel),
-    under "op" what ops.bitlinear.bitlinear_forward picked for this N on that kind, and
-    under "split<S>" the op with its reduction split in S slices (splitk.wgsl; the CPU
-    kernel ignores it)."""
+    "bitlinear_forward_rows": [...]} and "bitlinear_forward_i8" where the device has
+    dot4I8Packed; "cpu": bitlinear_forward_cpu and the rows kernel), under "op" what
+    ops.bitlinear.bitlinear_forward picked for this N on that kind (with dev.int8_dot
+    off unless `int8`), and under "split<S>" the op with its reduction split in S
+    slices (splitk.wgsl; the CPU kernel ignores it). "int8" says whether the op's
+    activations were packed."""
     await _prepare(dev)
     bx, bs, bw = _buf(dev, "f", xq, "xq"), _buf(dev, "f", s, "s"), _buf(dev, "I", packed, "w")
+    bx8 = dev.buffer(4 * N * bitlinear.xq_floats(I, True), "xq8", data=pack_xq(xq, N, I))
     words = -(-I // 16)
     params = bitlinear.FORWARD.pack(N, I, O, scale, int(accumulate), words, 0)
     # CPU: the default tile (lavapipe's) and every adapter's of ops.bitlinear.CPU_TILES
@@ -48,14 +82,23 @@ async def case_bitlinear_forward(dev, xq, s, packed, scale, y0, N, I, O, accumul
         dev.dispatch(dev.prepared("bitlinear.wgsl", entry, consts), binds, groups=(-(-O // cols), -(-N // rows), 1),
                      params=params)
         out[key] = await _get(dev, y, N * O)
-    old, dev.kind = dev.kind, kind
+    if kind == "gpu" and dev.int8_dot:
+        y = _buf(dev, "f", y0, "y")
+        dev.dispatch(dev.prepared("bitlinear_i8.wgsl", "bitlinear_forward_i8"), [bx8, bs, bw, y, dev.buffer(4, "part")],
+                     groups=(-(-O // 64), -(-N // 64), 1),
+                     params=bitlinear.FORWARD_I8.pack(N, I, O, scale, int(accumulate), words, 0))
+        out["bitlinear_forward_i8"] = await _get(dev, y, N * O)
+    old, dev.kind, int8_old = dev.kind, kind, dev.int8_dot
+    dev.int8_dot = int8_old and int8
     try:
+        out["int8"] = bitlinear.packed_xq(dev, N)
         for key, split in [("op", None)] + [(f"split{n}", n) for n in splits]:
             y = _buf(dev, "f", y0, "y")
-            bitlinear.bitlinear_forward(dev, bx, bs, bw, scale, y, N, I, O, accumulate, split=split)
+            bitlinear.bitlinear_forward(dev, bx8 if out["int8"] else bx, bs, bw, scale, y, N, I, O, accumulate,
+                                        split=split)
             out[key] = await _get(dev, y, N * O)
     finally:
-        dev.kind = old
+        dev.kind, dev.int8_dot = old, int8_old
     return out
 
 
@@ -123,9 +166,61 @@ async def case_rmsnorm_forward(dev, x, w, N, C, eps, kind):
 
 
 async def case_actquant_forward(dev, x, N, I, kind):
-    """xq[N, I] and s[N] of ops.bitlinear.actquant_forward with the `kind` variant."""
+    """xq[N, I] and s[N] of ops.bitlinear.actquant_forward with the `kind` variant
+    (unpacked where it wrote packed int8: "packed" says so)."""
     await _prepare(dev)
-    xq, s = dev.buffer(4 * N * I, "xq"), dev.buffer(4 * N, "s")
+    xq, s = dev.buffer(4 * N * max(I, bitlinear.xq_floats(I, True)), "xq"), dev.buffer(4 * N, "s")
     with _kind(dev, kind):
+        packed = bitlinear.packed_xq(dev, N)
         bitlinear.actquant_forward(dev, _buf(dev, "f", x, "x"), xq, s, N, I)
-    return {"xq": await _get(dev, xq, N * I), "s": await _get(dev, s, N)}
+    return {"xq": await _xq(dev, xq, N, I, packed), "s": await _get(dev, s, N), "packed": packed}
+
+
+async def _xq(dev, buf, N, I, packed):
+    if packed:
+        return unpack_xq(await _words(dev, buf, N * bitlinear.xq_floats(I, True)), N, I)
+    return await _get(dev, buf, N * I)
+
+
+async def case_rmsnorm_quant_forward(dev, x, w, N, C, eps, kind, int8=True):
+    """y, rstd, xq (unpacked), s of ops.rmsnorm.rmsnorm_quant_forward with the `kind`
+    variant (int8: leave dev.int8_dot as it is, else off), and the same of
+    rmsnorm_forward + actquant_forward under "two_ops"."""
+    await _prepare(dev)
+    from bitlora.ops.rmsnorm import rmsnorm_forward, rmsnorm_quant_forward
+    bx, bw = _buf(dev, "f", x, "x"), _buf(dev, "f", w, "w")
+    out = {}
+    int8_old = dev.int8_dot
+    try:
+        dev.int8_dot = int8_old and int8
+        for key in ("fused", "two_ops"):
+            y, rstd, s = dev.buffer(4 * N * C, "y"), dev.buffer(4 * N, "rstd"), dev.buffer(4 * N, "s")
+            xq = dev.buffer(4 * N * max(C, bitlinear.xq_floats(C, True)), "xq")
+            with _kind(dev, kind):
+                packed = bitlinear.packed_xq(dev, N)
+                if key == "fused":
+                    rmsnorm_quant_forward(dev, bx, bw, y, rstd, xq, s, N, C, eps)
+                else:
+                    rmsnorm_forward(dev, bx, bw, y, rstd, N, C, eps)
+                    bitlinear.actquant_forward(dev, y, xq, s, N, C)
+            out[key] = {"y": await _get(dev, y, N * C), "rstd": await _get(dev, rstd, N),
+                        "xq": await _xq(dev, xq, N, C, packed), "s": await _get(dev, s, N), "packed": packed}
+    finally:
+        dev.int8_dot = int8_old
+    return out
+
+
+async def case_int8_dot(dev):
+    """Whether dot4I8Packed compiles and computes on this device, beside what the device
+    decided (Device.int8_dot): the two must agree."""
+    code = """@group(0) @binding(0) var<storage, read_write> o: array<i32>;
+@compute @workgroup_size(1) fn main() { o[0] = dot4I8Packed(0x01020304u, 0xff7f8001u); o[1] = dot4I8Packed(0x80808080u, 0x81818181u); }"""
+    try:
+        k = await dev.compile(code, "main")
+    except Exception as e:  # noqa: BLE001 - the compiler's refusal is the answer
+        return {"int8_dot": dev.int8_dot, "compiles": False, "error": str(e)}
+    out = dev.buffer(8, "out")
+    dev.dispatch(k, [out], groups=1)
+    got = array.array("i")
+    got.frombytes(await dev.read(out))
+    return {"int8_dot": dev.int8_dot, "compiles": True, "values": list(got)}

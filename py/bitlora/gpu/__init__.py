@@ -4,6 +4,7 @@
     k = await dev.kernel("hello.wgsl", "axpy")
     dev.dispatch(k, [x, y], groups=n // 256, params=struct.pack("<fI", a, n))
     out = await dev.read(y)
+    prog = dev.record(lambda: ...)            # dispatches captured once; dev.replay(prog) each step
 
 Natively, `bitlora.gpu.run(coro)` drives a coroutine to completion;
 `bitlora.gpu.maybe_run(coro)` does that natively and hands the coroutine back to be
@@ -16,10 +17,11 @@ import concurrent.futures
 import sys
 
 from .device import (Buffer, BufferView, Device, DeviceLost, GPUError, GPUUnavailable, Kernel,
-                     OutOfMemory, Readback, groups_1d, read_shader)
+                     OutOfMemory, Program, Programs, Readback, groups_1d, read_shader)
 
 __all__ = ["Buffer", "BufferView", "Device", "DeviceLost", "GPUError", "GPUUnavailable", "Kernel",
-           "OutOfMemory", "Readback", "get_device", "groups_1d", "maybe_run", "read_shader", "run", "IN_BROWSER"]
+           "OutOfMemory", "Program", "Programs", "Readback", "get_device", "groups_1d", "maybe_run", "read_shader",
+           "run", "IN_BROWSER"]
 
 IN_BROWSER = sys.platform == "emscripten"
 _devices: dict[str, Device] = {}

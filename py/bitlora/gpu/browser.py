@@ -9,6 +9,8 @@ device's `lost` promise.
 """
 from __future__ import annotations
 
+import array
+
 import js  # noqa: F401 - only importable under Pyodide
 from pyodide.ffi import create_proxy, to_js
 
@@ -58,6 +60,8 @@ class BrowserBackend:
         self.adapter_info["backend"] = "WebGPU"
         self.adapter_info["is_fallback"] = bool(getattr(info, "isFallbackAdapter", False))
         self.features = sorted(str(f) for f in getattr(js.Array, "from")(self.device.features))
+        langs = getattr(gpu, "wgslLanguageFeatures", None)   # a set-like of names (Chrome 115+)
+        self.wgsl_features = set() if _missing(langs) else {str(f) for f in getattr(js.Array, "from")(langs)}
         dl = self.device.limits
         names = list(RAISED_LIMITS) + ["minUniformBufferOffsetAlignment", "minStorageBufferOffsetAlignment",
                                        "maxComputeWorkgroupSizeZ", "maxBindGroups"]
@@ -80,6 +84,10 @@ class BrowserBackend:
         self._on_lost = create_proxy(on_lost)
         self.device.lost.then(self._on_lost)
         self._staging_pool: dict[int, list] = {}
+        # static/replay.js's replay, where the page's worker loaded it (a JupyterLite kernel
+        # does not): programs are replayed by one call into it, else from Python.
+        replay = getattr(js, "bitloraReplay", None)
+        self.replay_js = None if _missing(replay) else replay
         return self
 
     # buffers
@@ -168,11 +176,67 @@ class BrowserBackend:
         cpass.setBindGroup(0, bind_group)
         cpass.dispatchWorkgroups(*groups)
 
+    # recorded programs (gpu/device.py Program)
+    def program(self, commands):
+        """Device.record's commands -> the object static/replay.js's replay(encoder,
+        program) takes (a flat Float64Array of commands and arrays of the pipelines, bind
+        groups and buffers they name), built once. Where the worker did not load that
+        module (replay_js), the commands themselves, replayed from Python."""
+        if self.replay_js is None:
+            return ("python", commands)
+        tables = {"pipelines": ([], {}), "bindGroups": ([], {}), "buffers": ([], {})}
+
+        def index(table, obj):
+            objs, seen = tables[table]
+            i = seen.get(id(obj))
+            if i is None:
+                i = seen[id(obj)] = len(objs)
+                objs.append(obj)
+            return i
+
+        code = array.array("d")
+        for c in commands:
+            if c[0] == "dispatch":
+                code.extend((0, index("pipelines", c[1]), index("bindGroups", c[2]), *c[3]))
+            elif c[0] == "copy":
+                code.extend((1, index("buffers", c[1]), c[2], index("buffers", c[3]), c[4], c[5]))
+            else:
+                code.extend((2, index("buffers", c[1]), c[2], c[3]))
+        arr = js.Float64Array.new(len(code))
+        arr.assign(code)
+        prog = _obj({"code": arr, **{k: objs for k, (objs, _) in tables.items()}})
+        return ("js", prog)
+
+    def replay(self, encoder, prepared):
+        how, prog = prepared
+        if how == "js":
+            self.replay_js(encoder, prog)
+            return
+        cpass = None
+        for c in prog:
+            if c[0] == "dispatch":
+                if cpass is None:
+                    cpass = encoder.beginComputePass()
+                self.dispatch(cpass, c[1], c[2], c[3])
+                continue
+            if cpass is not None:
+                cpass.end()
+                cpass = None
+            if c[0] == "copy":
+                encoder.copyBufferToBuffer(*c[1:])
+            else:
+                encoder.clearBuffer(*c[1:])
+        if cpass is not None:
+            cpass.end()
+
     def copy(self, encoder, src, src_off, dst, dst_off, size):
         encoder.copyBufferToBuffer(src, src_off, dst, dst_off, size)
 
     def clear(self, encoder, handle, offset, size):
         encoder.clearBuffer(handle, offset, size)
+
+    def discard(self, encoder):
+        encoder.finish()   # finished, never submitted: garbage
 
     def submit(self, encoder):
         if self._lost is not None:

@@ -21,6 +21,16 @@ Per-dispatch params: `queue.writeBuffer` lands before the command buffer it is
 submitted with runs, so one uniform buffer reused by two dispatches of the same
 submit would show both the last value. Each dispatch therefore gets its own
 256-byte-aligned slot in a params arena, all uploaded with one write at submit.
+
+Recorded programs: `prog = dev.record(fn)` runs `fn()` with its dispatches, copies and
+clears captured into a `Program` instead of the step: pipelines and workgroup counts
+kept, bind groups built and params slots uploaded once (one uniform buffer, identical
+slots shared). `dev.replay(prog)` then encodes all of it into the current step with one
+backend call (natively a loop over prepared tuples, in the browser one call into
+static/replay.js), so a step costs the host almost nothing. `Programs` keeps them
+under keys (e.g. micro-batch shape). What a program does must depend only on its key:
+values that change from step to step travel in buffers written outside `fn` (writing
+a buffer made before the recording, from inside it, is refused).
 """
 from __future__ import annotations
 
@@ -56,6 +66,7 @@ RAISED_LIMITS = (
 # description; adapter_type "CPU" (wgpu-py) or a fallback adapter (the browser) also count.
 CPU_ADAPTERS = ("llvmpipe", "lavapipe", "swiftshader", "microsoft basic render driver", "warp")
 KINDS = ("gpu", "cpu")
+INT8_DOT = "packed_4x8_integer_dot_product"   # the WGSL language feature of dot4I8Packed
 
 
 def adapter_kind(info: dict) -> str:
@@ -122,6 +133,63 @@ class Kernel:
     name: str
 
 
+class _Recording:
+    """What record() collects: commands, the params blob (with its slots by content) and
+    the uids of buffers made meanwhile."""
+
+    def __init__(self):
+        self.commands: list = []
+        self.params = bytearray()
+        self.slots: dict = {}
+        self.made: set = set()
+
+
+@dataclass(eq=False)
+class Program:
+    """A recorded command list: `prepared` is the backend's form (replayed by one call),
+    `dispatches` / `commands` count what it holds; `params` is its uniform buffer and
+    `recorded` the commands as recorded (Kernels and BufferViews: the buffers it binds,
+    kept alive with it)."""
+    prepared: object
+    dispatches: int
+    commands: int
+    params: Buffer | None
+    recorded: list
+
+
+class Programs:
+    """Programs recorded under keys for one owner's buffers (a Trainer's activations and
+    adapter): `run(key, fn)` replays key's program, recording `fn` first if the key is
+    new. The key must name everything that decides what `fn` records (shapes, flags,
+    which buffers). At most `limit` are kept (the least recently used goes). `clear()`
+    forgets them all: do it before destroying buffers they bind."""
+
+    def __init__(self, dev: "Device", limit: int = 32):
+        self.dev, self.limit = dev, limit
+        self._by_key: dict = {}
+        self.recorded = 0    # how many recordings were made (tests: a new shape records once)
+
+    def run(self, key, fn) -> Program:
+        prog = self._by_key.pop(key, None)
+        if prog is None:
+            prog = self.dev.record(fn)
+            self.recorded += 1
+            while len(self._by_key) >= self.limit:
+                del self._by_key[next(iter(self._by_key))]
+        self._by_key[key] = prog   # most recently used last
+        self.dev.replay(prog)
+        return prog
+
+    def clear(self) -> None:
+        self._by_key.clear()
+
+    def __len__(self) -> int:
+        return len(self._by_key)
+
+    def __contains__(self, key) -> bool:
+        return key in self._by_key
+
+
 class Readback:
     """Bytes that will be available after the GPU gets there: `await rb.get()`."""
 
@@ -180,6 +248,10 @@ class Device:
         # "gpu" or "cpu": which kernel variants the ops record (adapter_kind); tests set
         # it to run either variant on any adapter (both must be prepared then).
         self.kind: str = adapter_kind(self.adapter_info)
+        # Whether WGSL's dot4I8Packed compiles here (language feature packed_4x8_integer_dot_product,
+        # as the backend reports it): the ternary forward on a GPU then runs on int8 dot products
+        # (ops/bitlinear.py); tests set it False to run the f32 kernel instead.
+        self.int8_dot: bool = INT8_DOT in backend.wgsl_features
         self.dispatches = 0          # recorded so far (benchmarks report dispatches per step)
         self.pipelines_compiled = 0  # tests use this: nothing recompiles after step 1
         self.modules_compiled = 0    # shader modules: one per WGSL file
@@ -204,6 +276,7 @@ class Device:
         self.memory_limit: int | None = None
         self._collect: list | None = None
         self.splitk_scratch: Buffer | None = None   # partial sums of split matmuls (ops/splitk.py)
+        self._rec: _Recording | None = None   # set while record() runs
 
     # -- buffers -------------------------------------------------------------
     def buffer(self, size: int, label: str = "", data=None) -> Buffer:
@@ -221,6 +294,8 @@ class Device:
         self.live_buffers += 1
         if self._collect is not None:
             self._collect.append(buf)
+        if self._rec is not None:
+            self._rec.made.add(buf.uid)
         self.peak_allocated = max(self.peak_allocated, self.allocated)
         if data is not None:
             self.write(buf, data)
@@ -231,6 +306,9 @@ class Device:
         submit runs: every dispatch of that submit sees the last data written to a
         range, so data that differs between dispatches of one step needs its own buffer."""
         mv = memoryview(data).cast("B")
+        if self._rec is not None and buf.uid not in self._rec.made:
+            raise GPUError(f"write to {buf.label!r} inside a recording: a replay would not repeat it; "
+                           f"write per-step data before recording or replaying")
         if offset + mv.nbytes > buf.size:
             raise GPUError(f"write of {mv.nbytes} bytes at {offset} overflows {buf.label!r} ({buf.size} bytes)")
         if mv.nbytes % 4:
@@ -331,16 +409,23 @@ class Device:
             self._pass = None
 
     def _param_slot(self, params: bytes) -> BufferView:
-        off = len(self._params)
         size = (len(params) + 15) & ~15
-        self._params += params + b"\0" * (size - len(params))
-        self._params += b"\0" * ((-len(self._params)) % self._align)
+        rec = self._rec
+        if rec is not None:   # a program's slots are never rewritten: identical ones are shared
+            off = rec.slots.get(params)
+            if off is not None:
+                return BufferView(None, off, size)
+            off = rec.slots[params] = len(rec.params)
+            blob = rec.params
+        else:
+            off, blob = len(self._params), self._params
+        blob += params + b"\0" * (size - len(params))
+        blob += b"\0" * ((-len(blob)) % self._align)
         return BufferView(None, off, size)  # buffer filled in at bind time
 
     def dispatch(self, kernel: Kernel, bindings: list, groups, params: bytes | None = None) -> None:
         """Record one dispatch. With `params`, binding 0 is a uniform holding them and
         `bindings` (Buffers or BufferViews) follow from binding 1."""
-        self.dispatches += 1
         entries = []
         if params is not None:
             entries.append(self._param_slot(params))
@@ -348,6 +433,10 @@ class Device:
             entries.append(b if isinstance(b, BufferView) else BufferView(b, 0, b.size))
         if isinstance(groups, int):
             groups = groups_1d(groups, int(self.limits.get("maxComputeWorkgroupsPerDimension", 65535)))
+        if self._rec is not None:
+            self._rec.commands.append(("dispatch", kernel, entries, tuple(groups)))
+            return
+        self.dispatches += 1
         self._enc()
         if self._pass is None:
             self._pass = self.backend.begin_pass(self._encoder)
@@ -387,20 +476,28 @@ class Device:
 
     def copy(self, src: Buffer, dst: Buffer, size: int | None = None, src_offset: int = 0, dst_offset: int = 0) -> None:
         """Record a buffer-to-buffer copy (sizes and offsets multiples of 4)."""
+        size = src.size - src_offset if size is None else size
+        if self._rec is not None:
+            self._rec.commands.append(("copy", src, src_offset, dst, dst_offset, size))
+            return
         self._flush_ops()
         self._end_pass()
-        self.backend.copy(self._enc(), src.handle, src_offset, dst.handle, dst_offset,
-                          src.size - src_offset if size is None else size)
+        self.backend.copy(self._enc(), src.handle, src_offset, dst.handle, dst_offset, size)
 
     def clear(self, buf: Buffer, offset: int = 0, size: int | None = None) -> None:
         """Record zero-filling of a buffer range."""
+        size = buf.size - offset if size is None else size
+        if self._rec is not None:
+            self._rec.commands.append(("clear", buf, offset, size))
+            return
         self._flush_ops()
         self._end_pass()
-        self.backend.clear(self._enc(), buf.handle, offset, buf.size - offset if size is None else size)
+        self.backend.clear(self._enc(), buf.handle, offset, size)
 
     def read_later(self, buf: Buffer, offset: int = 0, size: int | None = None) -> Readback:
         """Record a copy of `buf[offset:offset+size]` out of the GPU; resolves after submit."""
         size = buf.size - offset if size is None else size
+        self._not_recording("read_later")
         self._flush_ops()
         self._end_pass()
         staging = self.backend.acquire_staging(size)
@@ -415,6 +512,7 @@ class Device:
 
     def submit(self) -> None:
         """Send everything recorded since the last submit as one command buffer."""
+        self._not_recording("submit")
         self._flush_ops()
         self._end_pass()
         if self._encoder is not None:
@@ -427,11 +525,75 @@ class Device:
         self._pending_reads = []
         self._check_errors()
 
+    def discard(self) -> None:
+        """Encode what is recorded since the last submit, then drop it unsubmitted
+        (benchmarks time the host's part of a step this way). Queued writes still land."""
+        self._not_recording("discard")
+        self._flush_ops()
+        self._end_pass()
+        if self._encoder is not None:
+            self.backend.discard(self._encoder)
+            self._encoder = None
+        self._params = bytearray()
+        self._params_sent = 0
+        for rb in self._pending_reads:
+            self.backend.release_staging(rb._staging)
+        self._pending_reads = []
+
     async def sync(self) -> None:
         """Submit and wait until the GPU has finished all of it."""
         self.submit()
         await self.backend.wait_idle()
         self._check_errors()
+
+    # -- recorded programs ---------------------------------------------------------
+    def _not_recording(self, what: str) -> None:
+        if self._rec is not None:
+            raise GPUError(f"{what} inside a recording: a program holds dispatches, copies and clears only")
+
+    def record(self, fn) -> "Program":
+        """Run `fn()` and capture the dispatches, copies and clears it records into a new
+        Program (nothing of it goes into the current step: `replay` puts it there). Buffers
+        `fn` makes are made (and may be written: e.g. a scratch it grows); writes to older
+        buffers, reads and submits inside `fn` raise GPUError."""
+        if self._rec is not None:
+            raise GPUError("record: already recording (a program cannot record another)")
+        rec = self._rec = _Recording()
+        try:
+            fn()
+        finally:
+            self._rec = None
+        params = None
+        if rec.params:
+            size = len(rec.params)
+            params = Buffer(self.backend.create_buffer(size, UNIFORM | COPY_DST, "program.params"), size,
+                            "program.params")
+            self.backend.write_buffer(params.handle, 0, memoryview(rec.params))
+        commands, groups = [], {}
+        for c in rec.commands:
+            if c[0] == "dispatch":
+                _, kernel, entries, dims = c
+                bound = tuple((params if e.buffer is None else e.buffer, e.offset, e.size) for e in entries)
+                key = (id(kernel), tuple((b.uid, o, n) for b, o, n in bound))
+                bg = groups.get(key)
+                if bg is None:
+                    bg = groups[key] = self.backend.create_bind_group(
+                        kernel.layout, [(b.handle, o, n) for b, o, n in bound])
+                commands.append(("dispatch", kernel.pipeline, bg, dims))
+            elif c[0] == "copy":
+                commands.append(("copy", c[1].handle, c[2], c[3].handle, c[4], c[5]))
+            else:
+                commands.append(("clear", c[1].handle, c[2], c[3]))
+        n = sum(c[0] == "dispatch" for c in commands)
+        return Program(self.backend.program(commands), n, len(commands), params, rec.commands)
+
+    def replay(self, prog: "Program") -> None:
+        """Encode a recorded program into the current step, in one backend call."""
+        self._not_recording("replay")
+        self._flush_ops()
+        self._end_pass()
+        self.backend.replay(self._enc(), prog.prepared)
+        self.dispatches += prog.dispatches
 
     def _check_errors(self) -> None:
         err = self.backend.take_error()

@@ -13,7 +13,7 @@ os.environ.setdefault("XDG_RUNTIME_DIR", tempfile.gettempdir())  # quiets Mesa o
 
 import wgpu  # noqa: E402
 
-from .device import COPY_DST, COPY_SRC, MAP_READ, RAISED_LIMITS, GPUError, GPUUnavailable, OutOfMemory, mib  # noqa: E402
+from .device import COPY_DST, COPY_SRC, INT8_DOT, MAP_READ, RAISED_LIMITS, GPUError, GPUUnavailable, OutOfMemory, mib  # noqa: E402
 
 
 def _hyphen(name: str) -> str:
@@ -40,6 +40,46 @@ def _pick_adapter():
     return sorted(adapters, key=rank)[0]
 
 
+# WGSL language features worth knowing about, each with a module that uses it. wgpu-native
+# reports none (wgpu.gpu.wgsl_language_features is empty), so they are found by compiling.
+_PROBES = {
+    INT8_DOT: "@compute @workgroup_size(1) fn main() { _ = dot4I8Packed(1u, 2u); }",
+}
+
+
+def _wgsl_features(device) -> set:
+    """The language features of _PROBES that this device's shader compiler accepts."""
+    found = set()
+    for name, code in _PROBES.items():
+        try:
+            device.create_shader_module(code=code, label=f"probe {name}")
+            found.add(name)
+        except Exception:  # noqa: BLE001 - wgpu raises a validation error: not supported
+            pass
+    return found
+
+
+try:   # wgpu-native's C entry points as cffi exposes them, without wgpu-py's per-call wrapper
+    from wgpu.backends.wgpu_native._ffi import ffi as _ffi, lib as _lib   # (error capture: ~3 us a call)
+except ImportError:   # another wgpu-py layout: replay through the public methods
+    _lib = None
+
+
+def _replay_pass(cpass, run) -> None:
+    """One compute pass of a replayed program: `run` holds (pipeline, bind group, x, y, z)
+    C handles; the pipeline is set only where it changes."""
+    set_pipeline = _lib.wgpuComputePassEncoderSetPipeline
+    set_bind_group = _lib.wgpuComputePassEncoderSetBindGroup
+    dispatch = _lib.wgpuComputePassEncoderDispatchWorkgroups
+    null, last = _ffi.NULL, None
+    for pipeline, bind_group, x, y, z in run:
+        if pipeline is not last:
+            set_pipeline(cpass, pipeline)
+            last = pipeline
+        set_bind_group(cpass, 0, bind_group, 0, null)
+        dispatch(cpass, x, y, z)
+
+
 class NativeBackend:
     name = "native"
     # Put before every shader module (gpu/device.py read_shader). Empty: naga needs no
@@ -63,6 +103,7 @@ class NativeBackend:
             "backend": info.get("backend_type", ""), "adapter_type": info.get("adapter_type", ""),
         }
         self.features = sorted(self.device.features)
+        self.wgsl_features = _wgsl_features(self.device)
         self.limits = {_camel(k): v for k, v in self.device.limits.items()}
         self.queue = self.device.queue
         self._staging_pool: dict[int, list] = {}
@@ -142,11 +183,55 @@ class NativeBackend:
         cpass.set_bind_group(0, bind_group)
         cpass.dispatch_workgroups(*groups)
 
+    # recorded programs (gpu/device.py Program)
+    def program(self, commands):
+        """Device.record's commands -> what replay loops over: runs of dispatches, each
+        one compute pass of (pipeline, bind group, x, y, z) as the C handles wgpu-native
+        takes, and copies / clears. The objects stay referenced (alive) with it."""
+        out, run, keep = [], None, []
+        for c in commands:
+            if c[0] == "dispatch":
+                if run is None:
+                    run = []
+                    out.append(("pass", run))
+                pipeline, bind_group = c[1], c[2]
+                keep.append(bind_group)
+                if _lib is not None:
+                    pipeline, bind_group = pipeline._internal, bind_group._internal
+                run.append((pipeline, bind_group, *c[3]))
+            else:
+                run = None
+                out.append((c[0], c[1:]))
+        return out, keep
+
+    def replay(self, encoder, prepared):
+        for what, item in prepared[0]:
+            if what == "pass":
+                cpass = encoder.begin_compute_pass()
+                if _lib is not None:
+                    _replay_pass(cpass._internal, item)
+                else:
+                    last = None
+                    for pipeline, bind_group, x, y, z in item:
+                        if pipeline is not last:
+                            cpass.set_pipeline(pipeline)
+                            last = pipeline
+                        cpass.set_bind_group(0, bind_group)
+                        cpass.dispatch_workgroups(x, y, z)
+                cpass.end()   # validation errors of the pass surface here or at submit
+            elif what == "copy":
+                encoder.copy_buffer_to_buffer(*item)
+            else:
+                encoder.clear_buffer(*item)
+
     def copy(self, encoder, src, src_off, dst, dst_off, size):
         encoder.copy_buffer_to_buffer(src, src_off, dst, dst_off, size)
 
     def clear(self, encoder, handle, offset, size):
         encoder.clear_buffer(handle, offset, size)
+
+    def discard(self, encoder):
+        encoder.finish()   # finished, never submitted: wgpu-native frees it
 
     def submit(self, encoder):
         try:

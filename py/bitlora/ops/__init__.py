@@ -12,20 +12,25 @@ Browser-safe: standard library + bitlora only.
 """
 from __future__ import annotations
 
-from . import attention, bitlinear, cross_entropy, embedding, linear, lora, relu2, rmsnorm, rope, splitk
+from . import (attention, bitlinear, cross_entropy, embedding, linear, lora, matvec, relu2, rmsnorm, rope, sample,
+               splitk)
 
-MODEL_FAMILIES = (embedding, rmsnorm, bitlinear, splitk, rope, attention, relu2, linear, lora, cross_entropy)
+MODEL_FAMILIES = (embedding, rmsnorm, bitlinear, splitk, rope, attention, relu2, linear, lora, cross_entropy,
+                  matvec, sample)
 
 
-def kernel_specs(table_dtype: str = "f32", training: bool = False, kind: str | None = None) -> list:
+def kernel_specs(table_dtype: str = "f32", training: bool = False, kind: str | None = None,
+                 int8: bool = False) -> list:
     """The (shader, entry[, constants]) of every kernel a model runs: its forward for
     logits and decoding (LoRA's forward included) and, with `training`, the loss and
     every backward pass. `table_dtype` is the embedding / lm_head table's ("f32" or
     "bf16": model.RowTable.dtype); `kind` the device's ("gpu" or "cpu": Device.kind)
-    where a family has variants per kind, None for both."""
+    where a family has variants per kind, None for both; `int8` the device's
+    Device.int8_dot (the GPU forward's int8 kernels compile only where it is true)."""
     specs = []
-    for family in MODEL_FAMILIES:
-        for spec in family.kernel_specs(table_dtype, training, kind):
-            if spec not in specs:
-                specs.append(spec)
+    extra = bitlinear.int8_specs() if int8 and kind != "cpu" else []
+    for spec in [s for family in MODEL_FAMILIES for s in family.kernel_specs(table_dtype, training, kind)] + extra:
+        if spec not in specs:
+            specs.append(spec)
     return specs
+

@@ -19,8 +19,11 @@ PARAMS = Uniform("AdamWParams", "lr:f32 decay:f32 omb1:f32 b2:f32 omb2:f32 eps:f
                                 "n4:u32 plain:u32")
 
 
-def kernel_specs() -> list:
-    return [(SHADER, "adamw_begin"), (SHADER, "adamw")]
+PER_THREAD = 1  # vec4s per invocation of `adamw` (the PER override); see docs/PERFORMANCE.md
+
+
+def kernel_specs(per_thread: int = PER_THREAD) -> list:
+    return [(SHADER, "adamw_begin"), (SHADER, "adamw", {"PER": per_thread})]
 
 
 def hyper(n: int, lr: float, betas: tuple[float, float], eps: float, weight_decay: float, plain: bool) -> bytes:
@@ -39,12 +42,14 @@ def adamw_begin(dev, state, lr: float, betas: tuple[float, float], plain: bool) 
 
 
 def adamw(dev, p, g, m, v, state, n: int, lr: float, betas: tuple[float, float], eps: float,
-          weight_decay: float) -> None:
-    """Record the AdamW update of p[n], m[n], v[n] from g[n] * state.gmul; zero g[n]."""
+          weight_decay: float, per_thread: int = PER_THREAD) -> None:
+    """Record the AdamW update of p[n], m[n], v[n] from g[n] * state.gmul; zero g[n].
+    Each invocation updates `per_thread` vec4s."""
     if n % 4:
         raise ValueError(f"adamw: n = {n} is not a multiple of 4")
     for buf, what in ((p, "p"), (g, "g"), (m, "m"), (v, "v")):
         need(buf, n, what, "adamw")
     views = [b.view(0, 4 * n) for b in (p, g, m, v)]
-    dev.dispatch(dev.prepared(SHADER, "adamw"), views + [state.view(0, STATE_BYTES)], groups=-(-n // 1024),
+    dev.dispatch(dev.prepared(SHADER, "adamw", {"PER": per_thread}), views + [state.view(0, STATE_BYTES)],
+                 groups=-(-n // (1024 * per_thread)),
                  params=hyper(n, lr, betas, eps, weight_decay, False))

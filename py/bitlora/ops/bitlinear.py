@@ -1,6 +1,11 @@
 """Wrappers for shaders/bitlinear.wgsl: per-token int8 activation quantisation, the
 packed ternary matmul, and its input gradient (straight-through estimator). They check
 sizes, pack the uniform and record dispatches; the math is in the shader header.
+
+On a GPU whose WGSL has dot4I8Packed (Device.int8_dot) the forward of more than
+ROWS_KERNEL_MAX_N rows runs on int8 dot products (shaders/bitlinear_i8.wgsl), and the
+quantiser then writes its activations packed four to a u32 (`packed_xq` decides, for
+both); elsewhere xq holds the integers as f32. Same bits either way.
 Browser-safe: standard library + bitlora only."""
 from __future__ import annotations
 
@@ -9,8 +14,11 @@ from ._check import need
 from ._uniform import Uniform
 
 SHADER = "bitlinear.wgsl"
+SHADER_I8 = "bitlinear_i8.wgsl"
 ACTQUANT = Uniform("ActQuantParams", "n:u32 i:u32")
 FORWARD = Uniform("BitlinearParams", "n:u32 i:u32 o:u32 scale:f32 accumulate:u32 kw:u32 split:u32")
+FORWARD_I8 = Uniform("BitlinearI8Params", "n:u32 i:u32 o:u32 scale:f32 accumulate:u32 kw:u32 split:u32")
+I8_KC = 8  # packed words per staged chunk of bitlinear_forward_i8 (its split-K unit)
 BACKWARD = Uniform("BitlinearBackwardParams", "n:u32 i:u32 o:u32 scale:f32 accumulate:u32 ko:u32 split:u32")
 
 # Up to this many rows (decoding one token per sequence) the 8-row kernel wastes less
@@ -24,6 +32,24 @@ def kernel_specs(table_dtype: str = "f32", training: bool = False, kind: str | N
         specs += [(SHADER, "bitlinear_forward")] + ([(SHADER, "bitlinear_backward_input")] if training else [])
         specs += splitk.kernel_specs()
     return specs + _cpu_matmul_specs(training, kind) + actquant_specs(kind)
+
+
+def int8_specs() -> list:
+    """The int8 forward's kernels (a GPU with Device.int8_dot: ops.kernel_specs adds them)."""
+    return [(SHADER_I8, "bitlinear_forward_i8"), (SHADER, "actquant_forward_i8")]
+
+
+def packed_xq(dev, N: int) -> bool:
+    """Whether activations of N rows are quantised packed (prelude.wgsl xq8) for the int8
+    forward: a GPU (dev.kind) whose WGSL has dot4I8Packed (dev.int8_dot), more rows than
+    the few-rows kernel takes. The one place that decides; the quantisers and the
+    forward all ask it."""
+    return dev.kind == "gpu" and dev.int8_dot and N > ROWS_KERNEL_MAX_N
+
+
+def xq_floats(I: int, packed: bool) -> int:
+    """32-bit words of one row of xq: I (f32) or 4 per 16 columns (packed int8)."""
+    return 4 * -(-I // 16) if packed else I
 
 
 # -- CPU matmuls (Device.kind "cpu"): 8 rows x 16 outputs per invocation, no split-K --
@@ -57,9 +83,10 @@ def _cpu_matmul_specs(training: bool, kind: str | None) -> list:
     return [(SHADER, e, c) for c in (None,) + tuple(c for _, c in CPU_TILES) for e in entries]
 
 
-def forward_plan(N: int, I: int, O: int, split: int | None = None) -> tuple:
-    """(slices, packed words per slice) of bitlinear_forward's 64 x 64 tiles (N > 8)."""
-    return splitk.plan(-(-O // 64) * -(-N // 64), -(-I // 16), 4, split, cols_per_k=16)
+def forward_plan(N: int, I: int, O: int, split: int | None = None, unit: int = 4) -> tuple:
+    """(slices, packed words per slice) of bitlinear_forward's 64 x 64 tiles (N > 8);
+    `unit` the kernel's chunk of words (bitlinear_forward_i8: I8_KC)."""
+    return splitk.plan(-(-O // 64) * -(-N // 64), -(-I // 16), unit, split, cols_per_k=16)
 
 
 def backward_input_plan(N: int, I: int, O: int, split: int | None = None) -> tuple:
@@ -73,7 +100,8 @@ def scratch_floats(N: int, I: int, O: int, kind: str = "gpu") -> int:
     on a device of `kind` (Device.kind: the CPU variants split nothing)."""
     if kind == "cpu":
         return 1
-    fwd = splitk.floats(forward_plan(N, I, O)[0], N, O) if N > ROWS_KERNEL_MAX_N else 1
+    fwd = max(splitk.floats(forward_plan(N, I, O, None, unit)[0], N, O) for unit in (4, I8_KC)) \
+        if N > ROWS_KERNEL_MAX_N else 1
     return max(fwd, splitk.floats(backward_input_plan(N, I, O)[0], N, I))
 
 
@@ -88,11 +116,14 @@ def actquant_specs(kind: str | None = None) -> list:
 
 
 def actquant_forward(dev, x, xq, s, N: int, I: int) -> None:
-    """x[N, I] -> xq[N, I] (integers -128..127 as f32), s[N] = 127 / max|x[n]|.
-    On a CPU (dev.kind) with I % 4 == 0: one row per invocation (same results)."""
-    for b, n, what in ((x, N * I, "x"), (xq, N * I, "xq"), (s, N, "s")):
+    """x[N, I] -> xq[N, I] (integers -128..127 as f32; packed int8 where packed_xq), s[N] =
+    127 / max|x[n]|. On a CPU (dev.kind) with I % 4 == 0: one row per invocation (same results)."""
+    packed = packed_xq(dev, N)
+    for b, n, what in ((x, N * I, "x"), (xq, N * xq_floats(I, packed), "xq"), (s, N, "s")):
         need(b, n, what, "actquant_forward")
-    if dev.kind == "cpu" and I % 4 == 0:
+    if packed:
+        dev.dispatch(dev.prepared(SHADER, "actquant_forward_i8"), [x, xq, s], groups=N, params=ACTQUANT.pack(N, I))
+    elif dev.kind == "cpu" and I % 4 == 0:
         dev.dispatch(dev.prepared(SHADER, "actquant_forward_rows"), [x, xq, s], groups=-(-N // AQR),
                      params=ACTQUANT.pack(N, I))
     else:
@@ -101,12 +132,24 @@ def actquant_forward(dev, x, xq, s, N: int, I: int) -> None:
 
 def bitlinear_forward(dev, xq, s, w_packed, scale: float, y, N: int, I: int, O: int,
                       accumulate: bool = False, split: int | None = None) -> None:
-    """xq[N, I], s[N], w_packed[O, ceil(I/16)] u32 -> y[N, O] = xq t^T * scale / s (= or +=).
+    """xq[N, I] (as actquant_forward wrote it: packed where packed_xq), s[N],
+    w_packed[O, ceil(I/16)] u32 -> y[N, O] = xq t^T * scale / s (= or +=).
     `split` forces the number of reduction slices (default: ops.splitk.plan's; GPU kernels
     only: on a CPU device, N > 8 runs bitlinear_forward_cpu, unsplit)."""
     words = -(-I // 16)
-    for b, n, what in ((xq, N * I, "xq"), (s, N, "s"), (w_packed, O * words, "w_packed"), (y, N * O, "y")):
+    packed = packed_xq(dev, N)
+    for b, n, what in ((xq, N * xq_floats(I, packed), "xq"), (s, N, "s"), (w_packed, O * words, "w_packed"),
+                       (y, N * O, "y")):
         need(b, n, what, "bitlinear_forward")
+    if packed:
+        slices, kw = forward_plan(N, I, O, split, I8_KC)
+        part = splitk.scratch(dev, splitk.floats(slices, N, O))
+        dev.dispatch(dev.prepared(SHADER_I8, "bitlinear_forward_i8"), [xq, s, w_packed, y, part],
+                     groups=(-(-O // 64), -(-N // 64), slices),
+                     params=FORWARD_I8.pack(N, I, O, scale, int(accumulate), kw, int(slices > 1)))
+        if slices > 1:
+            splitk.reduce(dev, part, s, y, N * O, slices, O, scale, accumulate)
+        return
     if N <= ROWS_KERNEL_MAX_N:
         dev.dispatch(dev.prepared(SHADER, "bitlinear_forward_rows"), [xq, s, w_packed, y],
                      groups=(-(-O // 64), -(-N // 8), 1),

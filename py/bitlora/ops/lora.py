@@ -5,7 +5,9 @@ the shader header. Browser-safe: standard library + bitlora only.
 
 Shapes: x[N, I] (the projection's input, before activation quantisation), a[R, I],
 b[O, R], u[N, R] (saved by forward), y/dy[N, O], da[R, I], db[O, R], du[N, R],
-dx[N, I]. Gradients of a, b and the dx contribution accumulate (+=).
+dx[N, I], stream[1] u32 (the dropout stream of the micro-batch: a buffer the host
+writes each step, so a recorded step replays unchanged). Gradients of a, b and the dx
+contribution accumulate (+=).
 """
 from __future__ import annotations
 
@@ -15,26 +17,27 @@ from ._check import need
 from ._uniform import Uniform
 
 SHADER = "lora.wgsl"
-PARAMS = Uniform("LoraParams", "n:u32 i:u32 o:u32 r:u32 scale:f32 keep_threshold:u32 keep_scale:f32 "
-                               "seed:u32 step:u32")
+PARAMS = Uniform("LoraParams", "n:u32 i:u32 o:u32 r:u32 scale:f32 keep_threshold:u32 keep_scale:f32 seed:u32")
 WG = 256
 FORWARD_ENTRIES = ("lora_down", "lora_up")
 BACKWARD_ENTRIES = ("lora_grad_b", "lora_grad_u", "lora_grad_a", "lora_grad_x")
+DROPOUT_ENTRIES = ("lora_down", "lora_grad_a", "lora_grad_x")   # these also bind stream
 LR = 16  # invocations per workgroup of the CPU variants (lora.wgsl LR)
 
 
 def kernel_specs(table_dtype: str = "f32", training: bool = False, kind: str | None = None) -> list:
     """The GPU kernels always (on a CPU they are the fallback where I or O % 4 != 0),
     the CPU variants (*_rows) unless kind is "gpu"."""
-    entries = FORWARD_ENTRIES + (BACKWARD_ENTRIES if training else ())
+    entries = FORWARD_ENTRIES + ("lora_down_parts",) + (BACKWARD_ENTRIES if training else ())
     return [(SHADER, e) for e in entries] + ([(SHADER, e + "_rows") for e in entries] if kind != "gpu" else [])
 
 
 @dataclass(frozen=True)
 class LoraShape:
     """One adapted projection: N rows, I inputs, O outputs, rank R, scale = alpha / R,
-    dropout probability p, and the dropout stream (seed per run/layer/module, step per
-    micro-batch: forward and backward of one micro-batch must use the same pair)."""
+    dropout probability p and seed (per run/layer/module; the stream's `step`, per
+    micro-batch, is in the stream buffer: forward and backward of one micro-batch must
+    bind the same one)."""
     N: int
     I: int
     O: int
@@ -42,20 +45,18 @@ class LoraShape:
     scale: float
     p: float = 0.0
     seed: int = 0
-    step: int = 0
 
     def params(self) -> bytes:
         if not 0.0 <= self.p < 1.0:
             raise ValueError(f"lora dropout p={self.p} must be in [0, 1)")
         thr = min(int(self.p * 4294967296.0), 0xFFFFFFFF)
         keep_scale = 1.0 / (1.0 - self.p)
-        return PARAMS.pack(self.N, self.I, self.O, self.R, self.scale, thr, keep_scale,
-                           self.seed & 0xFFFFFFFF, self.step & 0xFFFFFFFF)
+        return PARAMS.pack(self.N, self.I, self.O, self.R, self.scale, thr, keep_scale, self.seed & 0xFFFFFFFF)
 
 
-def _run(dev, entry: str, s: LoraShape, bufs: list) -> None:
+def _run(dev, entry: str, s: LoraShape, bufs: list, stream) -> None:
     """Record `entry`, or on a CPU (dev.kind) its *_rows variant where its vec4 width
-    (I or O) is a multiple of 4."""
+    (I or O) is a multiple of 4; the dropout entries also bind `stream`."""
     N, I, O, R = s.N, s.I, s.O, s.R
     gpu_groups, width, cpu_items = {               # cpu_items: invocations of *_rows
         "lora_down": (N * R, I, N * R),
@@ -65,6 +66,8 @@ def _run(dev, entry: str, s: LoraShape, bufs: list) -> None:
         "lora_grad_a": (-(-R * I // WG), I, R * I // 4),
         "lora_grad_x": (-(-N * I // WG), I, N * I // 4),
     }[entry]
+    if entry in DROPOUT_ENTRIES:
+        bufs = bufs + [stream]
     if dev.kind == "cpu" and width % 4 == 0:
         entry, groups = entry + "_rows", -(-cpu_items // LR)
     else:
@@ -72,25 +75,50 @@ def _run(dev, entry: str, s: LoraShape, bufs: list) -> None:
     dev.dispatch(dev.prepared(SHADER, entry), bufs, groups=groups, params=s.params())
 
 
-def lora_forward(dev, s: LoraShape, x, a, b, u, y) -> None:
-    """Record u[N, R] = dropout(x) a^T, then y[N, O] += scale * u b^T."""
+def lora_forward(dev, s: LoraShape, x, a, b, u, y, stream) -> None:
+    """Record u[N, R] = dropout(x) a^T, then y[N, O] += scale * u b^T (the dropout
+    mask from s.seed and stream[0])."""
     for buf, n, what in ((x, s.N * s.I, "x"), (a, s.R * s.I, "a"), (b, s.O * s.R, "b"),
-                         (u, s.N * s.R, "u"), (y, s.N * s.O, "y")):
+                         (u, s.N * s.R, "u"), (y, s.N * s.O, "y"), (stream, 1, "stream")):
         need(buf, n, what, "lora_forward")
-    _run(dev, "lora_down", s, [x, a, u])
-    _run(dev, "lora_up", s, [u, b, y])
+    _run(dev, "lora_down", s, [x, a, u], stream)
+    _run(dev, "lora_up", s, [u, b, y], stream)
 
 
-def lora_backward(dev, s: LoraShape, dy, x, a, b, u, da, db, du, dx=None) -> None:
+def lora_backward(dev, s: LoraShape, dy, x, a, b, u, da, db, du, stream, dx=None) -> None:
     """Record db += scale dy^T u; du = scale dy b; da += du^T dropout(x);
-    and, unless dx is None, dx[N, I] += mask * keep_scale * (du a)."""
+    and, unless dx is None, dx[N, I] += mask * keep_scale * (du a). `stream` as the
+    forward's."""
     for buf, n, what in ((dy, s.N * s.O, "dy"), (x, s.N * s.I, "x"), (a, s.R * s.I, "a"),
                          (b, s.O * s.R, "b"), (u, s.N * s.R, "u"), (da, s.R * s.I, "da"),
-                         (db, s.O * s.R, "db"), (du, s.N * s.R, "du")):
+                         (db, s.O * s.R, "db"), (du, s.N * s.R, "du"), (stream, 1, "stream")):
         need(buf, n, what, "lora_backward")
-    _run(dev, "lora_grad_b", s, [dy, u, db])
-    _run(dev, "lora_grad_u", s, [dy, b, du])
-    _run(dev, "lora_grad_a", s, [du, x, da])
+    _run(dev, "lora_grad_b", s, [dy, u, db], stream)
+    _run(dev, "lora_grad_u", s, [dy, b, du], stream)
+    _run(dev, "lora_grad_a", s, [du, x, da], stream)
     if dx is not None:
         need(dx, s.N * s.I, "dx", "lora_backward")
-        _run(dev, "lora_grad_x", s, [du, a, dx])
+        _run(dev, "lora_grad_x", s, [du, a, dx], stream)
+
+
+PARTS = Uniform("LoraPartsParams", "i:u32 r:u32 a0:u32 a1:u32 a2:u32")
+NONE = 0xFFFFFFFF
+
+
+def lora_down_parts(dev, x, ab, a_offsets, u, I: int, R: int) -> None:
+    """One token's u[p*R + r] = A_p x for up to three projections of one input x[I]
+    (decoding: no dropout); A_p[R, I] at float a_offsets[p] of ab (None: not adapted).
+    ops.matvec.ternary_matvec adds the up half."""
+    if not 1 <= len(a_offsets) <= 3:
+        raise ValueError(f"lora_down_parts: 1 to 3 parts, got {len(a_offsets)}")
+    need(x, I, "x", "lora_down_parts")
+    need(u, 3 * R, "u", "lora_down_parts")
+    for a in a_offsets:
+        if a is not None:
+            need(ab, a + R * I, "ab (A)", "lora_down_parts")
+    a = [NONE if o is None else o for o in a_offsets] + [NONE] * (3 - len(a_offsets))
+    params = PARTS.pack(I, R, *a)
+    if dev.kind == "cpu" and I % 4 == 0:
+        dev.dispatch(dev.prepared(SHADER, "lora_down_parts_rows"), [x, ab, u], groups=-(-3 * R // LR), params=params)
+    else:
+        dev.dispatch(dev.prepared(SHADER, "lora_down_parts"), [x, ab, u], groups=3 * R, params=params)

@@ -1,13 +1,16 @@
-"""Wrappers for shaders/rmsnorm.wgsl: RMSNorm forward and input gradient. They check
-sizes, pack the uniform and record a dispatch; the math is in the shader header.
-Browser-safe: standard library + bitlora only."""
+"""Wrappers for shaders/rmsnorm.wgsl: RMSNorm forward and input gradient, and the
+forward fused with BitLinear's activation quantiser (every norm of a layer feeds a
+BitLinear). They check sizes, pack the uniform and record a dispatch; the math is in
+the shader header. Browser-safe: standard library + bitlora only."""
 from __future__ import annotations
 
+from . import bitlinear
 from ._check import need
 from ._uniform import Uniform
 
 SHADER = "rmsnorm.wgsl"
 FORWARD = Uniform("RmsParams", "n:u32 c:u32 eps:f32")
+QUANT = Uniform("RmsQuantParams", "n:u32 c:u32 eps:f32 packed:u32")
 BACKWARD = Uniform("RmsBackwardParams", "n:u32 c:u32 accumulate:u32")
 RR = 16  # rows per workgroup of the CPU variants (rmsnorm.wgsl RR)
 
@@ -16,7 +19,8 @@ def kernel_specs(table_dtype: str = "f32", training: bool = False, kind: str | N
     """The GPU kernels always (on a CPU they are the fallback where C % 4 != 0), the
     CPU variants (*_rows) unless kind is "gpu"."""
     entries = ["rmsnorm_forward"] + (["rmsnorm_backward"] if training else [])
-    return [(SHADER, e) for e in entries + ([e + "_rows" for e in entries] if kind != "gpu" else [])]
+    fused = [] if kind == "cpu" else ["rmsnorm_quant_forward"]
+    return [(SHADER, e) for e in entries + fused + ([e + "_rows" for e in entries] if kind != "gpu" else [])]
 
 
 def _rows(dev, C: int) -> bool:
@@ -41,3 +45,19 @@ def rmsnorm_backward(dev, dy, x, w, rstd, dx, N: int, C: int, accumulate: bool =
     dev.dispatch(dev.prepared(SHADER, "rmsnorm_backward_rows" if rows else "rmsnorm_backward"),
                  [dy, x, w, rstd, dx], groups=-(-N // RR) if rows else N,
                  params=BACKWARD.pack(N, C, int(accumulate)))
+
+
+def rmsnorm_quant_forward(dev, x, w, y, rstd, xq, s, N: int, C: int, eps: float) -> None:
+    """rmsnorm_forward(x, w -> y, rstd), then bitlinear.actquant_forward(y -> xq, s): one
+    dispatch on a GPU (xq packed where bitlinear.packed_xq says), the two kernels of
+    each on a CPU (dev.kind). The same bits as the two ops."""
+    if dev.kind == "cpu":
+        rmsnorm_forward(dev, x, w, y, rstd, N, C, eps)
+        bitlinear.actquant_forward(dev, y, xq, s, N, C)
+        return
+    packed = bitlinear.packed_xq(dev, N)
+    for b, n, what in ((x, N * C, "x"), (w, C, "w"), (y, N * C, "y"), (rstd, N, "rstd"),
+                       (xq, N * bitlinear.xq_floats(C, packed), "xq"), (s, N, "s")):
+        need(b, n, what, "rmsnorm_quant_forward")
+    dev.dispatch(dev.prepared(SHADER, "rmsnorm_quant_forward"), [x, w, y, rstd, xq, s], groups=N,
+                 params=QUANT.pack(N, C, eps, int(packed)))

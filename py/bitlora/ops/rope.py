@@ -13,10 +13,11 @@ from ._uniform import Uniform
 SHADER = "rope.wgsl"
 FORWARD = Uniform("RopeParams", "n:u32 t:u32 h:u32 d:u32 pos0:u32")
 BACKWARD = Uniform("RopeBackwardParams", "n:u32 t:u32 h:u32 d:u32")
+KV = Uniform("RopeKvParams", "b:u32 t:u32 h:u32 hkv:u32 d:u32 s:u32 pos0:u32")
 
 
 def kernel_specs(table_dtype: str = "f32", training: bool = False, kind: str | None = None) -> list:
-    return [(SHADER, "rope_forward")] + ([(SHADER, "rope_backward")] if training else [])
+    return [(SHADER, "rope_forward"), (SHADER, "rope_kv_store")] + ([(SHADER, "rope_backward")] if training else [])
 
 
 def _f32(v: float) -> float:
@@ -57,3 +58,21 @@ def rope_backward(dev, g, cos, sin, N: int, T: int, H: int, D: int) -> None:
     need(sin, T * D // 2, "sin", "rope_backward")
     dev.dispatch(dev.prepared(SHADER, "rope_backward"), [g, cos, sin], groups=-(-N * H * D // 2 // 256),
                  params=BACKWARD.pack(N, T, H, D))
+
+
+def rope_kv_store(dev, q, k, v, k_cache, v_cache, cos, sin, B: int, T: int, H: int, Hkv: int, D: int, S: int,
+                  pos0: int = 0) -> None:
+    """A forward over a KV cache: RoPE on q[N, H*D] in place, and k, v[N, Hkv*D] into
+    k_cache, v_cache[B, S, Hkv*D] at positions pos0.. (k rotated on the way): rope_forward
+    on q and k, then ops.attention.kv_store, in one dispatch (k itself is left as it was)."""
+    N, W = B * T, Hkv * D
+    if D % 2:
+        raise ValueError(f"rope_kv_store: head dim D={D} must be even")
+    if pos0 + T > S:
+        raise ValueError(f"rope_kv_store: positions {pos0}..{pos0 + T - 1} do not fit a cache of S={S}")
+    for b, n, what in ((q, N * H * D, "q"), (k, N * W, "k"), (v, N * W, "v"), (k_cache, B * S * W, "k_cache"),
+                       (v_cache, B * S * W, "v_cache"), (cos, (pos0 + T) * D // 2, "cos"),
+                       (sin, (pos0 + T) * D // 2, "sin")):
+        need(b, n, what, "rope_kv_store")
+    dev.dispatch(dev.prepared(SHADER, "rope_kv_store"), [q, k, v, k_cache, v_cache, cos, sin],
+                 groups=-(-N * (H + Hkv) * D // 2 // 256), params=KV.pack(B, T, H, Hkv, D, S, pos0))

@@ -1,0 +1,138 @@
+"""Wrappers for shaders/matvec.wgsl: decoding's kernels for one row (N = 1) — the norm
+before a BitLinear fused with its activation quantisation, the packed ternary
+matrix-vector product of up to three projections sharing that input, and the output
+head's dense matrix-vector product. They check sizes, pack the uniform and record
+dispatches; the math and the packed activation layout are in the shader header.
+On a CPU adapter (dev.kind "cpu"), and where rows are not whole 16-byte words, they
+record the one-row-per-invocation variants (`*_rows`, `*_cpu`).
+Browser-safe: standard library + bitlora only."""
+from __future__ import annotations
+
+from ._check import need
+from .relu2 import gating_forward
+from ._uniform import Uniform
+
+SHADER = "matvec.wgsl"
+NORM_QUANT = Uniform("NormQuantParams", "c:u32 eps:f32")
+MATVEC = Uniform("MatvecParams", "w4:u32 o0:u32 o1:u32 o2:u32 base1:u32 base2:u32 "
+                                 "scale0:f32 scale1:f32 scale2:f32 accumulate:u32 r:u32 lora_scale:f32 b0:u32 b1:u32 b2:u32")
+DENSE = Uniform("DenseParams", "c:u32 oc:u32 v0:u32 x0:u32")
+WG, TPR, ROWS = 256, 16, 16    # matvec.wgsl MV_WG, MV_TPR (default), MV_ROWS
+MAX_PARTS = 3
+NONE = 0xFFFFFFFF   # "no LoRA on this part"
+
+
+def _dense_constants(table_dtype: str) -> dict | None:
+    if table_dtype not in ("f32", "bf16"):
+        raise ValueError(f"dense_matvec: weight dtype {table_dtype!r} is not f32 or bf16")
+    return {"MV_BF16": 1.0} if table_dtype == "bf16" else None
+
+
+GATES = {"relu2": 1, "silu": 2}   # hidden_act -> matvec.wgsl NQ_GATE (the prelude's GATE_*)
+
+
+def _gate_constants(act: str | None) -> dict | None:
+    if act is not None and act not in GATES:
+        raise ValueError(f"rmsnorm_quant: activation {act!r} is not one of {tuple(GATES)}")
+    return {"NQ_GATE": GATES[act]} if act else None
+
+
+def kernel_specs(table_dtype: str = "f32", training: bool = False, kind: str | None = None) -> list:
+    """The one-row-per-invocation kernels always (a GPU's fallback for odd widths), the
+    GPU kernels unless kind is "cpu", the CPU norm unless kind is "gpu"; the GPU norm plain
+    and gated by either activation."""
+    c = _dense_constants(table_dtype)
+    specs = [(SHADER, "rmsnorm_quant", _gate_constants(a)) for a in (None, *GATES)]
+    specs += [(SHADER, "rmsnorm_quant_cpu")] if kind in (None, "cpu") else []
+    specs += [(SHADER, "ternary_matvec_rows"), (SHADER, "dense_matvec_rows", c)]
+    if kind in (None, "gpu"):
+        specs += [(SHADER, "ternary_matvec"), (SHADER, "dense_matvec", c)]
+    return specs
+
+
+def xq_words(I: int) -> int:
+    """u32 words of packed int8 activations for I inputs (a vec4 per 16 columns)."""
+    return 4 * -(-I // 16)
+
+
+def rmsnorm_quant(dev, x, w, y, xq, qs, C: int, eps: float, gate=None) -> None:
+    """x[C], w[C] -> y[C] = w * x * rstd (rmsnorm_forward's bits on this device kind),
+    xq[xq_words(C)] u32 (y quantised as actquant_forward does, packed), qs[2] = {s, sum q}.
+    gate = (act, g[C], u[C]): the row is act(g) * u (ops.relu2.gating_forward's bits), in
+    the same dispatch on a GPU; a CPU adapter writes it into x first (one more)."""
+    for b, n, what in ((x, C, "x"), (w, C, "w"), (y, C, "y"), (xq, xq_words(C), "xq"), (qs, 2, "qs")):
+        need(b, n, what, "rmsnorm_quant")
+    params = NORM_QUANT.pack(C, eps)
+    if dev.kind == "cpu" and C % 4 == 0:
+        if gate is not None:
+            gating_forward(dev, gate[0], gate[1], gate[2], x, C)
+        dev.dispatch(dev.prepared(SHADER, "rmsnorm_quant_cpu"), [x, w, y, xq, qs], groups=1, params=params)
+        return
+    act, g, u = gate if gate is not None else (None, x, x)    # ungated: u unread (x stands in)
+    need(u, C if gate else 1, "u", "rmsnorm_quant")
+    dev.dispatch(dev.prepared(SHADER, "rmsnorm_quant", _gate_constants(act)), [g, w, y, xq, qs, u], groups=1,
+                 params=params)
+
+
+def spare(dev, i: int):
+    """A 16-byte buffer bound where a part, the LoRA adapter or the gate is absent (written outputs
+    must be distinct buffers)."""
+    bufs = getattr(dev, "_matvec_spares", None)
+    if bufs is None:
+        bufs = dev._matvec_spares = [dev.buffer(16, f"matvec_spare{j}") for j in range(MAX_PARTS + 2)]
+    return bufs[i]
+
+
+def ternary_matvec(dev, xq, qs, w, parts, I: int, accumulate: bool = False, lora=None) -> None:
+    """Record y_p (= or +=) BitLinear of projection p for up to three projections of one
+    input. xq[xq_words(I)], qs[2] from rmsnorm_quant; w the buffer (or view) holding every
+    part's packed rows w_p[O_p, ceil(I/16)] u32; parts = [(word offset of w_p in w, O_p,
+    scale_p, y_p[O_p]), ...]. lora = (u[3R], ab, R, scale, [float offset of B_p in ab or
+    None, per part]) adds each adapted part's LoRA branch (u from lora.lora_down_parts)."""
+    if not 1 <= len(parts) <= MAX_PARTS:
+        raise ValueError(f"ternary_matvec: 1 to {MAX_PARTS} parts, got {len(parts)}")
+    words = -(-I // 16)
+    need(xq, xq_words(I), "xq", "ternary_matvec")
+    need(qs, 2, "qs", "ternary_matvec")
+    for j, (off, O, _, y) in enumerate(parts):
+        need(w, off + O * words, f"w (part {j})", "ternary_matvec")
+        need(y, O, f"y{j}", "ternary_matvec")
+    if parts[0][0] != 0:
+        raise ValueError("ternary_matvec: the first part must start at word 0 of w")
+    full = list(parts) + [(0, 0, 0.0, spare(dev, j)) for j in range(len(parts), MAX_PARTS)]
+    vec4 = dev.kind == "gpu" and words % 4 == 0 and all(off % 4 == 0 for off, *_ in parts)
+    unit = 4 if vec4 else 1
+    rows = sum(O for _, O, _, _ in parts)
+    (_, o0, s0, y0), (b1, o1, s1, y1), (b2, o2, s2, y2) = full
+    if lora is None:
+        u, ab, R, lscale, bs = spare(dev, MAX_PARTS), spare(dev, MAX_PARTS + 1), 0, 0.0, []
+    else:
+        u, ab, R, lscale, bs = lora
+        need(u, MAX_PARTS * R, "u", "ternary_matvec")
+        for (_, O, _, _), b in zip(parts, bs):
+            if b is not None:
+                need(ab, b + O * R, "ab (B)", "ternary_matvec")
+    bs = [NONE if b is None else b for b in bs] + [NONE] * (MAX_PARTS - len(bs))
+    params = MATVEC.pack(words // unit, o0, o1, o2, b1 // unit, b2 // unit, s0, s1, s2, int(accumulate),
+                         R, lscale, *bs)
+    if vec4:
+        dev.dispatch(dev.prepared(SHADER, "ternary_matvec"), [xq, qs, w, y0, y1, y2, u, ab],
+                     groups=-(-rows // (WG // TPR)), params=params)
+    else:
+        dev.dispatch(dev.prepared(SHADER, "ternary_matvec_rows"), [xq, qs, w, y0, y1, y2, u, ab],
+                     groups=-(-rows // ROWS), params=params)
+
+
+def dense_matvec(dev, x, chunks, y, C: int, V: int, x_row0: int = 0) -> None:
+    """y[V] = x[x_row0] W^T for one row of x[.., C], over W's row chunks [(v0, Vc, w), ...]
+    (f32, or bf16 where `chunks.dtype` says so: model.RowTable); one dispatch per chunk."""
+    dtype = getattr(chunks, "dtype", "f32")
+    bf16 = dtype == "bf16"
+    need(x, (x_row0 + 1) * C, "x", "dense_matvec")
+    need(y, V, "y", "dense_matvec")
+    x0 = x_row0 * C
+    vec = dev.kind == "gpu" and C % (8 if bf16 else 4) == 0 and x0 % 4 == 0
+    k = dev.prepared(SHADER, "dense_matvec" if vec else "dense_matvec_rows", _dense_constants(dtype))
+    for v0, oc, w in chunks:
+        need(w, -(-oc * C // 2) if bf16 else oc * C, "w", "dense_matvec")
+        dev.dispatch(k, [x, w, y], groups=-(-oc // (WG // TPR if vec else ROWS)), params=DENSE.pack(C, oc, v0, x0))

@@ -1,0 +1,309 @@
+// matvec.wgsl — decoding's kernels for one row (N = 1: one token of one sequence). A
+// decoding step reads every weight once and does a few operations per byte, so these
+// are shaped for memory bandwidth — many workgroups, weights in 16-byte loads, int8 dot
+// products — where bitlinear.wgsl / linear.wgsl's tiles are shaped for reuse across
+// rows (prefill, training). The model records them for a one-token forward (model.py).
+//
+// rmsnorm_quant   the RMSNorm before a BitLinear and the BitLinear's activation
+//   quantisation in one pass over the row:
+//     y = w * (x * rstd) exactly as rmsnorm_forward computes it (rmsnorm_quant_cpu: as
+//     rmsnorm_forward_rows), then q = clamp(round(y * s), -128, 127) with
+//     s = 127 / max(max|y|, 1e-5), exactly actquant_forward's,
+//   q packed for ternary_matvec (below), and qs = {s, sum of q} (y stays for LoRA).
+//   rmsnorm_quant only: with the override NQ_GATE (GATE_RELU2 or GATE_SILU: the prelude's
+//   gating) x is the MLP's gate g and the row normed is act(g) * u, as relu2.wgsl's gating
+//   computes it (ffn_sub_norm after the gating, in one dispatch). rmsnorm_quant_cpu takes
+//   x as it is (the op runs the gating first: fused, lavapipe ran this one-invocation
+//   kernel ~100x slower, for reasons not found).
+//   0 params NormQuantParams {C, eps} | 1 x[C] read | 2 w[C] read | 3 y[C] write |
+//   4 xq[4*ceil(C/16)] u32 write | 5 qs[2] write | 6 u[C] read (rmsnorm_quant: x when ungated)
+//   dispatch: one workgroup (256); rmsnorm_quant_cpu (C % 4 == 0): one workgroup of one.
+//
+// Packed activations: xq word 4k + m holds, in byte j, the int8 of column 16k + 4j + m
+// (0 past C). That is the order in which a packed weight word gives up its codes:
+// (word >> 2m) & 0x03030303 holds in byte j the code of column 16k + 4j + m, c = t + 1
+// in {0, 1, 2}. So a weight word against its vec4 of xq is four dot4I8Packed, and
+//   sum_i q_i t_i = sum_i q_i c_i - sum_i q_i     (integers: exact; qs[1] is the last sum)
+//
+// ternary_matvec   up to three projections of one input (q, k, v; gate, up), their packed
+//   weights in one buffer, part p starting at vec4 word base_p (base_0 = 0):
+//     y_p[o] (= or +=) (sum_i q_i t_p[o, i]) * scale_p / s   for o < O_p
+//   the same bits as bitlinear_forward (its integer sums are exact in f32 too). A part
+//   with a LoRA adapter (b_p != NONE) then adds lora_scale * sum_r u[p*R + r] B_p[o, r], as
+//   lora_up adds it (u from lora.wgsl lora_down_parts; B_p at float b_p of ab).
+//   0 params MatvecParams {W4, O0, O1, O2, base1, base2, scale0, scale1, scale2, accumulate,
+//   R, lora_scale, b0, b1, b2} | 1 xq[4*W] u32 read, one vec4 per weight word | 2 qs[2] read |
+//   3 w read, rows of W4 vec4 words (W = 4*W4 = ceil(I/16)) | 4 y0[O0] | 5 y1[O1] |
+//   6 y2[O2] read_write (distinct buffers: an absent part's is a spare) | 7 u[3R] read |
+//   8 ab read (the LoRA arena's params; spares without an adapter)
+//   dispatch: ceil((O0 + O1 + O2) / (256 / MV_TPR)) workgroups split over x, y. MV_TPR
+//   threads share an output row: they stride over its vec4 words (adjacent threads read
+//   adjacent 16 bytes), and the row's partial sums meet in workgroup memory (no subgroups).
+// ternary_matvec_rows   the same, one output row per invocation, one u32 word at a time, no
+//   barriers: for CPU adapters, and for rows that are not whole vec4 words (W % 4 != 0).
+//   Bindings as ternary_matvec with w as u32 words: W4 is then W, base_p in words.
+//   dispatch: ceil((O0 + O1 + O2) / MV_ROWS) workgroups split over x, y.
+//
+// dense_matvec   the output head for one row: y[v0 + o] = sum_c x[x0 + c] w[o, c] for o < Oc,
+//   w one row chunk of the f32 or bf16 table (override MV_BF16: bf16 pairs, low half first).
+//   0 params DenseParams {C, Oc, v0, x0} | 1 x read | 2 w[Oc, C] read | 3 y read_write
+//   dispatch: ceil(Oc / (256 / MV_TPR)) workgroups split over x, y; threads of a row stride
+//   over 16-byte words of it (8 bf16 or 4 f32; C % 8 == 0 or C % 4 == 0 and x0 % 4 == 0).
+// dense_matvec_rows   the same, one row per invocation, columns in order (the sum of
+//   linear_forward_rows, bit for bit): CPU adapters, and any C.
+//   dispatch: ceil(Oc / MV_ROWS) workgroups split over x, y.
+
+const MV_WG: u32 = 256u;     // threads per workgroup of the GPU kernels
+override MV_TPR: u32 = 16u;  // threads per output row (a power of two, at most 256)
+const MV_ROWS: u32 = 16u;    // rows (invocations) per workgroup of the *_rows kernels
+
+// ---------------------------------------------------------------------------- rmsnorm_quant
+struct NormQuantParams { c: u32, eps: f32 };
+@group(0) @binding(0) var<uniform> nq_p: NormQuantParams;
+@group(0) @binding(1) var<storage, read> nq_x: array<f32>;
+@group(0) @binding(2) var<storage, read> nq_w: array<f32>;
+@group(0) @binding(3) var<storage, read_write> nq_y: array<f32>;
+@group(0) @binding(4) var<storage, read_write> nq_xq: array<u32>;
+@group(0) @binding(5) var<storage, read_write> nq_qs: array<f32>;
+@group(0) @binding(6) var<storage, read> nq_u: array<f32>;
+override NQ_GATE: u32 = 0u;
+
+fn nq_in(c: u32) -> f32 {   // element c of the row to norm
+    if (NQ_GATE == 0u) { return nq_x[c]; }
+    return gating(NQ_GATE, nq_x[c], nq_u[c]);
+}
+
+fn nq_q(col: u32, r: f32, s: f32) -> i32 {   // the int8 of column col (0 past C)
+    if (col >= nq_p.c) { return 0; }
+    return i32(clamp(round(nq_w[col] * (nq_in(col) * r) * s), -128.0, 127.0));
+}
+
+fn nq_word(e: u32, r: f32, s: f32) -> vec2<i32> {   // packed xq word e and the sum of its 4 values
+    let c0 = 16u * (e / 4u) + e % 4u;
+    let q0 = nq_q(c0, r, s);
+    let q1 = nq_q(c0 + 4u, r, s);
+    let q2 = nq_q(c0 + 8u, r, s);
+    let q3 = nq_q(c0 + 12u, r, s);
+    return vec2<i32>(bitcast<i32>(pack4xI8(vec4<i32>(q0, q1, q2, q3))), q0 + q1 + q2 + q3);
+}
+
+@compute @workgroup_size(MV_WG)
+fn rmsnorm_quant(@builtin(local_invocation_id) lid3: vec3<u32>) {
+    let lid = lid3.x;
+    let C = nq_p.c;
+    var acc = 0.0;
+    for (var c = lid; c < C; c += MV_WG) { let v = nq_in(c); acc += v * v; }
+    let r = inverseSqrt(wg_sum(lid, acc, MV_WG) / f32(C) + nq_p.eps);
+    var m = 0.0;
+    for (var c = lid; c < C; c += MV_WG) {
+        let v = nq_w[c] * (nq_in(c) * r);
+        nq_y[c] = v;
+        m = max(m, abs(v));
+    }
+    let s = 127.0 / max(wg_max(lid, m, MV_WG), 1e-5);
+    var qsum = 0;
+    for (var e = lid; e < 4u * ((C + 15u) / 16u); e += MV_WG) {
+        let wq = nq_word(e, r, s);
+        nq_xq[e] = bitcast<u32>(wq.x);
+        qsum += wq.y;
+    }
+    let total = wg_sum(lid, f32(qsum), MV_WG);   // integers below 2^24: exact in any order
+    if (lid == 0u) {
+        nq_qs[0] = s;
+        nq_qs[1] = total;
+    }
+}
+
+@group(0) @binding(1) var<storage, read> nqc_x: array<vec4<f32>>;
+@group(0) @binding(2) var<storage, read> nqc_w: array<vec4<f32>>;
+@group(0) @binding(3) var<storage, read_write> nqc_y: array<vec4<f32>>;
+
+@compute @workgroup_size(1)
+fn rmsnorm_quant_cpu() {
+    let C4 = nq_p.c / 4u;
+    var acc = vec4<f32>(0.0);
+    for (var c = 0u; c < C4; c++) { let v = nqc_x[c]; acc += v * v; }
+    let r = inverseSqrt((acc.x + acc.y + acc.z + acc.w) / f32(nq_p.c) + nq_p.eps);
+    var m4 = vec4<f32>(0.0);
+    for (var c = 0u; c < C4; c++) {
+        let v = nqc_w[c] * (nqc_x[c] * r);
+        nqc_y[c] = v;
+        m4 = max(m4, abs(v));
+    }
+    let s = 127.0 / max(max(max(m4.x, m4.y), max(m4.z, m4.w)), 1e-5);
+    var qsum = 0;
+    for (var e = 0u; e < 4u * ((nq_p.c + 15u) / 16u); e++) {
+        let wq = cpu_nq_word(e, r, s);
+        nq_xq[e] = bitcast<u32>(wq.x);
+        qsum += wq.y;
+    }
+    nq_qs[0] = s;
+    nq_qs[1] = f32(qsum);
+}
+
+fn cpu_nq_q(col: u32, r: f32, s: f32) -> i32 {   // nq_q through the vec4 bindings (same value)
+    if (col >= nq_p.c) { return 0; }
+    return i32(clamp(round(nqc_w[col / 4u][col % 4u] * (nqc_x[col / 4u][col % 4u] * r) * s), -128.0, 127.0));
+}
+
+fn cpu_nq_word(e: u32, r: f32, s: f32) -> vec2<i32> {
+    let c0 = 16u * (e / 4u) + e % 4u;
+    let q0 = cpu_nq_q(c0, r, s);
+    let q1 = cpu_nq_q(c0 + 4u, r, s);
+    let q2 = cpu_nq_q(c0 + 8u, r, s);
+    let q3 = cpu_nq_q(c0 + 12u, r, s);
+    return vec2<i32>(bitcast<i32>(pack4xI8(vec4<i32>(q0, q1, q2, q3))), q0 + q1 + q2 + q3);
+}
+
+// ---------------------------------------------------------------------------- ternary_matvec
+struct MatvecParams {
+    w4: u32, o0: u32, o1: u32, o2: u32, base1: u32, base2: u32,
+    scale0: f32, scale1: f32, scale2: f32, accumulate: u32,
+    r: u32, lora_scale: f32, b0: u32, b1: u32, b2: u32,
+};
+@group(0) @binding(0) var<uniform> mv_p: MatvecParams;
+@group(0) @binding(1) var<storage, read> mv_x: array<vec4<u32>>;
+@group(0) @binding(2) var<storage, read> mv_qs: array<f32>;
+@group(0) @binding(3) var<storage, read> mv_w: array<vec4<u32>>;
+@group(0) @binding(4) var<storage, read_write> mv_y0: array<f32>;
+@group(0) @binding(5) var<storage, read_write> mv_y1: array<f32>;
+@group(0) @binding(6) var<storage, read_write> mv_y2: array<f32>;
+@group(0) @binding(7) var<storage, read> mv_u: array<f32>;
+@group(0) @binding(8) var<storage, read> mv_ab: array<f32>;
+var<workgroup> mv_part: array<i32, MV_WG>;
+
+fn word_dot(w: u32, x: vec4<u32>) -> i32 {   // sum over one weight word's 16 columns of q * code
+    let m = 0x03030303u;
+    return dot4I8Packed(x.x, w & m) + dot4I8Packed(x.y, (w >> 2u) & m)
+         + dot4I8Packed(x.z, (w >> 4u) & m) + dot4I8Packed(x.w, (w >> 6u) & m);
+}
+
+// Row r of the parts laid end to end -> (part, row in the part, its first unit in w);
+// part 3 means past the last row.
+fn mv_locate(r: u32) -> vec3<u32> {
+    let p = mv_p;
+    if (r < p.o0) { return vec3<u32>(0u, r, r * p.w4); }
+    if (r < p.o0 + p.o1) { let o = r - p.o0; return vec3<u32>(1u, o, p.base1 + o * p.w4); }
+    if (r < p.o0 + p.o1 + p.o2) { let o = r - p.o0 - p.o1; return vec3<u32>(2u, o, p.base2 + o * p.w4); }
+    return vec3<u32>(3u, 0u, 0u);
+}
+
+fn mv_store(part: u32, o: u32, sum: i32) {
+    let p = mv_p;
+    var scale = p.scale0;
+    var b = p.b0;
+    if (part == 1u) { scale = p.scale1; b = p.b1; }
+    if (part == 2u) { scale = p.scale2; b = p.b2; }
+    let v = (f32(sum) - mv_qs[1]) * scale / mv_qs[0];
+    var y = v;
+    if (p.accumulate != 0u) {
+        if (part == 0u) { y = mv_y0[o] + v; }
+        if (part == 1u) { y = mv_y1[o] + v; }
+        if (part == 2u) { y = mv_y2[o] + v; }
+    }
+    if (b != 0xffffffffu) {
+        var acc = 0.0;
+        for (var r = 0u; r < p.r; r++) { acc += mv_u[part * p.r + r] * mv_ab[b + o * p.r + r]; }
+        y = y + p.lora_scale * acc;
+    }
+    if (part == 0u) { mv_y0[o] = y; }
+    if (part == 1u) { mv_y1[o] = y; }
+    if (part == 2u) { mv_y2[o] = y; }
+}
+
+@compute @workgroup_size(MV_WG)
+fn ternary_matvec(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>,
+                  @builtin(num_workgroups) nw: vec3<u32>) {
+    let lid = lid3.x;
+    let lane = lid % MV_TPR;
+    let at = mv_locate((wid.x + wid.y * nw.x) * (MV_WG / MV_TPR) + lid / MV_TPR);
+    var acc = 0;
+    if (at.x < 3u) {
+        for (var k = lane; k < mv_p.w4; k += MV_TPR) {
+            let w = mv_w[at.z + k];
+            acc += word_dot(w.x, mv_x[4u * k]) + word_dot(w.y, mv_x[4u * k + 1u])
+                 + word_dot(w.z, mv_x[4u * k + 2u]) + word_dot(w.w, mv_x[4u * k + 3u]);
+        }
+    }
+    mv_part[lid] = acc;
+    workgroupBarrier();
+    if (lane == 0u && at.x < 3u) {
+        var sum = 0;
+        for (var l = 0u; l < MV_TPR; l++) { sum += mv_part[lid + l]; }
+        mv_store(at.x, at.y, sum);
+    }
+}
+
+@group(0) @binding(3) var<storage, read> mvr_w: array<u32>;
+
+@compute @workgroup_size(MV_ROWS)
+fn ternary_matvec_rows(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>) {
+    let at = mv_locate(gid.x + gid.y * nw.x * MV_ROWS);
+    if (at.x == 3u) { return; }
+    var acc = 0;
+    for (var k = 0u; k < mv_p.w4; k++) { acc += word_dot(mvr_w[at.z + k], mv_x[k]); }
+    mv_store(at.x, at.y, acc);
+}
+
+// ---------------------------------------------------------------------------- dense_matvec
+override MV_BF16: bool = false;
+struct DenseParams { c: u32, oc: u32, v0: u32, x0: u32 };
+@group(0) @binding(0) var<uniform> dm_p: DenseParams;
+@group(0) @binding(1) var<storage, read> dm_x: array<vec4<f32>>;
+@group(0) @binding(2) var<storage, read> dm_w: array<vec4<u32>>;
+@group(0) @binding(3) var<storage, read_write> dm_y: array<f32>;
+var<workgroup> dm_part: array<f32, MV_WG>;
+
+fn bf16_pair(w: u32) -> vec2<f32> {   // the two bf16 of a u32, low half first
+    return vec2<f32>(bitcast<f32>(w << 16u), bitcast<f32>(w & 0xffff0000u));
+}
+
+@compute @workgroup_size(MV_WG)
+fn dense_matvec(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>,
+                @builtin(num_workgroups) nw: vec3<u32>) {
+    let lid = lid3.x;
+    let lane = lid % MV_TPR;
+    let o = (wid.x + wid.y * nw.x) * (MV_WG / MV_TPR) + lid / MV_TPR;
+    let x0 = dm_p.x0 / 4u;
+    var acc = 0.0;
+    if (o < dm_p.oc) {
+        if (MV_BF16) {
+            let units = dm_p.c / 8u;
+            for (var k = lane; k < units; k += MV_TPR) {
+                let w = dm_w[o * units + k];
+                acc += dot(dm_x[x0 + 2u * k], vec4<f32>(bf16_pair(w.x), bf16_pair(w.y)))
+                     + dot(dm_x[x0 + 2u * k + 1u], vec4<f32>(bf16_pair(w.z), bf16_pair(w.w)));
+            }
+        } else {
+            let units = dm_p.c / 4u;
+            for (var k = lane; k < units; k += MV_TPR) {
+                acc += dot(dm_x[x0 + k], bitcast<vec4<f32>>(dm_w[o * units + k]));
+            }
+        }
+    }
+    dm_part[lid] = acc;
+    workgroupBarrier();
+    if (lane == 0u && o < dm_p.oc) {
+        var sum = 0.0;
+        for (var l = 0u; l < MV_TPR; l++) { sum += dm_part[lid + l]; }
+        dm_y[dm_p.v0 + o] = sum;
+    }
+}
+
+@group(0) @binding(1) var<storage, read> dmr_x: array<f32>;
+@group(0) @binding(2) var<storage, read> dmr_w: array<u32>;
+
+@compute @workgroup_size(MV_ROWS)
+fn dense_matvec_rows(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>) {
+    let o = gid.x + gid.y * nw.x * MV_ROWS;
+    if (o >= dm_p.oc) { return; }
+    let C = dm_p.c;
+    var acc = 0.0;
+    for (var c = 0u; c < C; c++) {
+        let e = o * C + c;
+        var wv: f32;
+        if (MV_BF16) { wv = bf16_at(dmr_w[e >> 1u], e); } else { wv = bitcast<f32>(dmr_w[e]); }
+        acc += dmr_x[dm_p.x0 + c] * wv;
+    }
+    dm_y[dm_p.v0 + o] = acc;
+}
