@@ -426,9 +426,12 @@ class Model:
             bufs += self._cache.k + self._cache.v
         if self._scratch is not None:
             bufs += self._scratch.buffers()
+        if self._gen is not None:
+            bufs += [b for b in (self._gen.state, self._gen.tok, self._gen.out) if b is not None]
+        bufs = [b.buffer if isinstance(b, gpu.BufferView) else b for b in bufs]   # a group's shared weights
         self.dev.destroy(*{id(b): b for b in bufs}.values())
         self.layers, self.embed, self.head, self.norm, self.cos, self.sin, self.P = [], RowTable(), RowTable(), None, None, None, 0
-        self._scratch = self._cache = self._logits = None
+        self._scratch = self._cache = self._logits = self._gen = None
 
     async def prepare(self, training: bool) -> None:
         """Compile every kernel the forward (and with `training`, the loss and backward)
