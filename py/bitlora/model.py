@@ -415,19 +415,20 @@ class Model:
 
     def close(self) -> None:
         """Free the GPU buffers the model holds (weights, RoPE tables, the decoding
-        scratch, KV cache, logits and sampler); it cannot run afterwards. The page calls
-        it when another model replaces this one: dropped instead, the buffers would live
-        on in the device's bind-group cache (and in Device.allocated)."""
+        scratch, KV cache and logits); it cannot run afterwards. The page calls it when
+        another model replaces this one: dropped instead, the buffers would live on in
+        the device's bind-group cache (and in Device.allocated)."""
         bufs = [b for lay in self.layers for b in lay.norms.values()] + \
-               [getattr(p.buf, "buffer", p.buf) for lay in self.layers for p in lay.proj.values()] + \
+               [p.buf for lay in self.layers for p in lay.proj.values()] + \
                [b for _, _, b in self.embed] + ([b for _, _, b in self.head] if self.head is not self.embed else [])
         bufs += [b for b in (self.norm, self.cos, self.sin, self._logits) if b is not None]
-        if self._gen is not None:
-            bufs += [b for b in vars(self._gen).values() if isinstance(b, gpu.Buffer)]
         if self._cache is not None:
             bufs += self._cache.k + self._cache.v
         if self._scratch is not None:
             bufs += self._scratch.buffers()
+        if self._gen is not None:
+            bufs += [b for b in (self._gen.state, self._gen.tok, self._gen.out) if b is not None]
+        bufs = [b.buffer if isinstance(b, gpu.BufferView) else b for b in bufs]   # a group's shared weights
         self.dev.destroy(*{id(b): b for b in bufs}.values())
         self.layers, self.embed, self.head, self.norm, self.cos, self.sin, self.P = [], RowTable(), RowTable(), None, None, None, 0
         self._scratch = self._cache = self._logits = self._gen = None
