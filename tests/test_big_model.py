@@ -49,7 +49,8 @@ def big(tmp_path_factory):
 def first_bytes(model):
     """Layer 0's q_proj as packed on the GPU, and the embedding's first row as f32."""
     dev = model.dev
-    packed = gpu.run(dev.read(model.layers[0].proj["q_proj"].buf))
+    q = model.layers[0].proj["q_proj"].buf          # a view of the buffer q, k and v share
+    packed = gpu.run(dev.read(q.buffer, q.offset, q.size))
     v0, rows, buf = model.embed[0]
     row = gpu.run(dev.read(buf, 0, (2 if model.embed.dtype == "bf16" else 4) * C))
     if model.embed.dtype == "bf16":

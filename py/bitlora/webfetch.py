@@ -110,8 +110,7 @@ async def download(url: str, progress=None, label: str = "", retries: int = RETR
     """The JS Blob of `url`'s bytes; progress(done, total, text) as they arrive."""
     import js
     from pyodide.ffi import to_js
-    empty = js.Blob.new(js.Array.new())
-    got = {"blob": empty, "pending": [], "held": 0, "pos": 0, "expect": None}   # the file so far
+    got = {"blob": js.Blob.new(js.Array.new()), "pending": [], "held": 0, "pos": 0, "expect": None}   # so far
     for attempt in range(retries + 1):
         try:
             await _receive(url, got, progress, label, resume=attempt > 0)
