@@ -98,7 +98,7 @@ async def case_norm_quant_matvec(dev, x, w, C, eps, parts, accumulate, kind, lor
             if ab is not None:
                 shape = lora_ops.LoraShape(1, C, O, R, lora_scale)
                 lora_ops.lora_forward(dev, shape, n, arena.view(4 * ab[0], 4 * R * C), arena.view(4 * ab[1], 4 * O * R),
-                                      dev.buffer(4 * R, "u_old"), yb)
+                                      dev.buffer(4 * R, "u_old"), yb, dev.buffer(4, "stream"))   # no dropout: any stream
         out["old_y"] = await _get(dev, n, C)
         out["old_out"] = [await _get(dev, yb, O) for yb, (_, O, _, _) in zip(ys, parts)]
     return out
