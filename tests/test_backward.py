@@ -391,10 +391,12 @@ def test_rope_backward(run_case, B, T, H, D):
 @pytest.mark.parametrize("kind", ["gpu", "cpu"])
 @pytest.mark.parametrize("B,T,H,Hkv,D", [(1, 1, 1, 1, 4), (2, 5, 4, 4, 8), (1, 70, 4, 2, 6), (2, 3, 4, 1, 130),
                                          (1, 4, 2, 1, 200), (3, 33, 6, 3, 3), (2, 20, 2, 2, 256),
-                                         (4, 37, 4, 2, 32), (1, 9, 2, 1, 128), (3, 1, 3, 1, 4)])
+                                         (4, 37, 4, 2, 32), (1, 9, 2, 1, 128), (3, 1, 3, 1, 4),
+                                         (2, 9, 6, 2, 12), (1, 16, 4, 1, 28)])
 def test_attention_backward(run_case, B, T, H, Hkv, D, kind):
-    """kind "cpu": the per-row kernels where D % 4 == 0 (N*H, N*Hkv not multiples of
-    their 16-invocation workgroups), and each dkv kernel fed by the other kind's dq."""
+    """kind "cpu": the CPU kernels where D % 4 == 0 (D <= 32: blocks of 8 rows, T not a
+    multiple of 8, D/4 odd; N*H, N*Hkv not multiples of the 16-invocation workgroups),
+    and each CPU variant's dq and dkv fed by the GPU kernels' other half."""
     rng = np.random.default_rng(B * T * H * D)
     N = B * T
     q, do = f32(rng.normal(size=(N, H * D))), f32(rng.normal(size=(N, H * D)))
@@ -407,6 +409,7 @@ def test_attention_backward(run_case, B, T, H, Hkv, D, kind):
     assert_close(r["dv"], dv, 1e-5, "dv")
     assert (kind == "cpu" and D % 4 == 0) == ("mixed" in r)
     for i, m in enumerate(r.get("mixed", [])):
+        assert_close(m["dq"], dq, 1e-5, f"dq (mixed {i})")
         assert_close(m["dk"], dk, 1e-5, f"dk (mixed {i})")
         assert_close(m["dv"], dv, 1e-5, f"dv (mixed {i})")
 

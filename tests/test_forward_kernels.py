@@ -53,22 +53,30 @@ def test_linear_forward(run_case, N, I, O, chunk, row0, step, kind):
 
 
 @pytest.mark.parametrize("kind", ["gpu", "cpu"])
-@pytest.mark.parametrize("B,T,H,Hkv,D", [(1, 1, 1, 1, 4), (2, 70, 4, 2, 6), (1, 5, 2, 1, 130), (2, 3, 2, 1, 256),
-                                         (3, 17, 4, 2, 32), (1, 70, 6, 3, 128), (2, 9, 3, 1, 4)])
-def test_attention_forward(run_case, B, T, H, Hkv, D, kind):
+@pytest.mark.parametrize("B,T,H,Hkv,D,pos0,S", [(1, 1, 1, 1, 4, 0, 1), (2, 70, 4, 2, 6, 0, 70),
+                                                (1, 5, 2, 1, 130, 0, 5), (2, 3, 2, 1, 256, 0, 3),
+                                                (3, 17, 4, 2, 32, 0, 17), (1, 70, 6, 3, 128, 0, 70),
+                                                (2, 9, 3, 1, 4, 0, 9), (2, 11, 6, 2, 12, 0, 11),
+                                                (2, 1, 4, 2, 32, 37, 50), (1, 5, 2, 1, 16, 9, 20),
+                                                (2, 3, 4, 2, 128, 4, 8), (1, 10, 3, 3, 8, 6, 16)])
+def test_attention_forward(run_case, B, T, H, Hkv, D, pos0, S, kind):
     """GPU kernel: every head dim a thread may own (lid + 64e, e < 4), keys in several
-    chunks of 64. CPU kind: the per-row kernel where D % 4 == 0 (N*H not a multiple of
-    its 16-invocation workgroup), the GPU one otherwise."""
-    rng = np.random.default_rng(T * D)
+    chunks of 64. CPU kind: the CPU kernels where D % 4 == 0 (D <= 32: blocks of 8 query
+    rows, T not a multiple of 8; N*H not a multiple of the 16-invocation workgroup), the
+    GPU one otherwise. pos0 > 0: T new tokens over a KV cache of S positions whose
+    entries past pos0 + T - 1 must be ignored (decoding)."""
+    rng = np.random.default_rng(T * D + pos0)
     N = B * T
-    q, k, v = f32(rng.normal(size=(N, H * D))), f32(rng.normal(size=(N, Hkv * D))), f32(rng.normal(size=(N, Hkv * D)))
+    q = f32(rng.normal(size=(N, H * D)))
+    k, v = f32(rng.normal(size=(B * S, Hkv * D))), f32(rng.normal(size=(B * S, Hkv * D)))
     r = run_case("forward_cases", "case_attention_forward", q=L(q), k=L(k), v=L(v), B=B, T=T, H=H, Hkv=Hkv, D=D,
-                 kind=kind)
+                 kind=kind, pos0=pos0, S=S)
+    P = pos0 + T                                   # cache positions in use
     q4 = q.astype(np.float64).reshape(B, T, H, D)
-    k4 = np.repeat(k.astype(np.float64).reshape(B, T, Hkv, D), H // Hkv, axis=2)
-    v4 = np.repeat(v.astype(np.float64).reshape(B, T, Hkv, D), H // Hkv, axis=2)
+    k4 = np.repeat(k.astype(np.float64).reshape(B, S, Hkv, D)[:, :P], H // Hkv, axis=2)
+    v4 = np.repeat(v.astype(np.float64).reshape(B, S, Hkv, D)[:, :P], H // Hkv, axis=2)
     s = np.einsum("bthd,bshd->bhts", q4, k4) / np.sqrt(D)
-    s = np.where(np.tril(np.ones((T, T), bool)), s, -np.inf)
+    s = np.where(np.arange(P)[None, :] <= pos0 + np.arange(T)[:, None], s, -np.inf)
     lse = np.log(np.exp(s - s.max(-1, keepdims=True)).sum(-1)) + s.max(-1)
     out = np.einsum("bhts,bshd->bthd", np.exp(s - lse[..., None]), v4)
     assert_close(r["out"], out.reshape(N, H * D), 1e-5, "out")
