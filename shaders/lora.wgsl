@@ -40,13 +40,15 @@
 // SIMD across invocations, so: no barriers, no workgroup memory, LR invocations per
 // workgroup (ceil(invocations / LR) workgroups split over x, y), vec4 where the row
 // layout allows. Bindings as the GPU kernel's, the named ones seen as vec4.
-// lora_down_rows   (I % 4 == 0) x, a vec4; one (n, r) per invocation, a private vec4 sum
+// lora_down_rows   (I % 4 == 0) x, a vec4; one (n, r..r+3) per invocation, private vec4 sums
 // lora_grad_u_rows (O % 4 == 0) dy vec4; one (n, r) per invocation, a private vec4 sum
 // lora_up_rows     (O % 4 == 0) y vec4; one (n, o..o+3) per invocation
 // lora_grad_b_rows (O % 4 == 0) dy vec4; one (r, o..o+3) per invocation
-// lora_grad_a_rows (I % 4 == 0) x, da vec4; one (r, i..i+3) per invocation
+// lora_grad_a_rows (I % 4 == 0) x, da vec4; one (r..r+3, i..i+3) per invocation
 // lora_grad_x_rows (I % 4 == 0) a, dx vec4; one (n, i..i+3) per invocation
-// The last four add in the GPU kernels' order; the first two reorder the sum.
+// The dropout mask of an element is made once per 4 r (down, grad_a: rows of a past R
+// repeat row R-1 and are not stored). grad_b, grad_x and up add in the GPU kernels'
+// order; the others reorder the sum.
 
 struct LoraParams {
     n: u32, i: u32, o: u32, r: u32,
@@ -205,18 +207,25 @@ const LR: u32 = 16u;  // invocations per workgroup
 @compute @workgroup_size(LR)
 fn lora_down_rows(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>) {
     let p = p_dr;
-    let k = gid.x + gid.y * nw.x * LR;  // = n * R + r
-    if (k >= p.n * p.r) { return; }
-    let n = k / p.r;
-    let r = k % p.r;
+    let RB = (p.r + 3u) / 4u;
+    let k = gid.x + gid.y * nw.x * LR;  // = n * ceil(R/4) + r/4
+    if (k >= p.n * RB) { return; }
+    let n = k / RB;
+    let r0 = (k % RB) * 4u;
     let I4 = p.i / 4u;
-    var acc = vec4<f32>(0.0);
-    if (p.keep_threshold == 0u) {   // no dropout: a loop without the branch
-        for (var i = 0u; i < I4; i++) { acc += dr_x[n * I4 + i] * dr_a[r * I4 + i]; }
-    } else {
-        for (var i = 0u; i < I4; i++) { acc += dr_x[n * I4 + i] * keep4(p, n * p.i + 4u * i) * dr_a[r * I4 + i]; }
+    let base = keep_base(p);
+    let a0 = r0 * I4;                                   // rows r0 .. r0+3 of a, clamped to R-1
+    let a1 = min(r0 + 1u, p.r - 1u) * I4;
+    let a2 = min(r0 + 2u, p.r - 1u) * I4;
+    let a3 = min(r0 + 3u, p.r - 1u) * I4;
+    var s0 = vec4<f32>(0.0); var s1 = vec4<f32>(0.0); var s2 = vec4<f32>(0.0); var s3 = vec4<f32>(0.0);
+    for (var i = 0u; i < I4; i++) {
+        let x = dr_x[n * I4 + i] * keep4_at(p, base, n * p.i + 4u * i);
+        s0 += x * dr_a[a0 + i]; s1 += x * dr_a[a1 + i]; s2 += x * dr_a[a2 + i]; s3 += x * dr_a[a3 + i];
     }
-    dr_u[k] = (acc.x + acc.y) + (acc.z + acc.w);
+    let u = vec4<f32>((s0.x + s0.y) + (s0.z + s0.w), (s1.x + s1.y) + (s1.z + s1.w),
+                      (s2.x + s2.y) + (s2.z + s2.w), (s3.x + s3.y) + (s3.z + s3.w));
+    for (var j = 0u; j < 4u; j++) { if (r0 + j < p.r) { dr_u[n * p.r + r0 + j] = u[j]; } }
 }
 
 @group(0) @binding(0) var<uniform> p_gur: LoraParams;
@@ -283,10 +292,14 @@ fn lora_grad_b_rows(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_
     gbr_db[j + 3u * p.r] = gbr_db[j + 3u * p.r] + p.scale * acc.w;
 }
 
-// keep_factor of elements idx .. idx+3
-fn keep4(p: LoraParams, idx: u32) -> vec4<f32> {
+// keep_factor of elements idx .. idx+3, with base = keep_base(p) (the hash's part
+// that is the same for every element, computed once per invocation)
+fn keep_base(p: LoraParams) -> u32 { return pcg(p.seed ^ pcg(p.step)); }
+
+fn keep4_at(p: LoraParams, base: u32, idx: u32) -> vec4<f32> {
     if (p.keep_threshold == 0u) { return vec4<f32>(1.0); }
-    return vec4<f32>(keep_factor(p, idx), keep_factor(p, idx + 1u), keep_factor(p, idx + 2u), keep_factor(p, idx + 3u));
+    let h = vec4<u32>(pcg(idx ^ base), pcg((idx + 1u) ^ base), pcg((idx + 2u) ^ base), pcg((idx + 3u) ^ base));
+    return select(vec4<f32>(0.0), vec4<f32>(p.keep_scale), h >= vec4<u32>(p.keep_threshold));
 }
 
 @group(0) @binding(0) var<uniform> p_gar: LoraParams;
@@ -298,19 +311,24 @@ fn keep4(p: LoraParams, idx: u32) -> vec4<f32> {
 fn lora_grad_a_rows(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>) {
     let p = p_gar;
     let I4 = p.i / 4u;
-    let k = gid.x + gid.y * nw.x * LR;  // = r * I/4 + i/4
-    if (k >= p.r * I4) { return; }
-    let r = k / I4;
+    let k = gid.x + gid.y * nw.x * LR;  // = r/4 * I/4 + i/4
+    if (k >= (p.r + 3u) / 4u * I4) { return; }
+    let r0 = k / I4 * 4u;
     let i4 = k % I4;
-    var acc = vec4<f32>(0.0);
-    if (p.keep_threshold == 0u) {   // no dropout: a loop without the branch
-        for (var n = 0u; n < p.n; n++) { acc += gar_du[n * p.r + r] * gar_x[n * I4 + i4]; }
-    } else {
-        for (var n = 0u; n < p.n; n++) {
-            acc += gar_du[n * p.r + r] * gar_x[n * I4 + i4] * keep4(p, n * p.i + 4u * i4);
-        }
+    let base = keep_base(p);
+    let r1 = min(r0 + 1u, p.r - 1u);
+    let r2 = min(r0 + 2u, p.r - 1u);
+    let r3 = min(r0 + 3u, p.r - 1u);
+    var s0 = vec4<f32>(0.0); var s1 = vec4<f32>(0.0); var s2 = vec4<f32>(0.0); var s3 = vec4<f32>(0.0);
+    for (var n = 0u; n < p.n; n++) {
+        let x = gar_x[n * I4 + i4] * keep4_at(p, base, n * p.i + 4u * i4);
+        let d = n * p.r;
+        s0 += gar_du[d + r0] * x; s1 += gar_du[d + r1] * x; s2 += gar_du[d + r2] * x; s3 += gar_du[d + r3] * x;
     }
-    gar_da[k] = gar_da[k] + acc;
+    gar_da[r0 * I4 + i4] = gar_da[r0 * I4 + i4] + s0;
+    if (r0 + 1u < p.r) { gar_da[r1 * I4 + i4] = gar_da[r1 * I4 + i4] + s1; }
+    if (r0 + 2u < p.r) { gar_da[r2 * I4 + i4] = gar_da[r2 * I4 + i4] + s2; }
+    if (r0 + 3u < p.r) { gar_da[r3 * I4 + i4] = gar_da[r3 * I4 + i4] + s3; }
 }
 
 @group(0) @binding(0) var<uniform> p_gxr: LoraParams;
@@ -328,6 +346,5 @@ fn lora_grad_x_rows(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_
     let i4 = k % I4;
     var acc = vec4<f32>(0.0);
     for (var r = 0u; r < p.r; r++) { acc += gxr_du[n * p.r + r] * gxr_a[r * I4 + i4]; }
-    let f = keep4(p, 4u * k);
-    gxr_dx[k] = gxr_dx[k] + f * acc;
+    gxr_dx[k] = gxr_dx[k] + keep4_at(p, keep_base(p), 4u * k) * acc;
 }

@@ -58,11 +58,11 @@ def _run(dev, entry: str, s: LoraShape, bufs: list) -> None:
     (I or O) is a multiple of 4."""
     N, I, O, R = s.N, s.I, s.O, s.R
     gpu_groups, width, cpu_items = {               # cpu_items: invocations of *_rows
-        "lora_down": (N * R, I, N * R),
+        "lora_down": (N * R, I, N * -(-R // 4)),
         "lora_up": (-(-N * O // WG), O, N * O // 4),
         "lora_grad_b": (-(-R * O // WG), O, R * O // 4),
         "lora_grad_u": (N * R, O, N * R),
-        "lora_grad_a": (-(-R * I // WG), I, R * I // 4),
+        "lora_grad_a": (-(-R * I // WG), I, -(-R // 4) * I // 4),
         "lora_grad_x": (-(-N * I // WG), I, N * I // 4),
     }[entry]
     if dev.kind == "cpu" and width % 4 == 0:
