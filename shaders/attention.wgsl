@@ -54,7 +54,7 @@
 //   attention_backward_dkv_rows   invocation g = n*Hkv + kv head (key row n):
 //     ceil(N*Hkv / 16) workgroups (16); sweeps the group's heads and queries t..T-1.
 //   Workgroups split over x, y (g = gid.x + gid.y * nw.x * 16).
-//   Where D <= 32 the *_d32 kernels (below) replace them: 8 rows per invocation, a row's
+//   Where D <= 32 the *_d32 kernels (below) replace them: 4 rows per invocation, a row's
 //   dims in registers.
 
 const WF: u32 = 64u;   // attention_forward's workgroup size
@@ -575,42 +575,23 @@ fn attention_backward_dkv_rows(@builtin(global_invocation_id) gid: vec3<u32>, @b
 // ---------------------------------------------------------------------------- CPU variants, D <= 32
 // The *_rows kernels above keep a row's D/4 vec4s in private arrays indexed by loop
 // counters: CPU compilers keep those in memory and load every k, v, q, dout vec4 once
-// per owned row. These keep up to 32 dims of a row in named registers (R8: eight vec4s,
-// dims past D zero in the owned rows, and read clamped to the row's last vec4 in the
-// streamed ones, where they meet those zeros or are never stored) and give an
-// invocation a block of 8 rows of one head, so each streamed row is loaded once per 8
-// owned rows (~15x faster dq on lavapipe, ~6x on SwiftShader, than *_rows at D = 32).
+// per owned row. These keep up to 32 dims of a row in named registers (the prelude's
+// R8: eight vec4s, dims past D zero in the owned rows, and read clamped to the row's
+// last vec4 in the streamed ones, where they meet those zeros or are never stored) and
+// give an invocation a block of AB rows of one head, so each streamed row is loaded
+// once per AB owned rows (at D = 32 ~10x faster than *_rows on lavapipe, ~4x on
+// SwiftShader). 8 rows ran lavapipe ~1.35x faster still and SwiftShader no faster, but
+// took SwiftShader ~2.8x as long to compile (~10 s of CPU for the three kernels).
 // Rows of the block past T repeat row T-1 and are not stored. Same outputs and stats.
-//   attention_forward_d32   invocation g = (b*ceil(T/8) + t/8)*H + h owns query rows
-//     t .. t+7 of sequence b, head h: ceil(B*ceil(T/8)*H / 16) workgroups (16). Bindings
-//     as attention_forward_rows.
+//   attention_forward_d32   invocation g = (b*ceil(T/AB) + t/AB)*H + h owns query rows
+//     t .. t+AB-1 of sequence b, head h: ceil(B*ceil(T/AB)*H / 16) workgroups (16).
+//     Bindings as attention_forward_rows.
 //   attention_backward_dq_d32   the same blocks of query rows; bindings as
 //     attention_backward_dq_rows.
-//   attention_backward_dkv_d32   invocation g = (b*ceil(T/8) + t/8)*Hkv + kv head owns
-//     key rows t .. t+7: ceil(B*ceil(T/8)*Hkv / 16) workgroups (16); bindings as
+//   attention_backward_dkv_d32   invocation g = (b*ceil(T/AB) + t/AB)*Hkv + kv head owns
+//     key rows t .. t+AB-1: ceil(B*ceil(T/AB)*Hkv / 16) workgroups (16); bindings as
 //     attention_backward_dkv_rows.
-const AB: u32 = 8u;   // rows per invocation (ops/attention.py D32_ROWS)
-
-struct R8 { a: vec4<f32>, b: vec4<f32>, c: vec4<f32>, d: vec4<f32>, e: vec4<f32>, f: vec4<f32>, g: vec4<f32>, h: vec4<f32> };
-
-fn r8_dot(x: R8, y: R8) -> f32 {
-    let s = x.a * y.a + x.b * y.b + x.c * y.c + x.d * y.d + x.e * y.e + x.f * y.f + x.g * y.g + x.h * y.h;
-    return s.x + s.y + s.z + s.w;
-}
-
-fn r8_axpby(x: R8, a: f32, y: R8, b: f32) -> R8 {   // a x + b y
-    return R8(a * x.a + b * y.a, a * x.b + b * y.b, a * x.c + b * y.c, a * x.d + b * y.d,
-              a * x.e + b * y.e, a * x.f + b * y.f, a * x.g + b * y.g, a * x.h + b * y.h);
-}
-
-fn r8_fma(x: R8, s: f32, y: R8) -> R8 {   // x + s y
-    return R8(x.a + s * y.a, x.b + s * y.b, x.c + s * y.c, x.d + s * y.d,
-              x.e + s * y.e, x.f + s * y.f, x.g + s * y.g, x.h + s * y.h);
-}
-
-fn r8_scale(x: R8, s: f32) -> R8 {
-    return R8(s * x.a, s * x.b, s * x.c, s * x.d, s * x.e, s * x.f, s * x.g, s * x.h);
-}
+const AB: u32 = 4u;   // rows per invocation (ops/attention.py D32_ROWS)
 
 fn r8_owned(x: R8, n: u32) -> R8 {   // x with vec4s n.. zeroed (n = D/4 >= 1)
     let z = vec4<f32>(0.0);
@@ -726,22 +707,14 @@ fn attention_forward_d32(@builtin(global_invocation_id) gid: vec3<u32>, @builtin
     var r1 = row_new(r8_owned(ar_q8(q0 + min(1u, e) * qs, m4), D4), z, l0 + 1u);
     var r2 = row_new(r8_owned(ar_q8(q0 + min(2u, e) * qs, m4), D4), z, l0 + 2u);
     var r3 = row_new(r8_owned(ar_q8(q0 + min(3u, e) * qs, m4), D4), z, l0 + 3u);
-    var r4 = row_new(r8_owned(ar_q8(q0 + min(4u, e) * qs, m4), D4), z, l0 + 4u);
-    var r5 = row_new(r8_owned(ar_q8(q0 + min(5u, e) * qs, m4), D4), z, l0 + 5u);
-    var r6 = row_new(r8_owned(ar_q8(q0 + min(6u, e) * qs, m4), D4), z, l0 + 6u);
-    var r7 = row_new(r8_owned(ar_q8(q0 + min(7u, e) * qs, m4), D4), z, l0 + 7u);
     for (var j = 0u; j <= l0 + min(AB - 1u, e); j++) {
         let k = ar_kc8(kb0 + j * W4, m4);
         let v = ar_vc8(kb0 + j * W4, m4);
         r0 = fw_step(r0, j, k, v, p.scale); r1 = fw_step(r1, j, k, v, p.scale);
         r2 = fw_step(r2, j, k, v, p.scale); r3 = fw_step(r3, j, k, v, p.scale);
-        r4 = fw_step(r4, j, k, v, p.scale); r5 = fw_step(r5, j, k, v, p.scale);
-        r6 = fw_step(r6, j, k, v, p.scale); r7 = fw_step(r7, j, k, v, p.scale);
     }
     fw_store(r0, q0, D4, true); fw_store(r1, q0 + qs, D4, e >= 1u);
     fw_store(r2, q0 + 2u * qs, D4, e >= 2u); fw_store(r3, q0 + 3u * qs, D4, e >= 3u);
-    fw_store(r4, q0 + 4u * qs, D4, e >= 4u); fw_store(r5, q0 + 5u * qs, D4, e >= 5u);
-    fw_store(r6, q0 + 6u * qs, D4, e >= 6u); fw_store(r7, q0 + 7u * qs, D4, e >= 7u);
 }
 
 fn dq_stats(r: Row, j: u32, k: R8, v: R8, scale: f32) -> Row {   // dq's first sweep: m, l, u
@@ -783,33 +756,22 @@ fn attention_backward_dq_d32(@builtin(global_invocation_id) gid: vec3<u32>, @bui
     var r1 = row_new(r8_owned(arq_q8(q0 + min(1u, e) * qs, m4), D4), r8_owned(arq_do8(q0 + min(1u, e) * qs, m4), D4), t0 + 1u);
     var r2 = row_new(r8_owned(arq_q8(q0 + min(2u, e) * qs, m4), D4), r8_owned(arq_do8(q0 + min(2u, e) * qs, m4), D4), t0 + 2u);
     var r3 = row_new(r8_owned(arq_q8(q0 + min(3u, e) * qs, m4), D4), r8_owned(arq_do8(q0 + min(3u, e) * qs, m4), D4), t0 + 3u);
-    var r4 = row_new(r8_owned(arq_q8(q0 + min(4u, e) * qs, m4), D4), r8_owned(arq_do8(q0 + min(4u, e) * qs, m4), D4), t0 + 4u);
-    var r5 = row_new(r8_owned(arq_q8(q0 + min(5u, e) * qs, m4), D4), r8_owned(arq_do8(q0 + min(5u, e) * qs, m4), D4), t0 + 5u);
-    var r6 = row_new(r8_owned(arq_q8(q0 + min(6u, e) * qs, m4), D4), r8_owned(arq_do8(q0 + min(6u, e) * qs, m4), D4), t0 + 6u);
-    var r7 = row_new(r8_owned(arq_q8(q0 + min(7u, e) * qs, m4), D4), r8_owned(arq_do8(q0 + min(7u, e) * qs, m4), D4), t0 + 7u);
     let last = t0 + min(AB - 1u, e);
     for (var j = 0u; j <= last; j++) {
         let k = arq_k8(kb0 + j * K4, m4);
         let v = arq_v8(kb0 + j * K4, m4);
         r0 = dq_stats(r0, j, k, v, p.scale); r1 = dq_stats(r1, j, k, v, p.scale);
         r2 = dq_stats(r2, j, k, v, p.scale); r3 = dq_stats(r3, j, k, v, p.scale);
-        r4 = dq_stats(r4, j, k, v, p.scale); r5 = dq_stats(r5, j, k, v, p.scale);
-        r6 = dq_stats(r6, j, k, v, p.scale); r7 = dq_stats(r7, j, k, v, p.scale);
     }
     r0 = dq_lse(r0); r1 = dq_lse(r1); r2 = dq_lse(r2); r3 = dq_lse(r3);
-    r4 = dq_lse(r4); r5 = dq_lse(r5); r6 = dq_lse(r6); r7 = dq_lse(r7);
     for (var j = 0u; j <= last; j++) {
         let k = arq_k8(kb0 + j * K4, m4);
         let v = arq_v8(kb0 + j * K4, m4);
         r0 = dq_step(r0, j, k, v, p.scale); r1 = dq_step(r1, j, k, v, p.scale);
         r2 = dq_step(r2, j, k, v, p.scale); r3 = dq_step(r3, j, k, v, p.scale);
-        r4 = dq_step(r4, j, k, v, p.scale); r5 = dq_step(r5, j, k, v, p.scale);
-        r6 = dq_step(r6, j, k, v, p.scale); r7 = dq_step(r7, j, k, v, p.scale);
     }
     dq_store(r0, q0, D4, p.scale, true); dq_store(r1, q0 + qs, D4, p.scale, e >= 1u);
     dq_store(r2, q0 + 2u * qs, D4, p.scale, e >= 2u); dq_store(r3, q0 + 3u * qs, D4, p.scale, e >= 3u);
-    dq_store(r4, q0 + 4u * qs, D4, p.scale, e >= 4u); dq_store(r5, q0 + 5u * qs, D4, p.scale, e >= 5u);
-    dq_store(r6, q0 + 6u * qs, D4, p.scale, e >= 6u); dq_store(r7, q0 + 7u * qs, D4, p.scale, e >= 7u);
 }
 
 // dkv: owned key row r (x = k, y = v, last = its own position: queries before it are
@@ -844,10 +806,6 @@ fn attention_backward_dkv_d32(@builtin(global_invocation_id) gid: vec3<u32>, @bu
     var r1 = row_new(r8_owned(arq_k8(k0 + min(1u, e) * ks, m4), D4), r8_owned(arq_v8(k0 + min(1u, e) * ks, m4), D4), t0 + 1u);
     var r2 = row_new(r8_owned(arq_k8(k0 + min(2u, e) * ks, m4), D4), r8_owned(arq_v8(k0 + min(2u, e) * ks, m4), D4), t0 + 2u);
     var r3 = row_new(r8_owned(arq_k8(k0 + min(3u, e) * ks, m4), D4), r8_owned(arq_v8(k0 + min(3u, e) * ks, m4), D4), t0 + 3u);
-    var r4 = row_new(r8_owned(arq_k8(k0 + min(4u, e) * ks, m4), D4), r8_owned(arq_v8(k0 + min(4u, e) * ks, m4), D4), t0 + 4u);
-    var r5 = row_new(r8_owned(arq_k8(k0 + min(5u, e) * ks, m4), D4), r8_owned(arq_v8(k0 + min(5u, e) * ks, m4), D4), t0 + 5u);
-    var r6 = row_new(r8_owned(arq_k8(k0 + min(6u, e) * ks, m4), D4), r8_owned(arq_v8(k0 + min(6u, e) * ks, m4), D4), t0 + 6u);
-    var r7 = row_new(r8_owned(arq_k8(k0 + min(7u, e) * ks, m4), D4), r8_owned(arq_v8(k0 + min(7u, e) * ks, m4), D4), t0 + 7u);
     for (var hr = 0u; hr < rep; hr++) {
         let h = kvh * rep + hr;
         for (var i = t0; i < p.t; i++) {             // the sequence's queries from the block's first row on
@@ -857,12 +815,8 @@ fn attention_backward_dkv_d32(@builtin(global_invocation_id) gid: vec3<u32>, @bu
             let st = vec2<f32>(ark_stats[2u * qi], ark_stats[2u * qi + 1u]);
             r0 = dkv_step(r0, i, q, dout, st, p.scale); r1 = dkv_step(r1, i, q, dout, st, p.scale);
             r2 = dkv_step(r2, i, q, dout, st, p.scale); r3 = dkv_step(r3, i, q, dout, st, p.scale);
-            r4 = dkv_step(r4, i, q, dout, st, p.scale); r5 = dkv_step(r5, i, q, dout, st, p.scale);
-            r6 = dkv_step(r6, i, q, dout, st, p.scale); r7 = dkv_step(r7, i, q, dout, st, p.scale);
         }
     }
     dkv_store(r0, k0, D4, p.scale, true); dkv_store(r1, k0 + ks, D4, p.scale, e >= 1u);
     dkv_store(r2, k0 + 2u * ks, D4, p.scale, e >= 2u); dkv_store(r3, k0 + 3u * ks, D4, p.scale, e >= 3u);
-    dkv_store(r4, k0 + 4u * ks, D4, p.scale, e >= 4u); dkv_store(r5, k0 + 5u * ks, D4, p.scale, e >= 5u);
-    dkv_store(r6, k0 + 6u * ks, D4, p.scale, e >= 6u); dkv_store(r7, k0 + 7u * ks, D4, p.scale, e >= 7u);
 }

@@ -317,7 +317,9 @@ def test_rmsnorm_backward(run_case, N, C, acc, kind):
 @pytest.mark.parametrize("N,I,O,acc,split", [(1, 1, 1, False, None), (17, 33, 40, True, None),
                                               (5, 300, 19, False, None), (70, 270, 21, True, None),
                                               (17, 33, 40, True, 3), (70, 270, 100, False, 4),
-                                              (9, 15, 7, True, None), (4, 2100, 3, False, None)])
+                                              (9, 15, 7, True, None), (4, 2100, 3, False, None),
+                                              (13, 70, 36, True, None), (9, 300, 8, False, None),
+                                              (20, 17, 4, True, None), (65, 48, 132, False, None)])
 def test_bitlinear_backward_input(run_case, N, I, O, acc, split, kind):
     rng = np.random.default_rng(N * I * O)
     t = rng.integers(-1, 2, size=(O, I))
@@ -394,8 +396,8 @@ def test_rope_backward(run_case, B, T, H, D):
                                          (4, 37, 4, 2, 32), (1, 9, 2, 1, 128), (3, 1, 3, 1, 4),
                                          (2, 9, 6, 2, 12), (1, 16, 4, 1, 28)])
 def test_attention_backward(run_case, B, T, H, Hkv, D, kind):
-    """kind "cpu": the CPU kernels where D % 4 == 0 (D <= 32: blocks of 8 rows, T not a
-    multiple of 8, D/4 odd; N*H, N*Hkv not multiples of the 16-invocation workgroups),
+    """kind "cpu": the CPU kernels where D % 4 == 0 (D <= 32: blocks of 4 rows, T not a
+    multiple of 4, D/4 odd; N*H, N*Hkv not multiples of the 16-invocation workgroups),
     and each CPU variant's dq and dkv fed by the GPU kernels' other half."""
     rng = np.random.default_rng(B * T * H * D)
     N = B * T

@@ -28,7 +28,8 @@ async def _get(dev, buf, n):
 
 async def case_bitlinear_forward(dev, xq, s, packed, scale, y0, N, I, O, accumulate, kind="gpu", splits=(2, 3)):
     """y for every entry point of device `kind` ("gpu": {"bitlinear_forward": [...],
-    "bitlinear_forward_rows": [...]}; "cpu": bitlinear_forward_cpu and the rows kernel),
+    "bitlinear_forward_rows": [...]}; "cpu": bitlinear_forward_cpu with each adapter's
+    constants where I % 4 == 0, and the rows kernel),
     under "op" what ops.bitlinear.bitlinear_forward picked for this N on that kind, and
     under "split<S>" the op with its reduction split in S slices (splitk.wgsl; the CPU
     kernel ignores it)."""
@@ -36,17 +37,20 @@ async def case_bitlinear_forward(dev, xq, s, packed, scale, y0, N, I, O, accumul
     bx, bs, bw = _buf(dev, "f", xq, "xq"), _buf(dev, "f", s, "s"), _buf(dev, "I", packed, "w")
     words = -(-I // 16)
     params = bitlinear.FORWARD.pack(N, I, O, scale, int(accumulate), words, 0)
-    # CPU: the default tile (lavapipe's) and every adapter's of ops.bitlinear.CPU_TILES
-    cpu = [("bitlinear_forward_cpu", "bitlinear_forward_cpu", bitlinear.CPU_WG * bitlinear.CPU_TILE, 8, None)]
-    cpu += [(f"bitlinear_forward_cpu {name}", "bitlinear_forward_cpu", c["CPU_WG"] * bitlinear.CPU_TILE, 8, c)
+    # CPU (I % 4 == 0): the default workgroup (lavapipe's) and every adapter's of ops.bitlinear.CPU_TILES
+    tiles = -(-O // bitlinear.CPU_TILE)
+    cpu = [("bitlinear_forward_cpu", "bitlinear_forward_cpu", bitlinear.cpu_groups(dev, N, tiles, bitlinear.CPU_DEFAULT),
+            None)]
+    cpu += [(f"bitlinear_forward_cpu {name}", "bitlinear_forward_cpu", bitlinear.cpu_groups(dev, N, tiles, c), c)
             for name, c in bitlinear.CPU_TILES]
-    tiles = {"gpu": [("bitlinear_forward", "bitlinear_forward", 64, 64, None)], "cpu": cpu}[kind]
+    runs = {"gpu": [("bitlinear_forward", "bitlinear_forward", (-(-O // 64), -(-N // 64), 1), None)],
+            "cpu": cpu if I % 4 == 0 else []}[kind]
     out = {}
-    for key, entry, cols, rows, consts in tiles + [("bitlinear_forward_rows", "bitlinear_forward_rows", 64, 8, None)]:
+    for key, entry, groups, consts in runs + [("bitlinear_forward_rows", "bitlinear_forward_rows",
+                                               (-(-O // 64), -(-N // 8), 1), None)]:
         y = _buf(dev, "f", y0, "y")
         binds = [bx, bs, bw, y] + ([dev.buffer(4, "part")] if entry == "bitlinear_forward" else [])
-        dev.dispatch(dev.prepared("bitlinear.wgsl", entry, consts), binds, groups=(-(-O // cols), -(-N // rows), 1),
-                     params=params)
+        dev.dispatch(dev.prepared("bitlinear.wgsl", entry, consts), binds, groups=groups, params=params)
         out[key] = await _get(dev, y, N * O)
     old, dev.kind = dev.kind, kind
     try:

@@ -2,7 +2,7 @@
 the KV-cache store, and the backward over whole sequences. They check sizes, pack the
 uniform and record dispatches; the math is in the shader header. On a CPU adapter
 (dev.kind "cpu") the forward and backward record the CPU variants where D % 4 == 0:
-`*_d32` (8 rows per invocation, a row in registers) where D <= 32, else the per-row
+`*_d32` (4 rows per invocation, a row in registers) where D <= 32, else the per-row
 `*_rows`; elsewhere the kernels shaped for GPUs.
 Browser-safe: standard library + bitlora only."""
 from __future__ import annotations
@@ -26,7 +26,7 @@ def kernel_specs(table_dtype: str = "f32", training: bool = False, kind: str | N
 
 
 ROWS_WG = 16   # invocations per workgroup of the CPU variants (AR in the shader)
-D32_ROWS = 8   # rows per invocation of the *_d32 variants (AB in the shader)
+D32_ROWS = 4   # rows per invocation of the *_d32 variants (AB in the shader)
 
 
 def _variant(dev, D: int) -> str:
