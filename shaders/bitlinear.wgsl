@@ -324,14 +324,7 @@ fn bl_store(n: u32, i0: u32, acc: vec4<f32>, z: u32) {
 // CPU_WG   invocations per workgroup.
 override CPU_WG: u32 = 8u;
 
-struct T8 { r0: R8, r1: R8, r2: R8, r3: R8, r4: R8, r5: R8, r6: R8, r7: R8 };   // 8 rows x 32 columns
-struct U8 { a: vec4<u32>, b: vec4<u32> };   // offsets of 8 rows
-struct W32 { a: vec4<u32>, b: vec4<u32>, c: vec4<u32>, d: vec4<u32>, e: vec4<u32>, f: vec4<u32>, g: vec4<u32>, h: vec4<u32> };
-
-fn t8_fma(a: T8, x: R8, j: u32, t: R8) -> T8 {   // row r += x_r[j] * t (x: a vec4 of each of the 8 rows)
-    return T8(r8_fma(a.r0, x.a[j], t), r8_fma(a.r1, x.b[j], t), r8_fma(a.r2, x.c[j], t), r8_fma(a.r3, x.d[j], t),
-              r8_fma(a.r4, x.e[j], t), r8_fma(a.r5, x.f[j], t), r8_fma(a.r6, x.g[j], t), r8_fma(a.r7, x.h[j], t));
-}
+struct W32 { a: vec4<u32>, b: vec4<u32>, c: vec4<u32>, d: vec4<u32>, e: vec4<u32>, f: vec4<u32>, g: vec4<u32>, h: vec4<u32> };   // a word of 32 outputs
 
 fn tern4(w: vec4<u32>, m: vec4<u32>, f: vec4<f32>) -> vec4<f32> {   // f32(w & m) * f - 1: see above
     return vec4<f32>(bitcast<vec4<i32>>(w & m)) * f - 1.0;

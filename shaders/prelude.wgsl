@@ -94,6 +94,15 @@ fn r8_scale(x: R8, s: f32) -> R8 {
     return R8(s * x.a, s * x.b, s * x.c, s * x.d, s * x.e, s * x.f, s * x.g, s * x.h);
 }
 
+// An 8-row x 32-column register tile of the CPU matmuls (bitlinear.wgsl, linear.wgsl *_cpu).
+struct T8 { r0: R8, r1: R8, r2: R8, r3: R8, r4: R8, r5: R8, r6: R8, r7: R8 };   // 8 rows x 32 columns
+struct U8 { a: vec4<u32>, b: vec4<u32> };   // offsets of 8 rows
+
+fn t8_fma(a: T8, x: R8, j: u32, t: R8) -> T8 {   // row r += x_r[j] * t (x: a vec4 of each of the 8 rows)
+    return T8(r8_fma(a.r0, x.a[j], t), r8_fma(a.r1, x.b[j], t), r8_fma(a.r2, x.c[j], t), r8_fma(a.r3, x.d[j], t),
+              r8_fma(a.r4, x.e[j], t), r8_fma(a.r5, x.f[j], t), r8_fma(a.r6, x.g[j], t), r8_fma(a.r7, x.h[j], t));
+}
+
 // ---------------------------------------------------------------- optimizer state
 // The 16-word state buffer that grad_norm.wgsl fills and adamw.wgsl reads:
 //   sumsq f32 | norm f32 | clip f32 | gmul f32 | skip u32 | skipped u32 | step u32 |

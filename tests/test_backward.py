@@ -333,7 +333,8 @@ def test_bitlinear_backward_input(run_case, N, I, O, acc, split, kind):
 @pytest.mark.parametrize("kind", ["gpu", "cpu"])
 @pytest.mark.parametrize("N,I,O,acc,split", [(1, 1, 1, False, None), (19, 21, 35, True, None),
                                               (70, 130, 33, False, None), (19, 21, 35, True, 3),
-                                              (70, 130, 100, False, 5), (3, 150, 2, True, None)])
+                                              (70, 130, 100, False, 5), (3, 150, 2, True, None),
+                                              (41, 68, 9, True, None)])
 def test_linear_backward_input(run_case, N, I, O, acc, split, kind):
     rng = np.random.default_rng(N + I + O)
     dy, w, dx0 = f32(rng.normal(size=(N, O))), f32(rng.normal(size=(O, I))), f32(rng.normal(size=(N, I)))
@@ -505,11 +506,11 @@ def test_head_backward_composes(run_case, kind):
 
 @pytest.mark.parametrize("kind", ["gpu", "cpu"])
 @pytest.mark.parametrize("w_dtype", ["f32", "bf16"])
-def test_linear_backward_vocab_chunks(run_case, w_dtype, kind):
+@pytest.mark.parametrize("N,I,O", [(5, 10, 150), (13, 36, 200)])
+def test_linear_backward_vocab_chunks(run_case, w_dtype, N, I, O, kind):
     """The lm_head backward over vocabulary chunks bound as views (ld_dy = V), with the
     embedding in f32 or as the checkpoint's bf16."""
     rng = np.random.default_rng(11)
-    N, I, O = 5, 10, 150
     dy, w = f32(rng.normal(size=(N, O))), f32(rng.normal(size=(O, I)))
     if w_dtype == "bf16":
         bits = (w.view(np.uint32) >> 16).astype(np.uint32).ravel()      # truncate to bf16

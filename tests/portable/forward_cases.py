@@ -16,8 +16,8 @@ def _buf(dev, code, vals, label):
 
 
 async def _prepare(dev):
-    """Compile every kernel the ops record (once per device)."""
-    await dev.prepare(ops.kernel_specs("f32"))
+    """Compile every kernel the ops record, for f32 and bf16 tables (once per device)."""
+    await dev.prepare(ops.kernel_specs("f32") + ops.kernel_specs("bf16"))
 
 
 async def _get(dev, buf, n):
@@ -63,21 +63,30 @@ async def case_bitlinear_forward(dev, xq, s, packed, scale, y0, N, I, O, accumul
     return out
 
 
-async def case_linear_forward(dev, x, w_chunks, N, I, O, x_row0, x_step, kind="gpu"):
+class _Chunks(list):
+    """Weight chunks [(v0, Oc, buffer), ...] with the table's dtype (as model.RowTable)."""
+    def __init__(self, items, dtype):
+        super().__init__(items)
+        self.dtype = dtype
+
+
+async def case_linear_forward(dev, x, w_chunks, N, I, O, x_row0, x_step, kind="gpu", w_dtype="f32"):
     """logits for every entry point of linear.wgsl of device `kind` (the tiled one of
-    that kind and the few-rows one) over a weight split in row chunks
-    (w_chunks = [[v0, Oc, floats], ...]), and through ops.linear.linear_forward."""
+    that kind, the CPU one where I % 4 == 0, and the few-rows one) over a weight split in row chunks
+    (w_chunks = [[v0, Oc, floats or bf16 words], ...]), and through ops.linear.linear_forward."""
     await _prepare(dev)
     bx = _buf(dev, "f", x, "x")
-    chunks = [(v0, oc, _buf(dev, "f", vals, f"w{v0}")) for v0, oc, vals in w_chunks]
-    tiles = {"gpu": [("linear_forward", 64, 64)],
-             "cpu": [("linear_forward_cpu", linear.CPU_WG * linear.CPU_TILE, 8)]}[kind]
+    code = "f" if w_dtype == "f32" else "I"        # bf16: the chunk's u32 words of bf16 pairs
+    chunks = _Chunks([(v0, oc, _buf(dev, code, vals, f"w{v0}")) for v0, oc, vals in w_chunks], w_dtype)
+    consts = {"LN_BF16": 1.0} if w_dtype == "bf16" else None
+    tiles = {"gpu": [("linear_forward", lambda oc: (-(-oc // 64), -(-N // 64), 1))],
+             "cpu": [("linear_forward_cpu", lambda oc: linear.cpu_groups(N, oc))] if I % 4 == 0 else []}[kind]
     out = {}
-    for entry, cols, rows in tiles + [("linear_forward_rows", 64, 8)]:
+    for entry, groups in tiles + [("linear_forward_rows", lambda oc: (-(-oc // 64), -(-N // 8), 1))]:
         y = dev.buffer(4 * N * O, "y")
-        k = dev.prepared("linear.wgsl", entry)
+        k = dev.prepared("linear.wgsl", entry, consts)
         for v0, oc, w in chunks:
-            dev.dispatch(k, [bx, w, y], groups=(-(-oc // cols), -(-N // rows), 1),
+            dev.dispatch(k, [bx, w, y], groups=groups(oc),
                          params=linear.FORWARD.pack(N, I, oc, O, v0, x_row0, x_step))
         out[entry] = await _get(dev, y, N * O)
     y = dev.buffer(4 * N * O, "y")
