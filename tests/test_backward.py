@@ -365,12 +365,14 @@ def test_silu_backward_ref_finite_differences():
 
 @pytest.mark.parametrize("kind", ["gpu", "cpu"])
 @pytest.mark.parametrize("act", ["relu2", "silu"])
-def test_gating_forward_backward(run_case, act, kind):
+@pytest.mark.parametrize("shape", [(3, 301), (5, 412)])
+def test_gating_forward_backward(run_case, act, shape, kind):
     """Both FFN gatings (hidden_act relu2 and silu), forward and backward, on each device
-    kind's kernel list; g spans saturated sigmoids (|g| up to ~40) and count % 256 != 0."""
+    kind's kernels (cpu: the vec4 variant where count % 4 == 0, the GPU one otherwise);
+    g spans saturated sigmoids (|g| up to ~40) and count % 256 != 0."""
     rng = np.random.default_rng(11)
-    dh, u = f32(rng.normal(size=(3, 301))), f32(rng.normal(size=(3, 301)))
-    g = f32(rng.normal(size=(3, 301)) * np.where(rng.random((3, 301)) < 0.05, 10.0, 2.0))
+    dh, u = f32(rng.normal(size=shape)), f32(rng.normal(size=shape))
+    g = f32(rng.normal(size=shape) * np.where(rng.random(shape) < 0.05, 10.0, 2.0))
     r = run_case("backward_cases", "case_gating", act=act, dh=L(dh), g=L(g), u=L(u), kind=kind)
     g64, u64, dh64 = (a.astype(np.float64) for a in (g, u, dh))
     if act == "silu":

@@ -119,7 +119,7 @@ async def case_relu2_gating_backward(dev, dh, g, u):
 
 async def case_gating(dev, act, dh, g, u, kind="gpu"):
     """h of ops.relu2.gating_forward and dg, du of gating_backward for `act` ("relu2"
-    or "silu"), recorded with dev.kind = `kind` (one entry serves both kinds)."""
+    or "silu"), recorded with dev.kind = `kind`."""
     await _prepare(dev)
     n = len(dh)
     bh, bdg, bdu = dev.buffer(4 * n, "h"), dev.buffer(4 * n, "dg"), dev.buffer(4 * n, "du")
