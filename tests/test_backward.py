@@ -384,13 +384,34 @@ def test_gating_forward_backward(run_case, act, shape, kind):
     assert_close(r["du"], du, 1e-6, f"{act} du")
 
 
-@pytest.mark.parametrize("B,T,H,D", [(1, 1, 1, 2), (2, 5, 3, 6)])
-def test_rope_backward(run_case, B, T, H, D):
+@pytest.mark.parametrize("kind", ["gpu", "cpu"])
+@pytest.mark.parametrize("B,T,H,D", [(1, 1, 1, 2), (2, 5, 3, 6), (3, 7, 2, 8), (2, 9, 3, 24)])
+def test_rope_backward(run_case, B, T, H, D, kind):
+    """kind "cpu": the vec4 variant where D % 8 == 0, the GPU kernel otherwise."""
     rng = np.random.default_rng(T * D)
     cos, sin = rope_tables(T, D)
     dy = f32(rng.normal(size=(B * T, H * D)))
-    r = run_case("backward_cases", "case_rope_backward", dy=L(dy), cos=L(cos), sin=L(sin), N=B * T, T=T, H=H, D=D)
+    r = run_case("backward_cases", "case_rope_backward", dy=L(dy), cos=L(cos), sin=L(sin), N=B * T, T=T, H=H, D=D,
+                 kind=kind)
     assert_close(r, rope_backward_ref(dy.astype(np.float64), cos, sin, T, H, D), 1e-6, "rope dx")
+
+
+@pytest.mark.parametrize("kind", ["gpu", "cpu"])
+@pytest.mark.parametrize("B,T,H,D,pos0", [(2, 5, 3, 6, 0), (3, 7, 2, 8, 0), (2, 1, 3, 24, 11)])
+def test_rope_forward(run_case, B, T, H, D, pos0, kind):
+    """Rows at positions pos0 + t (pos0 > 0: a decoding step over a KV cache), against
+    the rotation written out in float64; kind "cpu": the vec4 variant where D % 8 == 0."""
+    rng = np.random.default_rng(T * D + pos0)
+    cos, sin = rope_tables(pos0 + T, D)
+    x = f32(rng.normal(size=(B * T, H * D)))
+    r = run_case("backward_cases", "case_rope_forward", x=L(x), cos=L(cos), sin=L(sin), N=B * T, T=T, H=H, D=D,
+                 pos0=pos0, kind=kind)
+    half = D // 2
+    pos = pos0 + np.arange(B * T) % T
+    c, s = cos.astype(np.float64).reshape(-1, half)[pos][:, None], sin.astype(np.float64).reshape(-1, half)[pos][:, None]
+    x3 = x.astype(np.float64).reshape(B * T, H, D)
+    want = np.concatenate([x3[..., :half] * c - x3[..., half:] * s, x3[..., half:] * c + x3[..., :half] * s], -1)
+    assert_close(r, want.reshape(B * T, H * D), 1e-6, "rope y")
 
 
 @pytest.mark.parametrize("kind", ["gpu", "cpu"])

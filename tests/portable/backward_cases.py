@@ -130,11 +130,21 @@ async def case_gating(dev, act, dh, g, u, kind="gpu"):
     return {"h": await _get(dev, bh, n), "dg": await _get(dev, bdg, n), "du": await _get(dev, bdu, n)}
 
 
-async def case_rope_backward(dev, dy, cos, sin, N, T, H, D):
+async def case_rope_backward(dev, dy, cos, sin, N, T, H, D, kind="gpu"):
     await _prepare(dev)
     bg = _f32(dev, dy, "g")
-    rope.rope_backward(dev, bg, _f32(dev, cos, "cos"), _f32(dev, sin, "sin"), N, T, H, D)
+    with _kind(dev, kind):
+        rope.rope_backward(dev, bg, _f32(dev, cos, "cos"), _f32(dev, sin, "sin"), N, T, H, D)
     return await _get(dev, bg, N * H * D)
+
+
+async def case_rope_forward(dev, x, cos, sin, N, T, H, D, pos0, kind="gpu"):
+    """x rotated in place at positions pos0 + n % T (cos, sin[P, D/2], P >= pos0 + T)."""
+    await _prepare(dev)
+    bx = _f32(dev, x, "x")
+    with _kind(dev, kind):
+        rope.rope_forward(dev, bx, _f32(dev, cos, "cos"), _f32(dev, sin, "sin"), N, T, H, D, pos0)
+    return await _get(dev, bx, N * H * D)
 
 
 async def case_attention_backward(dev, dout, q, k, v, B, T, H, Hkv, D, kind="gpu"):
