@@ -298,9 +298,11 @@ fn bl_store(n: u32, i0: u32, acc: vec4<f32>, z: u32) {
 // For WebGPU on a CPU (Device.kind "cpu": lavapipe, SwiftShader, ...), where a workgroup
 // is a loop on one thread, SIMD across invocations: no workgroup memory, no barriers, no
 // split-K. A load costs a CPU rasteriser far more than arithmetic (lavapipe: a loop over
-// the lanes with a bounds check each), so an invocation keeps an 8-row x 32-column tile
-// in registers (T8: eight R8): each loaded value of xq or dy feeds 32 multiply-adds, each
-// packed word 8 x 16. Weights are decoded without shifts by a variable amount
+// the lanes with a bounds check each), so an invocation keeps a tile of 32 columns in
+// registers, 4 rows in the forward (T4), 8 in the input gradient (the prelude's T8):
+// each loaded value of xq or dy feeds 32 multiply-adds, each packed word 4 or 8 x 16.
+// (An 8-row forward ran lavapipe as fast, SwiftShader ~15% slower, and took it ~3x as
+// long to compile; a 4-row input gradient ran ~10% slower on both.) Weights are decoded without shifts by a variable amount
 // (SwiftShader emulates those lane by lane): column k of a half word h is
 // t = f32(h & (3 << 2k)) * 4^-k - 1, exact. A loop runs over 4-column quads, not a word's
 // 16 columns written out: as fast on lavapipe, and a quarter of the code for SwiftShader to compile
@@ -312,8 +314,8 @@ fn bl_store(n: u32, i0: u32, acc: vec4<f32>, z: u32) {
 //
 // bitlinear_forward_cpu   as bitlinear_forward (the same bits: integer sums), for I % 4 == 0;
 //   bindings 0-4 as there with xq seen as vec4 (no part; kw and split unused).
-//   dispatch: ceil(ceil(N/8) * ceil(O/32) / CPU_WG) workgroups split over x, y; an
-//   invocation owns rows 8b .. 8b+7 and outputs 32j .. 32j+31.
+//   dispatch: ceil(ceil(N/4) * ceil(O/32) / CPU_WG) workgroups split over x, y; an
+//   invocation owns rows 4b .. 4b+3 and outputs 32j .. 32j+31.
 //
 // bitlinear_backward_input_cpu   as bitlinear_backward_input (f32 sums over o in order);
 //   bindings 0-3 as there (no part; ko and split unused).
@@ -354,11 +356,6 @@ fn w32_hi(w: W32) -> W32 {   // the high half words
 @group(0) @binding(3) var<storage, read> cf_w: array<u32>;
 @group(0) @binding(4) var<storage, read_write> cf_y: array<f32>;
 
-fn cf_x8(xb: U8, c: u32) -> R8 {   // xq vec4 c of rows 8b .. 8b+7 (row offsets in xb.a, xb.b)
-    return R8(cf_xq[xb.a.x + c], cf_xq[xb.a.y + c], cf_xq[xb.a.z + c], cf_xq[xb.a.w + c],
-              cf_xq[xb.b.x + c], cf_xq[xb.b.y + c], cf_xq[xb.b.z + c], cf_xq[xb.b.w + c]);
-}
-
 fn cf_w4(ob: vec4<u32>, w: u32) -> vec4<u32> { return vec4<u32>(cf_w[ob.x + w], cf_w[ob.y + w], cf_w[ob.z + w], cf_w[ob.w + w]); }
 
 fn w32_pick(a: W32, b: W32, c: bool) -> W32 {   // c ? b : a
@@ -366,43 +363,50 @@ fn w32_pick(a: W32, b: W32, c: bool) -> W32 {   // c ? b : a
                select(a.e, b.e, c), select(a.f, b.f, c), select(a.g, b.g, c), select(a.h, b.h, c));
 }
 
-fn cf_quad(a: T8, h: W32, lo: bool, x: R8) -> T8 {   // 4 columns of a half word: 0..3 (lo) or 4..7
+struct T4 { r0: R8, r1: R8, r2: R8, r3: R8 };   // the forward's tile: 4 rows x 32 outputs
+
+fn t4_fma(a: T4, x: vec4<f32>, t: R8) -> T4 {   // row r += x[r] * t
+    return T4(r8_fma(a.r0, x.x, t), r8_fma(a.r1, x.y, t), r8_fma(a.r2, x.z, t), r8_fma(a.r3, x.w, t));
+}
+
+// 4 columns of a half word h (0..3 if lo, else 4..7) for rows whose xq quads are x0..x3
+fn cf_quad(a: T4, h: W32, lo: bool, x0: vec4<f32>, x1: vec4<f32>, x2: vec4<f32>, x3: vec4<f32>) -> T4 {
     let m = select(M1, M0, lo);
     let f = select(F1, F0, lo);
-    var t = t8_fma(a, x, 0u, w32_col(h, m.x, f.x));
-    t = t8_fma(t, x, 1u, w32_col(h, m.y, f.y));
-    t = t8_fma(t, x, 2u, w32_col(h, m.z, f.z));
-    return t8_fma(t, x, 3u, w32_col(h, m.w, f.w));
+    var t = t4_fma(a, vec4<f32>(x0.x, x1.x, x2.x, x3.x), w32_col(h, m.x, f.x));
+    t = t4_fma(t, vec4<f32>(x0.y, x1.y, x2.y, x3.y), w32_col(h, m.y, f.y));
+    t = t4_fma(t, vec4<f32>(x0.z, x1.z, x2.z, x3.z), w32_col(h, m.z, f.z));
+    return t4_fma(t, vec4<f32>(x0.w, x1.w, x2.w, x3.w), w32_col(h, m.w, f.w));
 }
 
 @compute @workgroup_size(CPU_WG)
 fn bitlinear_forward_cpu(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>) {
     let tiles = (cf_p.o + 31u) / 32u;
     let g = gid.x + gid.y * nw.x * CPU_WG;
-    if (g >= (cf_p.n + 7u) / 8u * tiles) { return; }
+    if (g >= (cf_p.n + 3u) / 4u * tiles) { return; }
     let words = (cf_p.i + 15u) / 16u;
     let I4 = cf_p.i / 4u;
-    let n0 = g / tiles * 8u;
+    let n0 = g / tiles * 4u;
     let o0 = g % tiles * 32u;
-    let nm = vec4<u32>(cf_p.n - 1u);
-    let xb = U8(min(vec4<u32>(n0) + vec4<u32>(0u, 1u, 2u, 3u), nm) * I4, min(vec4<u32>(n0) + vec4<u32>(4u, 5u, 6u, 7u), nm) * I4);
+    let xb = min(vec4<u32>(n0) + vec4<u32>(0u, 1u, 2u, 3u), vec4<u32>(cf_p.n - 1u)) * I4;   // the 4 rows' xq offsets
     let om = vec4<u32>(cf_p.o - 1u);
     let ob = W32(min(vec4<u32>(o0) + vec4<u32>(0u, 1u, 2u, 3u), om) * words, min(vec4<u32>(o0) + vec4<u32>(4u, 5u, 6u, 7u), om) * words,
                  min(vec4<u32>(o0) + vec4<u32>(8u, 9u, 10u, 11u), om) * words, min(vec4<u32>(o0) + vec4<u32>(12u, 13u, 14u, 15u), om) * words,
                  min(vec4<u32>(o0) + vec4<u32>(16u, 17u, 18u, 19u), om) * words, min(vec4<u32>(o0) + vec4<u32>(20u, 21u, 22u, 23u), om) * words,
                  min(vec4<u32>(o0) + vec4<u32>(24u, 25u, 26u, 27u), om) * words, min(vec4<u32>(o0) + vec4<u32>(28u, 29u, 30u, 31u), om) * words);
     let cm = I4 - 1u;
-    var a = T8();
+    var a = T4();
     for (var w = 0u; w < words; w++) {
         let lo = W32(cf_w4(ob.a, w), cf_w4(ob.b, w), cf_w4(ob.c, w), cf_w4(ob.d, w),
                      cf_w4(ob.e, w), cf_w4(ob.f, w), cf_w4(ob.g, w), cf_w4(ob.h, w));
         let hi = w32_hi(lo);
         for (var q = 0u; q < 4u; q++) {   // a loop, not four copies: a quarter of the code to compile
-            a = cf_quad(a, w32_pick(hi, lo, q < 2u), (q & 1u) == 0u, cf_x8(xb, min(4u * w + q, cm)));
+            let c = min(4u * w + q, cm);
+            a = cf_quad(a, w32_pick(hi, lo, q < 2u), (q & 1u) == 0u, cf_xq[xb.x + c], cf_xq[xb.y + c], cf_xq[xb.z + c],
+                        cf_xq[xb.w + c]);
         }
     }
     cf_store(n0, o0, a.r0); cf_store(n0 + 1u, o0, a.r1); cf_store(n0 + 2u, o0, a.r2); cf_store(n0 + 3u, o0, a.r3);
-    cf_store(n0 + 4u, o0, a.r4); cf_store(n0 + 5u, o0, a.r5); cf_store(n0 + 6u, o0, a.r6); cf_store(n0 + 7u, o0, a.r7);
 }
 
 fn cf_store4(n: u32, o0: u32, acc: vec4<f32>) {   // outputs o0 .. o0+3 of row n

@@ -39,9 +39,10 @@ async def case_bitlinear_forward(dev, xq, s, packed, scale, y0, N, I, O, accumul
     params = bitlinear.FORWARD.pack(N, I, O, scale, int(accumulate), words, 0)
     # CPU (I % 4 == 0): the default workgroup (lavapipe's) and every adapter's of ops.bitlinear.CPU_TILES
     tiles = -(-O // bitlinear.CPU_TILE)
-    cpu = [("bitlinear_forward_cpu", "bitlinear_forward_cpu", bitlinear.cpu_groups(dev, N, tiles, bitlinear.CPU_DEFAULT),
-            None)]
-    cpu += [(f"bitlinear_forward_cpu {name}", "bitlinear_forward_cpu", bitlinear.cpu_groups(dev, N, tiles, c), c)
+    rows = bitlinear.CPU_FWD_ROWS
+    cpu = [("bitlinear_forward_cpu", "bitlinear_forward_cpu",
+            bitlinear.cpu_groups(dev, N, tiles, rows, bitlinear.CPU_DEFAULT), None)]
+    cpu += [(f"bitlinear_forward_cpu {name}", "bitlinear_forward_cpu", bitlinear.cpu_groups(dev, N, tiles, rows, c), c)
             for name, c in bitlinear.CPU_TILES]
     runs = {"gpu": [("bitlinear_forward", "bitlinear_forward", (-(-O // 64), -(-N // 64), 1), None)],
             "cpu": cpu if I % 4 == 0 else []}[kind]

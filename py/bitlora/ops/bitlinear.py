@@ -29,8 +29,8 @@ def kernel_specs(table_dtype: str = "f32", training: bool = False, kind: str | N
     return specs + _cpu_matmul_specs(training, kind) + actquant_specs(kind)
 
 
-# -- CPU matmuls (Device.kind "cpu"): 8 rows x 32 outputs (forward) / input columns
-# (input gradient) per invocation, no split-K; the forward needs I % 4 == 0 (xq read as
+# -- CPU matmuls (Device.kind "cpu"): 4 rows x 32 outputs (forward) / 8 rows x 32 input
+# columns (input gradient) per invocation, no split-K; the forward needs I % 4 == 0 (xq read as
 # vec4), else the rows kernel runs.
 CPU_TILE = 32
 # The override constants (shaders/bitlinear.wgsl CPU_WG) per CPU adapter, matched
@@ -51,9 +51,12 @@ def cpu_constants(dev) -> dict | None:
     return next((c for name, c in CPU_TILES if name in text), None)
 
 
-def cpu_groups(dev, N: int, tiles: int, consts: dict | None = None) -> int:
-    """Workgroups of a CPU matmul with `tiles` column tiles per 8-row block."""
-    return -(-(-(-N // 8) * tiles) // (consts or cpu_constants(dev) or CPU_DEFAULT)["CPU_WG"])
+CPU_FWD_ROWS, CPU_BWD_ROWS = 4, 8   # rows per invocation of the forward / input gradient
+
+
+def cpu_groups(dev, N: int, tiles: int, rows: int, consts: dict | None = None) -> int:
+    """Workgroups of a CPU matmul with `tiles` column tiles per block of `rows` rows."""
+    return -(-(-(-N // rows) * tiles) // (consts or cpu_constants(dev) or CPU_DEFAULT)["CPU_WG"])
 
 
 def _cpu_matmul_specs(training: bool, kind: str | None) -> list:
@@ -123,7 +126,7 @@ def bitlinear_forward(dev, xq, s, w_packed, scale: float, y, N: int, I: int, O: 
         return
     if cpu:
         dev.dispatch(dev.prepared(SHADER, "bitlinear_forward_cpu", cpu_constants(dev)), [xq, s, w_packed, y],
-                     groups=cpu_groups(dev, N, -(-O // CPU_TILE)),
+                     groups=cpu_groups(dev, N, -(-O // CPU_TILE), CPU_FWD_ROWS),
                      params=FORWARD.pack(N, I, O, scale, int(accumulate), words, 0))
         return
     slices, kw = forward_plan(N, I, O, split)
@@ -144,7 +147,7 @@ def bitlinear_backward_input(dev, dy, w_packed, scale: float, dx, N: int, I: int
         need(b, n, what, "bitlinear_backward_input")
     if dev.kind == "cpu":
         dev.dispatch(dev.prepared(SHADER, "bitlinear_backward_input_cpu", cpu_constants(dev)), [dy, w_packed, dx],
-                     groups=cpu_groups(dev, N, -(-words // 2)),
+                     groups=cpu_groups(dev, N, -(-words // 2), CPU_BWD_ROWS),
                      params=BACKWARD.pack(N, I, O, scale, int(accumulate), O, 0))
         return
     slices, ko = backward_input_plan(N, I, O, split)
