@@ -54,6 +54,8 @@
 //   attention_backward_dkv_rows   invocation g = n*Hkv + kv head (key row n):
 //     ceil(N*Hkv / 16) workgroups (16); sweeps the group's heads and queries t..T-1.
 //   Workgroups split over x, y (g = gid.x + gid.y * nw.x * 16).
+//   Where D <= 32 the *_d32 kernels (below) replace them: 4 rows per invocation, a row's
+//   dims in registers.
 
 const WF: u32 = 64u;   // attention_forward's workgroup size
 struct AttentionParams { b: u32, t: u32, h: u32, hkv: u32, d: u32, s: u32, pos0: u32, scale: f32 };
@@ -568,4 +570,253 @@ fn attention_backward_dkv_rows(@builtin(global_invocation_id) gid: vec3<u32>, @b
         }
     }
     for (var d = 0u; d < D4; d++) { ark_dk[kb + d] = p.scale * acck[d]; ark_dv[kb + d] = accv[d]; }
+}
+
+// ---------------------------------------------------------------------------- CPU variants, D <= 32
+// The *_rows kernels above keep a row's D/4 vec4s in private arrays indexed by loop
+// counters: CPU compilers keep those in memory and load every k, v, q, dout vec4 once
+// per owned row. These keep up to 32 dims of a row in named registers (the prelude's
+// R8: eight vec4s, dims past D zero in the owned rows, and read clamped to the row's
+// last vec4 in the streamed ones, where they meet those zeros or are never stored) and
+// give an invocation a block of AB rows of one head, so each streamed row is loaded
+// once per AB owned rows (at D = 32 ~10x faster than *_rows on lavapipe, ~4x on
+// SwiftShader). 8 rows ran lavapipe ~1.35x faster still and SwiftShader no faster, but
+// took SwiftShader ~2.8x as long to compile (~10 s of CPU for the three kernels).
+// Rows of the block past T repeat row T-1 and are not stored. Same outputs and stats.
+//   attention_forward_d32   invocation g = (b*ceil(T/AB) + t/AB)*H + h owns query rows
+//     t .. t+AB-1 of sequence b, head h: ceil(B*ceil(T/AB)*H / 16) workgroups (16).
+//     Bindings as attention_forward_rows.
+//   attention_backward_dq_d32   the same blocks of query rows; bindings as
+//     attention_backward_dq_rows.
+//   attention_backward_dkv_d32   invocation g = (b*ceil(T/AB) + t/AB)*Hkv + kv head owns
+//     key rows t .. t+AB-1: ceil(B*ceil(T/AB)*Hkv / 16) workgroups (16); bindings as
+//     attention_backward_dkv_rows.
+const AB: u32 = 4u;   // rows per invocation (ops/attention.py D32_ROWS)
+
+fn r8_owned(x: R8, n: u32) -> R8 {   // x with vec4s n.. zeroed (n = D/4 >= 1)
+    let z = vec4<f32>(0.0);
+    return R8(x.a, select(z, x.b, n > 1u), select(z, x.c, n > 2u), select(z, x.d, n > 3u),
+              select(z, x.e, n > 4u), select(z, x.f, n > 5u), select(z, x.g, n > 6u), select(z, x.h, n > 7u));
+}
+
+// Loads of 8 vec4s from index b, clamped to b + m (m = D/4 - 1), per binding.
+fn ar_q8(b: u32, m: u32) -> R8 {
+    return R8(ar_q[b], ar_q[b + min(1u, m)], ar_q[b + min(2u, m)], ar_q[b + min(3u, m)],
+              ar_q[b + min(4u, m)], ar_q[b + min(5u, m)], ar_q[b + min(6u, m)], ar_q[b + min(7u, m)]);
+}
+fn ar_kc8(b: u32, m: u32) -> R8 {
+    return R8(ar_kc[b], ar_kc[b + min(1u, m)], ar_kc[b + min(2u, m)], ar_kc[b + min(3u, m)],
+              ar_kc[b + min(4u, m)], ar_kc[b + min(5u, m)], ar_kc[b + min(6u, m)], ar_kc[b + min(7u, m)]);
+}
+fn ar_vc8(b: u32, m: u32) -> R8 {
+    return R8(ar_vc[b], ar_vc[b + min(1u, m)], ar_vc[b + min(2u, m)], ar_vc[b + min(3u, m)],
+              ar_vc[b + min(4u, m)], ar_vc[b + min(5u, m)], ar_vc[b + min(6u, m)], ar_vc[b + min(7u, m)]);
+}
+fn arq_do8(b: u32, m: u32) -> R8 {
+    return R8(arq_do[b], arq_do[b + min(1u, m)], arq_do[b + min(2u, m)], arq_do[b + min(3u, m)],
+              arq_do[b + min(4u, m)], arq_do[b + min(5u, m)], arq_do[b + min(6u, m)], arq_do[b + min(7u, m)]);
+}
+fn arq_q8(b: u32, m: u32) -> R8 {
+    return R8(arq_q[b], arq_q[b + min(1u, m)], arq_q[b + min(2u, m)], arq_q[b + min(3u, m)],
+              arq_q[b + min(4u, m)], arq_q[b + min(5u, m)], arq_q[b + min(6u, m)], arq_q[b + min(7u, m)]);
+}
+fn arq_k8(b: u32, m: u32) -> R8 {
+    return R8(arq_k[b], arq_k[b + min(1u, m)], arq_k[b + min(2u, m)], arq_k[b + min(3u, m)],
+              arq_k[b + min(4u, m)], arq_k[b + min(5u, m)], arq_k[b + min(6u, m)], arq_k[b + min(7u, m)]);
+}
+fn arq_v8(b: u32, m: u32) -> R8 {
+    return R8(arq_v[b], arq_v[b + min(1u, m)], arq_v[b + min(2u, m)], arq_v[b + min(3u, m)],
+              arq_v[b + min(4u, m)], arq_v[b + min(5u, m)], arq_v[b + min(6u, m)], arq_v[b + min(7u, m)]);
+}
+
+// Stores of the first n (= D/4) vec4s of x at index b, when `ok` (a row of the block before T).
+fn ar_out8(b: u32, n: u32, x: R8, ok: bool) {
+    if (!ok) { return; }
+    ar_out[b] = x.a;
+    if (n > 1u) { ar_out[b + 1u] = x.b; } if (n > 2u) { ar_out[b + 2u] = x.c; } if (n > 3u) { ar_out[b + 3u] = x.d; }
+    if (n > 4u) { ar_out[b + 4u] = x.e; } if (n > 5u) { ar_out[b + 5u] = x.f; } if (n > 6u) { ar_out[b + 6u] = x.g; }
+    if (n > 7u) { ar_out[b + 7u] = x.h; }
+}
+fn arq_dq8(b: u32, n: u32, x: R8, ok: bool) {
+    if (!ok) { return; }
+    arq_dq[b] = x.a;
+    if (n > 1u) { arq_dq[b + 1u] = x.b; } if (n > 2u) { arq_dq[b + 2u] = x.c; } if (n > 3u) { arq_dq[b + 3u] = x.d; }
+    if (n > 4u) { arq_dq[b + 4u] = x.e; } if (n > 5u) { arq_dq[b + 5u] = x.f; } if (n > 6u) { arq_dq[b + 6u] = x.g; }
+    if (n > 7u) { arq_dq[b + 7u] = x.h; }
+}
+fn ark_dk8(b: u32, n: u32, x: R8, ok: bool) {
+    if (!ok) { return; }
+    ark_dk[b] = x.a;
+    if (n > 1u) { ark_dk[b + 1u] = x.b; } if (n > 2u) { ark_dk[b + 2u] = x.c; } if (n > 3u) { ark_dk[b + 3u] = x.d; }
+    if (n > 4u) { ark_dk[b + 4u] = x.e; } if (n > 5u) { ark_dk[b + 5u] = x.f; } if (n > 6u) { ark_dk[b + 6u] = x.g; }
+    if (n > 7u) { ark_dk[b + 7u] = x.h; }
+}
+fn ark_dv8(b: u32, n: u32, x: R8, ok: bool) {
+    if (!ok) { return; }
+    ark_dv[b] = x.a;
+    if (n > 1u) { ark_dv[b + 1u] = x.b; } if (n > 2u) { ark_dv[b + 2u] = x.c; } if (n > 3u) { ark_dv[b + 3u] = x.d; }
+    if (n > 4u) { ark_dv[b + 4u] = x.e; } if (n > 5u) { ark_dv[b + 5u] = x.f; } if (n > 6u) { ark_dv[b + 6u] = x.g; }
+    if (n > 7u) { ark_dv[b + 7u] = x.h; }
+}
+
+// An owned row: x (q; dkv: k), y (dq: dout; dkv: v), the sums acc (forward: sum P v;
+// dq: dq; dkv: dk) and acc2 (dkv: dv), its last key (causal mask: later keys add
+// nothing; dkv: its first query), the online softmax's max m and sum l, and dq's u = sum P dP.
+struct Row { x: R8, y: R8, acc: R8, acc2: R8, last: u32, m: f32, l: f32, u: f32 };
+
+fn row_new(x: R8, y: R8, last: u32) -> Row { return Row(x, y, R8(), R8(), last, NEG_BIG, 0.0, 0.0); }
+
+// (c, e, new max) of the online softmax for key j with score s: c rescales the sums so
+// far, e is the key's weight (0 past the row's last key)
+fn soft_w(r: Row, j: u32, s_raw: f32) -> vec3<f32> {
+    let ok = j <= r.last;
+    let s = select(NEG_BIG, s_raw, ok);
+    let x = exp(-abs(s - r.m));            // one exp: exp(m - s) if s is the new max, else exp(s - m)
+    return vec3<f32>(select(1.0, x, s > r.m), select(x, 1.0, s > r.m) * f32(ok), max(r.m, s));
+}
+
+fn fw_step(r: Row, j: u32, k: R8, v: R8, scale: f32) -> Row {   // forward: acc = sum P v
+    let w = soft_w(r, j, scale * r8_dot(r.x, k));
+    return Row(r.x, r.y, r8_axpby(r.acc, w.x, v, w.y), r.acc2, r.last, w.z, r.l * w.x + w.y, 0.0);
+}
+
+fn fw_store(r: Row, qb: u32, D4: u32, ok: bool) {   // out row and lse of an owned row
+    ar_out8(qb, D4, r8_scale(r.acc, 1.0 / r.l), ok);
+    if (ok) { ar_lse[qb / D4] = r.m + log(r.l); }
+}
+
+@compute @workgroup_size(AR)
+fn attention_forward_d32(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>) {
+    let p = ar_p;
+    let g = gid.x + gid.y * nw.x * AR;
+    let TB = (p.t + AB - 1u) / AB;
+    if (g >= p.b * TB * p.h) { return; }
+    let h = g % p.h;
+    let b = g / p.h / TB;
+    let t0 = (g / p.h % TB) * AB;
+    let D4 = p.d / 4u;
+    let m4 = D4 - 1u;
+    let W4 = p.hkv * D4;
+    let kb0 = b * p.s * W4 + (h / (p.h / p.hkv)) * D4;
+    let e = p.t - 1u - t0;                        // rows of the block past T repeat row T-1
+    let qs = p.h * D4;                            // from one query row to the next
+    let q0 = ((b * p.t + t0) * p.h + h) * D4;
+    let z = R8();
+    let l0 = p.pos0 + t0;
+    var r0 = row_new(r8_owned(ar_q8(q0, m4), D4), z, l0);
+    var r1 = row_new(r8_owned(ar_q8(q0 + min(1u, e) * qs, m4), D4), z, l0 + 1u);
+    var r2 = row_new(r8_owned(ar_q8(q0 + min(2u, e) * qs, m4), D4), z, l0 + 2u);
+    var r3 = row_new(r8_owned(ar_q8(q0 + min(3u, e) * qs, m4), D4), z, l0 + 3u);
+    for (var j = 0u; j <= l0 + min(AB - 1u, e); j++) {
+        let k = ar_kc8(kb0 + j * W4, m4);
+        let v = ar_vc8(kb0 + j * W4, m4);
+        r0 = fw_step(r0, j, k, v, p.scale); r1 = fw_step(r1, j, k, v, p.scale);
+        r2 = fw_step(r2, j, k, v, p.scale); r3 = fw_step(r3, j, k, v, p.scale);
+    }
+    fw_store(r0, q0, D4, true); fw_store(r1, q0 + qs, D4, e >= 1u);
+    fw_store(r2, q0 + 2u * qs, D4, e >= 2u); fw_store(r3, q0 + 3u * qs, D4, e >= 3u);
+}
+
+fn dq_stats(r: Row, j: u32, k: R8, v: R8, scale: f32) -> Row {   // dq's first sweep: m, l, u
+    let w = soft_w(r, j, scale * r8_dot(r.x, k));
+    return Row(r.x, r.y, r.acc, r.acc2, r.last, w.z, r.l * w.x + w.y, r.u * w.x + w.y * r8_dot(r.y, v));
+}
+
+fn dq_lse(r: Row) -> Row {   // after the first sweep: m = lse, u = Dsum
+    return Row(r.x, r.y, r.acc, r.acc2, r.last, r.m + log(r.l), r.l, r.u / r.l);
+}
+
+fn dq_step(r: Row, j: u32, k: R8, v: R8, scale: f32) -> Row {   // dq's second sweep: acc = sum dS k
+    let ds = exp(scale * r8_dot(r.x, k) - r.m) * (r8_dot(r.y, v) - r.u);
+    return Row(r.x, r.y, r8_fma(r.acc, select(0.0, ds, j <= r.last), k), r.acc2, r.last, r.m, r.l, r.u);
+}
+
+fn dq_store(r: Row, qb: u32, D4: u32, scale: f32, ok: bool) {
+    arq_dq8(qb, D4, r8_scale(r.acc, scale), ok);
+    if (ok) { arq_stats[2u * (qb / D4)] = r.m; arq_stats[2u * (qb / D4) + 1u] = r.u; }
+}
+
+@compute @workgroup_size(AR)
+fn attention_backward_dq_d32(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>) {
+    let p = arq_p;
+    let g = gid.x + gid.y * nw.x * AR;
+    let TB = (p.t + AB - 1u) / AB;
+    if (g >= p.b * TB * p.h) { return; }
+    let h = g % p.h;
+    let b = g / p.h / TB;
+    let t0 = (g / p.h % TB) * AB;
+    let D4 = p.d / 4u;
+    let m4 = D4 - 1u;
+    let K4 = p.hkv * D4;
+    let kb0 = b * p.t * K4 + (h / (p.h / p.hkv)) * D4;
+    let e = p.t - 1u - t0;
+    let qs = p.h * D4;
+    let q0 = ((b * p.t + t0) * p.h + h) * D4;
+    var r0 = row_new(r8_owned(arq_q8(q0, m4), D4), r8_owned(arq_do8(q0, m4), D4), t0);
+    var r1 = row_new(r8_owned(arq_q8(q0 + min(1u, e) * qs, m4), D4), r8_owned(arq_do8(q0 + min(1u, e) * qs, m4), D4), t0 + 1u);
+    var r2 = row_new(r8_owned(arq_q8(q0 + min(2u, e) * qs, m4), D4), r8_owned(arq_do8(q0 + min(2u, e) * qs, m4), D4), t0 + 2u);
+    var r3 = row_new(r8_owned(arq_q8(q0 + min(3u, e) * qs, m4), D4), r8_owned(arq_do8(q0 + min(3u, e) * qs, m4), D4), t0 + 3u);
+    let last = t0 + min(AB - 1u, e);
+    for (var j = 0u; j <= last; j++) {
+        let k = arq_k8(kb0 + j * K4, m4);
+        let v = arq_v8(kb0 + j * K4, m4);
+        r0 = dq_stats(r0, j, k, v, p.scale); r1 = dq_stats(r1, j, k, v, p.scale);
+        r2 = dq_stats(r2, j, k, v, p.scale); r3 = dq_stats(r3, j, k, v, p.scale);
+    }
+    r0 = dq_lse(r0); r1 = dq_lse(r1); r2 = dq_lse(r2); r3 = dq_lse(r3);
+    for (var j = 0u; j <= last; j++) {
+        let k = arq_k8(kb0 + j * K4, m4);
+        let v = arq_v8(kb0 + j * K4, m4);
+        r0 = dq_step(r0, j, k, v, p.scale); r1 = dq_step(r1, j, k, v, p.scale);
+        r2 = dq_step(r2, j, k, v, p.scale); r3 = dq_step(r3, j, k, v, p.scale);
+    }
+    dq_store(r0, q0, D4, p.scale, true); dq_store(r1, q0 + qs, D4, p.scale, e >= 1u);
+    dq_store(r2, q0 + 2u * qs, D4, p.scale, e >= 2u); dq_store(r3, q0 + 3u * qs, D4, p.scale, e >= 3u);
+}
+
+// dkv: owned key row r (x = k, y = v, last = its own position: queries before it are
+// masked) meets query i of head h: q, dout, and (lse, Dsum) = st
+fn dkv_step(r: Row, i: u32, q: R8, dout: R8, st: vec2<f32>, scale: f32) -> Row {
+    let pr = select(0.0, exp(scale * r8_dot(r.x, q) - st.x), i >= r.last);
+    let ds = pr * (r8_dot(r.y, dout) - st.y);
+    return Row(r.x, r.y, r8_fma(r.acc, ds, q), r8_fma(r.acc2, pr, dout), r.last, r.m, r.l, r.u);
+}
+
+fn dkv_store(r: Row, kb: u32, D4: u32, scale: f32, ok: bool) {
+    ark_dk8(kb, D4, r8_scale(r.acc, scale), ok);
+    ark_dv8(kb, D4, r.acc2, ok);
+}
+
+@compute @workgroup_size(AR)
+fn attention_backward_dkv_d32(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>) {
+    let p = ark_p;
+    let g = gid.x + gid.y * nw.x * AR;
+    let TB = (p.t + AB - 1u) / AB;
+    if (g >= p.b * TB * p.hkv) { return; }
+    let kvh = g % p.hkv;
+    let b = g / p.hkv / TB;
+    let t0 = (g / p.hkv % TB) * AB;
+    let rep = p.h / p.hkv;
+    let D4 = p.d / 4u;
+    let m4 = D4 - 1u;
+    let e = p.t - 1u - t0;
+    let ks = p.hkv * D4;                          // from one key row to the next
+    let k0 = ((b * p.t + t0) * p.hkv + kvh) * D4;
+    var r0 = row_new(r8_owned(arq_k8(k0, m4), D4), r8_owned(arq_v8(k0, m4), D4), t0);
+    var r1 = row_new(r8_owned(arq_k8(k0 + min(1u, e) * ks, m4), D4), r8_owned(arq_v8(k0 + min(1u, e) * ks, m4), D4), t0 + 1u);
+    var r2 = row_new(r8_owned(arq_k8(k0 + min(2u, e) * ks, m4), D4), r8_owned(arq_v8(k0 + min(2u, e) * ks, m4), D4), t0 + 2u);
+    var r3 = row_new(r8_owned(arq_k8(k0 + min(3u, e) * ks, m4), D4), r8_owned(arq_v8(k0 + min(3u, e) * ks, m4), D4), t0 + 3u);
+    for (var hr = 0u; hr < rep; hr++) {
+        let h = kvh * rep + hr;
+        for (var i = t0; i < p.t; i++) {             // the sequence's queries from the block's first row on
+            let qi = (b * p.t + i) * p.h + h;
+            let q = arq_q8(qi * D4, m4);
+            let dout = arq_do8(qi * D4, m4);
+            let st = vec2<f32>(ark_stats[2u * qi], ark_stats[2u * qi + 1u]);
+            r0 = dkv_step(r0, i, q, dout, st, p.scale); r1 = dkv_step(r1, i, q, dout, st, p.scale);
+            r2 = dkv_step(r2, i, q, dout, st, p.scale); r3 = dkv_step(r3, i, q, dout, st, p.scale);
+        }
+    }
+    dkv_store(r0, k0, D4, p.scale, true); dkv_store(r1, k0 + ks, D4, p.scale, e >= 1u);
+    dkv_store(r2, k0 + 2u * ks, D4, p.scale, e >= 2u); dkv_store(r3, k0 + 3u * ks, D4, p.scale, e >= 3u);
 }

@@ -331,106 +331,133 @@ fn bl_store(n: u32, i0: u32, acc: vec4<f32>, z: u32) {
 // ---------------------------------------------------------------------------- CPU variants
 // For WebGPU on a CPU (Device.kind "cpu": lavapipe, SwiftShader, ...), where a workgroup
 // is a loop on one thread, SIMD across invocations: no workgroup memory, no barriers, no
-// split-K; each invocation keeps an 8 x 16 tile in registers (eight mat4x4, see the
-// prelude's row_dots16), so every loaded word or activation feeds 8 or 16
-// multiply-adds. Rows and columns past the edges are clamped on load (padding weights
-// are 0) and skipped on store.
+// split-K. A load costs a CPU rasteriser far more than arithmetic (lavapipe: a loop over
+// the lanes with a bounds check each), so an invocation keeps a tile of 32 columns in
+// registers, 4 rows in the forward (T4), 8 in the input gradient (the prelude's T8):
+// each loaded value of xq or dy feeds 32 multiply-adds, each packed word 4 or 8 x 16.
+// (An 8-row forward ran lavapipe as fast, SwiftShader ~15% slower, and took it ~3x as
+// long to compile; a 4-row input gradient ran ~10% slower on both.) Weights are decoded without shifts by a variable amount
+// (SwiftShader emulates those lane by lane): column k of a half word h is
+// t = f32(h & (3 << 2k)) * 4^-k - 1, exact. A loop runs over 4-column quads, not a word's
+// 16 columns written out: as fast on lavapipe, and a quarter of the code for SwiftShader to compile
+// (written out, the forward took it ~3 s of CPU).
+// Invocation g (gid.x + gid.y * nw.x * CPU_WG) owns tile g % tiles of row block g / tiles,
+// so the lanes of a workgroup cover several row blocks when a row has few tiles.
+// Rows, columns and outputs past the edges are clamped on load (padding weights are 0)
+// and skipped on store.
 //
-// bitlinear_forward_cpu   as bitlinear_forward (same bits); bindings 0-4 as there (no part;
-//   kw and split unused).
-//   dispatch: groups (ceil(O / (CPU_WG*16)), ceil(N/8)); invocation j of workgroup (gx, gy)
-//   owns rows 8gy .. 8gy+7 and outputs 16(gx*CPU_WG + j) .. +15.
+// bitlinear_forward_cpu   as bitlinear_forward (the same bits: integer sums), for I % 4 == 0;
+//   bindings 0-4 as there with xq seen as vec4 (no part; kw and split unused).
+//   dispatch: ceil(ceil(N/4) * ceil(O/32) / CPU_WG) workgroups split over x, y; an
+//   invocation owns rows 4b .. 4b+3 and outputs 32j .. 32j+31.
 //
-// bitlinear_backward_input_cpu   as bitlinear_backward_input (f32 sums in another order);
+// bitlinear_backward_input_cpu   as bitlinear_backward_input (f32 sums over o in order);
 //   bindings 0-3 as there (no part; ko and split unused).
-//   dispatch: groups (ceil(ceil(I/16) / CPU_WG), ceil(N/8)); invocation j owns rows
-//   8gy .. 8gy+7 and the 16 columns of packed word gx*CPU_WG + j.
+//   dispatch: ceil(ceil(N/8) * ceil(ceil(I/16) / 2) / CPU_WG) workgroups split over x, y;
+//   an invocation owns rows 8b .. 8b+7 and the 32 columns of packed words 2j, 2j+1.
 
-// Override constants, per adapter (ops/bitlinear.py CPU_TILES; the defaults are lavapipe's):
-// CPU_WG   invocations per workgroup (8 to 32 measured alike on lavapipe; SwiftShader, 4
-//   lanes wide: 4 (-5%), 16 and 32 slower, and 4 or fewer rows per invocation slower too).
-// CPU_FWD_COLUMNS   bitlinear_forward_cpu's inner product: false (lavapipe's), per column
-//   quad four dot products per row (row_dots16); true (SwiftShader's: -22% there), per
-//   column a scalar x times the column's 16 weights (one multiply-add per weight and row).
-//   Integer sums, exact either way: the same bits.
+// Override constant, per adapter (ops/bitlinear.py CPU_TILES):
+// CPU_WG   invocations per workgroup.
 override CPU_WG: u32 = 8u;
-override CPU_FWD_COLUMNS: bool = false;
+
+struct W32 { a: vec4<u32>, b: vec4<u32>, c: vec4<u32>, d: vec4<u32>, e: vec4<u32>, f: vec4<u32>, g: vec4<u32>, h: vec4<u32> };   // a word of 32 outputs
+
+fn tern4(w: vec4<u32>, m: vec4<u32>, f: vec4<f32>) -> vec4<f32> {   // f32(w & m) * f - 1: see above
+    return vec4<f32>(bitcast<vec4<i32>>(w & m)) * f - 1.0;
+}
+
+// masks and factors of columns 0..3 (M0, F0) and 4..7 (M1, F1) of a half word
+const M0 = vec4<u32>(0x3u, 0xcu, 0x30u, 0xc0u);
+const M1 = vec4<u32>(0x300u, 0xc00u, 0x3000u, 0xc000u);
+const F0 = vec4<f32>(1.0, 0x1p-2, 0x1p-4, 0x1p-6);
+const F1 = vec4<f32>(0x1p-8, 0x1p-10, 0x1p-12, 0x1p-14);
+
+fn w32_col(w: W32, m: u32, f: f32) -> R8 {   // one column's weights of 32 outputs' (half) words
+    let mv = vec4<u32>(m);
+    let fv = vec4<f32>(f);
+    return R8(tern4(w.a, mv, fv), tern4(w.b, mv, fv), tern4(w.c, mv, fv), tern4(w.d, mv, fv),
+              tern4(w.e, mv, fv), tern4(w.f, mv, fv), tern4(w.g, mv, fv), tern4(w.h, mv, fv));
+}
+
+fn w32_hi(w: W32) -> W32 {   // the high half words
+    let s = vec4<u32>(16u);
+    return W32(w.a >> s, w.b >> s, w.c >> s, w.d >> s, w.e >> s, w.f >> s, w.g >> s, w.h >> s);
+}
+
 @group(0) @binding(0) var<uniform> cf_p: BitlinearParams;
-@group(0) @binding(1) var<storage, read> cf_xq: array<f32>;
+@group(0) @binding(1) var<storage, read> cf_xq: array<vec4<f32>>;
 @group(0) @binding(2) var<storage, read> cf_s: array<f32>;
 @group(0) @binding(3) var<storage, read> cf_w: array<u32>;
 @group(0) @binding(4) var<storage, read_write> cf_y: array<f32>;
 
-fn cf_x4(row: u32, c: u32) -> vec4<f32> {   // xq[row, c .. c+3], columns clamped to I-1 (their weights are 0)
-    let b = min(row, cf_p.n - 1u) * cf_p.i;
-    let im = cf_p.i - 1u;
-    return vec4<f32>(cf_xq[b + min(c, im)], cf_xq[b + min(c + 1u, im)], cf_xq[b + min(c + 2u, im)],
-                     cf_xq[b + min(c + 3u, im)]);
+fn cf_w4(ob: vec4<u32>, w: u32) -> vec4<u32> { return vec4<u32>(cf_w[ob.x + w], cf_w[ob.y + w], cf_w[ob.z + w], cf_w[ob.w + w]); }
+
+fn w32_pick(a: W32, b: W32, c: bool) -> W32 {   // c ? b : a
+    return W32(select(a.a, b.a, c), select(a.b, b.b, c), select(a.c, b.c, c), select(a.d, b.d, c),
+               select(a.e, b.e, c), select(a.f, b.f, c), select(a.g, b.g, c), select(a.h, b.h, c));
 }
 
-fn cf_x(row: u32, c: u32) -> f32 { return cf_xq[min(row, cf_p.n - 1u) * cf_p.i + c]; }
+struct T4 { r0: R8, r1: R8, r2: R8, r3: R8 };   // the forward's tile: 4 rows x 32 outputs
 
-fn cf_col(w0: u32, w1: u32, w2: u32, w3: u32, k: u32) -> vec4<f32> {   // column k's weights of 4 outputs' words
-    return vec4<f32>((vec4<u32>(w0, w1, w2, w3) >> vec4<u32>(2u * k)) & vec4<u32>(3u)) - 1.0;
+fn t4_fma(a: T4, x: vec4<f32>, t: R8) -> T4 {   // row r += x[r] * t
+    return T4(r8_fma(a.r0, x.x, t), r8_fma(a.r1, x.y, t), r8_fma(a.r2, x.z, t), r8_fma(a.r3, x.w, t));
 }
 
-fn cf_quads(w0: u32, w1: u32, w2: u32, w3: u32, q: u32) -> mat4x4<f32> {   // column quad q of 4 outputs' words
-    return mat4x4<f32>(ternary_quad(w0, q), ternary_quad(w1, q), ternary_quad(w2, q), ternary_quad(w3, q));
+// 4 columns of a half word h (0..3 if lo, else 4..7) for rows whose xq quads are x0..x3
+fn cf_quad(a: T4, h: W32, lo: bool, x0: vec4<f32>, x1: vec4<f32>, x2: vec4<f32>, x3: vec4<f32>) -> T4 {
+    let m = select(M1, M0, lo);
+    let f = select(F1, F0, lo);
+    var t = t4_fma(a, vec4<f32>(x0.x, x1.x, x2.x, x3.x), w32_col(h, m.x, f.x));
+    t = t4_fma(t, vec4<f32>(x0.y, x1.y, x2.y, x3.y), w32_col(h, m.y, f.y));
+    t = t4_fma(t, vec4<f32>(x0.z, x1.z, x2.z, x3.z), w32_col(h, m.z, f.z));
+    return t4_fma(t, vec4<f32>(x0.w, x1.w, x2.w, x3.w), w32_col(h, m.w, f.w));
 }
 
 @compute @workgroup_size(CPU_WG)
-fn bitlinear_forward_cpu(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
+fn bitlinear_forward_cpu(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>) {
+    let tiles = (cf_p.o + 31u) / 32u;
+    let g = gid.x + gid.y * nw.x * CPU_WG;
+    if (g >= (cf_p.n + 3u) / 4u * tiles) { return; }
     let words = (cf_p.i + 15u) / 16u;
-    let n0 = wid.y * 8u;
-    let o0 = (wid.x * CPU_WG + lid3.x) * 16u;
-    var ob: array<u32, 16>;                           // word offsets of the 16 outputs' rows
-    for (var b = 0u; b < 16u; b++) { ob[b] = min(o0 + b, cf_p.o - 1u) * words; }
-    var a0 = mat4x4<f32>(); var a1 = mat4x4<f32>(); var a2 = mat4x4<f32>(); var a3 = mat4x4<f32>();
-    var a4 = mat4x4<f32>(); var a5 = mat4x4<f32>(); var a6 = mat4x4<f32>(); var a7 = mat4x4<f32>();
+    let I4 = cf_p.i / 4u;
+    let n0 = g / tiles * 4u;
+    let o0 = g % tiles * 32u;
+    let xb = min(vec4<u32>(n0) + vec4<u32>(0u, 1u, 2u, 3u), vec4<u32>(cf_p.n - 1u)) * I4;   // the 4 rows' xq offsets
+    let om = vec4<u32>(cf_p.o - 1u);
+    let ob = W32(min(vec4<u32>(o0) + vec4<u32>(0u, 1u, 2u, 3u), om) * words, min(vec4<u32>(o0) + vec4<u32>(4u, 5u, 6u, 7u), om) * words,
+                 min(vec4<u32>(o0) + vec4<u32>(8u, 9u, 10u, 11u), om) * words, min(vec4<u32>(o0) + vec4<u32>(12u, 13u, 14u, 15u), om) * words,
+                 min(vec4<u32>(o0) + vec4<u32>(16u, 17u, 18u, 19u), om) * words, min(vec4<u32>(o0) + vec4<u32>(20u, 21u, 22u, 23u), om) * words,
+                 min(vec4<u32>(o0) + vec4<u32>(24u, 25u, 26u, 27u), om) * words, min(vec4<u32>(o0) + vec4<u32>(28u, 29u, 30u, 31u), om) * words);
+    let cm = I4 - 1u;
+    var a = T4();
     for (var w = 0u; w < words; w++) {
-        var wd: array<u32, 16>;
-        for (var b = 0u; b < 16u; b++) { wd[b] = cf_w[ob[b] + w]; }
-        if (CPU_FWD_COLUMNS) {
-            for (var k = 0u; k < 16u; k++) {
-                let t = mat4x4<f32>(cf_col(wd[0], wd[1], wd[2], wd[3], k), cf_col(wd[4], wd[5], wd[6], wd[7], k),
-                                    cf_col(wd[8], wd[9], wd[10], wd[11], k), cf_col(wd[12], wd[13], wd[14], wd[15], k));
-                let c = min(w * 16u + k, cf_p.i - 1u);
-                a0 += cf_x(n0, c) * t;      a1 += cf_x(n0 + 1u, c) * t; a2 += cf_x(n0 + 2u, c) * t;
-                a3 += cf_x(n0 + 3u, c) * t; a4 += cf_x(n0 + 4u, c) * t; a5 += cf_x(n0 + 5u, c) * t;
-                a6 += cf_x(n0 + 6u, c) * t; a7 += cf_x(n0 + 7u, c) * t;
-            }
-            continue;
-        }
-        for (var q = 0u; q < 4u; q++) {
-            let m0 = cf_quads(wd[0], wd[1], wd[2], wd[3], q);
-            let m1 = cf_quads(wd[4], wd[5], wd[6], wd[7], q);
-            let m2 = cf_quads(wd[8], wd[9], wd[10], wd[11], q);
-            let m3 = cf_quads(wd[12], wd[13], wd[14], wd[15], q);
-            let c = w * 16u + q * 4u;
-            a0 += row_dots16(cf_x4(n0, c), m0, m1, m2, m3);
-            a1 += row_dots16(cf_x4(n0 + 1u, c), m0, m1, m2, m3);
-            a2 += row_dots16(cf_x4(n0 + 2u, c), m0, m1, m2, m3);
-            a3 += row_dots16(cf_x4(n0 + 3u, c), m0, m1, m2, m3);
-            a4 += row_dots16(cf_x4(n0 + 4u, c), m0, m1, m2, m3);
-            a5 += row_dots16(cf_x4(n0 + 5u, c), m0, m1, m2, m3);
-            a6 += row_dots16(cf_x4(n0 + 6u, c), m0, m1, m2, m3);
-            a7 += row_dots16(cf_x4(n0 + 7u, c), m0, m1, m2, m3);
+        let lo = W32(cf_w4(ob.a, w), cf_w4(ob.b, w), cf_w4(ob.c, w), cf_w4(ob.d, w),
+                     cf_w4(ob.e, w), cf_w4(ob.f, w), cf_w4(ob.g, w), cf_w4(ob.h, w));
+        let hi = w32_hi(lo);
+        for (var q = 0u; q < 4u; q++) {   // a loop, not four copies: a quarter of the code to compile
+            let c = min(4u * w + q, cm);
+            a = cf_quad(a, w32_pick(hi, lo, q < 2u), (q & 1u) == 0u, cf_xq[xb.x + c], cf_xq[xb.y + c], cf_xq[xb.z + c],
+                        cf_xq[xb.w + c]);
         }
     }
-    cf_store(n0, o0, a0); cf_store(n0 + 1u, o0, a1); cf_store(n0 + 2u, o0, a2); cf_store(n0 + 3u, o0, a3);
-    cf_store(n0 + 4u, o0, a4); cf_store(n0 + 5u, o0, a5); cf_store(n0 + 6u, o0, a6); cf_store(n0 + 7u, o0, a7);
+    cf_store(n0, o0, a.r0); cf_store(n0 + 1u, o0, a.r1); cf_store(n0 + 2u, o0, a.r2); cf_store(n0 + 3u, o0, a.r3);
 }
 
-fn cf_store(n: u32, o0: u32, acc: mat4x4<f32>) {   // outputs o0 .. o0+15 of row n
-    if (n >= cf_p.n) { return; }
-    for (var b = 0u; b < 16u; b++) {
+fn cf_store4(n: u32, o0: u32, acc: vec4<f32>) {   // outputs o0 .. o0+3 of row n
+    for (var b = 0u; b < 4u; b++) {
         let o = o0 + b;
         if (o < cf_p.o) {
-            let v = acc[b / 4u][b % 4u] * cf_p.scale / cf_s[n];
+            let v = acc[b] * cf_p.scale / cf_s[n];
             let a = n * cf_p.o + o;
             if (cf_p.accumulate != 0u) { cf_y[a] = cf_y[a] + v; } else { cf_y[a] = v; }
         }
     }
+}
+
+fn cf_store(n: u32, o0: u32, acc: R8) {   // outputs o0 .. o0+31 of row n
+    if (n >= cf_p.n) { return; }
+    cf_store4(n, o0, acc.a); cf_store4(n, o0 + 4u, acc.b); cf_store4(n, o0 + 8u, acc.c); cf_store4(n, o0 + 12u, acc.d);
+    cf_store4(n, o0 + 16u, acc.e); cf_store4(n, o0 + 20u, acc.f); cf_store4(n, o0 + 24u, acc.g); cf_store4(n, o0 + 28u, acc.h);
 }
 
 @group(0) @binding(0) var<uniform> cb_p: BitlinearBackwardParams;
@@ -438,39 +465,54 @@ fn cf_store(n: u32, o0: u32, acc: mat4x4<f32>) {   // outputs o0 .. o0+15 of row
 @group(0) @binding(2) var<storage, read> cb_w: array<u32>;
 @group(0) @binding(3) var<storage, read_write> cb_dx: array<f32>;
 
-@compute @workgroup_size(CPU_WG)
-fn bitlinear_backward_input_cpu(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
+fn cb_t(o: u32, wb: vec2<u32>) -> R8 {   // the 32 weights of output o in words wb (columns 0-15, 16-31)
     let W = (cb_p.i + 15u) / 16u;
-    let O = cb_p.o;
-    let wi = wid.x * CPU_WG + lid3.x;                 // this invocation's word: columns 16wi .. 16wi+15
-    let wc = min(wi, W - 1u);
-    let n0 = wid.y * 8u;
-    let d0 = min(n0, cb_p.n - 1u) * O;      let d1 = min(n0 + 1u, cb_p.n - 1u) * O;
-    let d2 = min(n0 + 2u, cb_p.n - 1u) * O; let d3 = min(n0 + 3u, cb_p.n - 1u) * O;
-    let d4 = min(n0 + 4u, cb_p.n - 1u) * O; let d5 = min(n0 + 5u, cb_p.n - 1u) * O;
-    let d6 = min(n0 + 6u, cb_p.n - 1u) * O; let d7 = min(n0 + 7u, cb_p.n - 1u) * O;
-    var a0 = mat4x4<f32>(); var a1 = mat4x4<f32>(); var a2 = mat4x4<f32>(); var a3 = mat4x4<f32>();
-    var a4 = mat4x4<f32>(); var a5 = mat4x4<f32>(); var a6 = mat4x4<f32>(); var a7 = mat4x4<f32>();
-    for (var o = 0u; o < O; o++) {
-        let wd = cb_w[o * W + wc];
-        let t = cf_quads(wd, wd >> 8u, wd >> 16u, wd >> 24u, 0u);   // the word's 16 weights
-        a0 += cb_dy[d0 + o] * t; a1 += cb_dy[d1 + o] * t; a2 += cb_dy[d2 + o] * t; a3 += cb_dy[d3 + o] * t;
-        a4 += cb_dy[d4 + o] * t; a5 += cb_dy[d5 + o] * t; a6 += cb_dy[d6 + o] * t; a7 += cb_dy[d7 + o] * t;
-    }
-    cb_store(n0, wi, a0); cb_store(n0 + 1u, wi, a1); cb_store(n0 + 2u, wi, a2); cb_store(n0 + 3u, wi, a3);
-    cb_store(n0 + 4u, wi, a4); cb_store(n0 + 5u, wi, a5); cb_store(n0 + 6u, wi, a6); cb_store(n0 + 7u, wi, a7);
+    let w0 = vec4<u32>(cb_w[o * W + wb.x]);
+    let w1 = vec4<u32>(cb_w[o * W + wb.y]);
+    let s = vec4<u32>(16u);
+    return R8(tern4(w0, M0, F0), tern4(w0, M1, F1), tern4(w0 >> s, M0, F0), tern4(w0 >> s, M1, F1),
+              tern4(w1, M0, F0), tern4(w1, M1, F1), tern4(w1 >> s, M0, F0), tern4(w1 >> s, M1, F1));
 }
 
-fn cb_store(n: u32, wi: u32, acc: mat4x4<f32>) {   // columns 16wi .. 16wi+15 of row n
-    if (n >= cb_p.n) { return; }
-    for (var k = 0u; k < 16u; k++) {
-        let i = wi * 16u + k;
+@compute @workgroup_size(CPU_WG)
+fn bitlinear_backward_input_cpu(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>) {
+    let W = (cb_p.i + 15u) / 16u;
+    let tiles = (W + 1u) / 2u;
+    let g = gid.x + gid.y * nw.x * CPU_WG;
+    if (g >= (cb_p.n + 7u) / 8u * tiles) { return; }
+    let O = cb_p.o;
+    let n0 = g / tiles * 8u;
+    let wb = vec2<u32>(g % tiles * 2u, min(g % tiles * 2u + 1u, W - 1u));
+    let nm = vec4<u32>(cb_p.n - 1u);
+    let db = U8(min(vec4<u32>(n0) + vec4<u32>(0u, 1u, 2u, 3u), nm) * O, min(vec4<u32>(n0) + vec4<u32>(4u, 5u, 6u, 7u), nm) * O);
+    var a = T8();
+    for (var o = 0u; o < O; o++) {
+        let t = cb_t(o, wb);
+        let d0 = vec4<f32>(cb_dy[db.a.x + o], cb_dy[db.a.y + o], cb_dy[db.a.z + o], cb_dy[db.a.w + o]);
+        let d1 = vec4<f32>(cb_dy[db.b.x + o], cb_dy[db.b.y + o], cb_dy[db.b.z + o], cb_dy[db.b.w + o]);
+        a = T8(r8_fma(a.r0, d0.x, t), r8_fma(a.r1, d0.y, t), r8_fma(a.r2, d0.z, t), r8_fma(a.r3, d0.w, t),
+               r8_fma(a.r4, d1.x, t), r8_fma(a.r5, d1.y, t), r8_fma(a.r6, d1.z, t), r8_fma(a.r7, d1.w, t));
+    }
+    let c0 = wb.x * 16u;
+    cb_store(n0, c0, a.r0); cb_store(n0 + 1u, c0, a.r1); cb_store(n0 + 2u, c0, a.r2); cb_store(n0 + 3u, c0, a.r3);
+    cb_store(n0 + 4u, c0, a.r4); cb_store(n0 + 5u, c0, a.r5); cb_store(n0 + 6u, c0, a.r6); cb_store(n0 + 7u, c0, a.r7);
+}
+
+fn cb_store4(n: u32, c0: u32, acc: vec4<f32>) {   // columns c0 .. c0+3 of dx row n
+    for (var k = 0u; k < 4u; k++) {
+        let i = c0 + k;
         if (i < cb_p.i) {
             let j = n * cb_p.i + i;
-            let g = cb_p.scale * acc[k / 4u][k % 4u];
+            let g = cb_p.scale * acc[k];
             if (cb_p.accumulate != 0u) { cb_dx[j] = cb_dx[j] + g; } else { cb_dx[j] = g; }
         }
     }
+}
+
+fn cb_store(n: u32, c0: u32, acc: R8) {   // columns c0 .. c0+31 of dx row n
+    if (n >= cb_p.n) { return; }
+    cb_store4(n, c0, acc.a); cb_store4(n, c0 + 4u, acc.b); cb_store4(n, c0 + 8u, acc.c); cb_store4(n, c0 + 12u, acc.d);
+    cb_store4(n, c0 + 16u, acc.e); cb_store4(n, c0 + 20u, acc.f); cb_store4(n, c0 + 24u, acc.g); cb_store4(n, c0 + 28u, acc.h);
 }
 
 // ---------------------------------------------------------------------------- actquant, CPU variant

@@ -220,64 +220,87 @@ fn ln_store(n: u32, i0: u32, acc: vec4<f32>, z: u32) {
 
 // ---------------------------------------------------------------------------- CPU variants
 // For WebGPU on a CPU (Device.kind "cpu"), as in bitlinear.wgsl: no workgroup memory,
-// no barriers, no split-K; an invocation keeps an 8 x 16 tile in registers (eight
-// mat4x4, prelude's row_dots16). Indices past the edges are clamped on load (and x's
-// columns past I read as 0) and skipped on store.
+// no barriers, no split-K. Rows and columns past the edges are clamped on load and
+// skipped on store.
 //
-// linear_forward_cpu   as linear_forward; bindings as there.
-//   dispatch: groups (ceil(Oc / (CPU_WG*16)), ceil(N/8)); invocation j of workgroup
-//   (gx, gy) owns rows 8gy .. 8gy+7 and outputs 16(gx*CPU_WG + j) .. +15.
+// linear_forward_cpu   as linear_forward, for I % 4 == 0; bindings as there with x seen as
+//   vec4. An invocation keeps an 8-row x 32-output tile in registers (the prelude's T8):
+//   each loaded x vec4 feeds 32 x 4 multiply-adds, each weight 8, a bf16 word gives two.
+//   dispatch: ceil(ceil(N/8) * ceil(Oc/32) / CPU_WG) workgroups split over x, y;
+//   invocation g (gid.x + gid.y * nw.x * CPU_WG) owns rows 8(g / tiles) .. +7 and
+//   outputs 32(g % tiles) .. +31, tiles = ceil(Oc/32).
 //
-// linear_backward_input_cpu   as linear_backward_input (no part; ko and split unused).
+// linear_backward_input_cpu   as linear_backward_input (no part; ko and split unused), any
+//   I; an invocation keeps an 8 x 16 tile (eight mat4x4). The 8 x 32 tile of the forward
+//   ran no faster on lavapipe here and ~1.7x slower on SwiftShader.
 //   dispatch: groups (ceil(ceil(I/16) / CPU_WG), ceil(N/8)); invocation j owns rows
 //   8gy .. 8gy+7 and columns 16(gx*CPU_WG + j) .. +15.
 
 const CPU_WG: u32 = 8u;
 
-fn lc_x4(n: u32, c: u32) -> vec4<f32> {   // x[row(n), c .. c+3] (n clamped to N-1), 0 past column I
-    let b = (p.x_row0 + min(n, p.n - 1u) * p.x_step) * p.i;
-    let im = p.i - 1u;
-    return vec4<f32>(x[b + min(c, im)], select(0.0, x[b + min(c + 1u, im)], c + 1u < p.i),
-                     select(0.0, x[b + min(c + 2u, im)], c + 2u < p.i), select(0.0, x[b + min(c + 3u, im)], c + 3u < p.i));
+fn lc_w4(e: u32) -> vec4<f32> {   // W elements e .. e+3 (row-major), e % 4 == 0: 4 words, or 2 of bf16 pairs
+    if (LN_BF16) {
+        let p0 = w[e >> 1u];
+        let p1 = w[(e >> 1u) + 1u];
+        return bitcast<vec4<f32>>(vec4<u32>(p0 << 16u, p0 & 0xffff0000u, p1 << 16u, p1 & 0xffff0000u));
+    }
+    return bitcast<vec4<f32>>(vec4<u32>(w[e], w[e + 1u], w[e + 2u], w[e + 3u]));
 }
 
-fn lc_w4(row: u32, c: u32, I: u32) -> vec4<f32> {   // w[row, c .. c+3], columns clamped to I-1
-    let b = row * I;
-    let im = I - 1u;
-    return vec4<f32>(w_at(b + min(c, im)), w_at(b + min(c + 1u, im)), w_at(b + min(c + 2u, im)), w_at(b + min(c + 3u, im)));
+@group(0) @binding(1) var<storage, read> lcx: array<vec4<f32>>;
+
+fn lc_x8(xb: U8, c: u32) -> R8 {   // x vec4 c of rows 8b .. 8b+7 (row offsets in xb.a, xb.b)
+    return R8(lcx[xb.a.x + c], lcx[xb.a.y + c], lcx[xb.a.z + c], lcx[xb.a.w + c],
+              lcx[xb.b.x + c], lcx[xb.b.y + c], lcx[xb.b.z + c], lcx[xb.b.w + c]);
+}
+
+fn lc_m4(row: u32, c: u32) -> mat4x4<f32> {   // columns c .. c+3 of 4 rows of W from `row` (clamped to Oc-1), transposed
+    let r = min(vec4<u32>(row) + vec4<u32>(0u, 1u, 2u, 3u), vec4<u32>(p.oc - 1u)) * p.i + c;
+    return transpose(mat4x4<f32>(lc_w4(r.x), lc_w4(r.y), lc_w4(r.z), lc_w4(r.w)));
 }
 
 @compute @workgroup_size(CPU_WG)
-fn linear_forward_cpu(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
-    let n0 = wid.y * 8u;
-    let o0 = (wid.x * CPU_WG + lid3.x) * 16u;
-    var ro: array<u32, 16>;                               // the 16 outputs' rows of W (clamped)
-    for (var b = 0u; b < 16u; b++) { ro[b] = min(o0 + b, p.oc - 1u); }
-    var a0 = mat4x4<f32>(); var a1 = mat4x4<f32>(); var a2 = mat4x4<f32>(); var a3 = mat4x4<f32>();
-    var a4 = mat4x4<f32>(); var a5 = mat4x4<f32>(); var a6 = mat4x4<f32>(); var a7 = mat4x4<f32>();
-    for (var c = 0u; c < p.i; c += 4u) {
-        let m0 = mat4x4<f32>(lc_w4(ro[0], c, p.i), lc_w4(ro[1], c, p.i), lc_w4(ro[2], c, p.i), lc_w4(ro[3], c, p.i));
-        let m1 = mat4x4<f32>(lc_w4(ro[4], c, p.i), lc_w4(ro[5], c, p.i), lc_w4(ro[6], c, p.i), lc_w4(ro[7], c, p.i));
-        let m2 = mat4x4<f32>(lc_w4(ro[8], c, p.i), lc_w4(ro[9], c, p.i), lc_w4(ro[10], c, p.i), lc_w4(ro[11], c, p.i));
-        let m3 = mat4x4<f32>(lc_w4(ro[12], c, p.i), lc_w4(ro[13], c, p.i), lc_w4(ro[14], c, p.i), lc_w4(ro[15], c, p.i));
-        a0 += row_dots16(lc_x4(n0, c), m0, m1, m2, m3);
-        a1 += row_dots16(lc_x4(n0 + 1u, c), m0, m1, m2, m3);
-        a2 += row_dots16(lc_x4(n0 + 2u, c), m0, m1, m2, m3);
-        a3 += row_dots16(lc_x4(n0 + 3u, c), m0, m1, m2, m3);
-        a4 += row_dots16(lc_x4(n0 + 4u, c), m0, m1, m2, m3);
-        a5 += row_dots16(lc_x4(n0 + 5u, c), m0, m1, m2, m3);
-        a6 += row_dots16(lc_x4(n0 + 6u, c), m0, m1, m2, m3);
-        a7 += row_dots16(lc_x4(n0 + 7u, c), m0, m1, m2, m3);
+fn linear_forward_cpu(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>) {
+    let tiles = (p.oc + 31u) / 32u;
+    let g = gid.x + gid.y * nw.x * CPU_WG;
+    if (g >= (p.n + 7u) / 8u * tiles) { return; }
+    let I4 = p.i / 4u;
+    let n0 = g / tiles * 8u;
+    let o0 = g % tiles * 32u;
+    let rows = vec4<u32>(p.x_row0) + min(vec4<u32>(n0) + vec4<u32>(0u, 1u, 2u, 3u), vec4<u32>(p.n - 1u)) * p.x_step;
+    let rows2 = vec4<u32>(p.x_row0) + min(vec4<u32>(n0) + vec4<u32>(4u, 5u, 6u, 7u), vec4<u32>(p.n - 1u)) * p.x_step;
+    let xb = U8(rows * I4, rows2 * I4);
+    var a = T8();
+    for (var c = 0u; c < I4; c++) {
+        let x = lc_x8(xb, c);
+        let m0 = lc_m4(o0, 4u * c); let m1 = lc_m4(o0 + 4u, 4u * c); let m2 = lc_m4(o0 + 8u, 4u * c);
+        let m3 = lc_m4(o0 + 12u, 4u * c); let m4 = lc_m4(o0 + 16u, 4u * c); let m5 = lc_m4(o0 + 20u, 4u * c);
+        let m6 = lc_m4(o0 + 24u, 4u * c); let m7 = lc_m4(o0 + 28u, 4u * c);
+        a = t8_fma(a, x, 0u, R8(m0[0], m1[0], m2[0], m3[0], m4[0], m5[0], m6[0], m7[0]));
+        a = t8_fma(a, x, 1u, R8(m0[1], m1[1], m2[1], m3[1], m4[1], m5[1], m6[1], m7[1]));
+        a = t8_fma(a, x, 2u, R8(m0[2], m1[2], m2[2], m3[2], m4[2], m5[2], m6[2], m7[2]));
+        a = t8_fma(a, x, 3u, R8(m0[3], m1[3], m2[3], m3[3], m4[3], m5[3], m6[3], m7[3]));
     }
-    lc_store(n0, o0, a0); lc_store(n0 + 1u, o0, a1); lc_store(n0 + 2u, o0, a2); lc_store(n0 + 3u, o0, a3);
-    lc_store(n0 + 4u, o0, a4); lc_store(n0 + 5u, o0, a5); lc_store(n0 + 6u, o0, a6); lc_store(n0 + 7u, o0, a7);
+    lc_store(n0, o0, a.r0); lc_store(n0 + 1u, o0, a.r1); lc_store(n0 + 2u, o0, a.r2); lc_store(n0 + 3u, o0, a.r3);
+    lc_store(n0 + 4u, o0, a.r4); lc_store(n0 + 5u, o0, a.r5); lc_store(n0 + 6u, o0, a.r6); lc_store(n0 + 7u, o0, a.r7);
 }
 
-fn lc_store(n: u32, o0: u32, acc: mat4x4<f32>) {   // outputs o0 .. o0+15 of row n
-    if (n >= p.n) { return; }
-    for (var b = 0u; b < 16u; b++) {
-        if (o0 + b < p.oc) { y[n * p.ld_y + p.v0 + o0 + b] = acc[b / 4u][b % 4u]; }
+fn lc_store4(n: u32, o0: u32, acc: vec4<f32>) {
+    for (var b = 0u; b < 4u; b++) {
+        if (o0 + b < p.oc) { y[n * p.ld_y + p.v0 + o0 + b] = acc[b]; }
     }
+}
+
+fn lc_store(n: u32, o0: u32, acc: R8) {   // outputs o0 .. o0+31 of row n
+    if (n >= p.n) { return; }
+    lc_store4(n, o0, acc.a); lc_store4(n, o0 + 4u, acc.b); lc_store4(n, o0 + 8u, acc.c); lc_store4(n, o0 + 12u, acc.d);
+    lc_store4(n, o0 + 16u, acc.e); lc_store4(n, o0 + 20u, acc.f); lc_store4(n, o0 + 24u, acc.g); lc_store4(n, o0 + 28u, acc.h);
+}
+
+fn lc_wr4(row: u32, c: u32, I: u32) -> vec4<f32> {   // w[row, c .. c+3], columns clamped to I-1
+    let b = row * I;
+    let im = I - 1u;
+    return vec4<f32>(w_at(b + min(c, im)), w_at(b + min(c + 1u, im)), w_at(b + min(c + 2u, im)), w_at(b + min(c + 3u, im)));
 }
 
 @compute @workgroup_size(CPU_WG)
@@ -293,7 +316,7 @@ fn linear_backward_input_cpu(@builtin(local_invocation_id) lid3: vec3<u32>, @bui
     var a0 = mat4x4<f32>(); var a1 = mat4x4<f32>(); var a2 = mat4x4<f32>(); var a3 = mat4x4<f32>();
     var a4 = mat4x4<f32>(); var a5 = mat4x4<f32>(); var a6 = mat4x4<f32>(); var a7 = mat4x4<f32>();
     for (var o = 0u; o < ln_p.o; o++) {
-        let t = mat4x4<f32>(lc_w4(o, c, I), lc_w4(o, c + 4u, I), lc_w4(o, c + 8u, I), lc_w4(o, c + 12u, I));
+        let t = mat4x4<f32>(lc_wr4(o, c, I), lc_wr4(o, c + 4u, I), lc_wr4(o, c + 8u, I), lc_wr4(o, c + 12u, I));
         a0 += ln_dy[d0 + o] * t; a1 += ln_dy[d1 + o] * t; a2 += ln_dy[d2 + o] * t; a3 += ln_dy[d3 + o] * t;
         a4 += ln_dy[d4 + o] * t; a5 += ln_dy[d5 + o] * t; a6 += ln_dy[d6 + o] * t; a7 += ln_dy[d7 + o] * t;
     }

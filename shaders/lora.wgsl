@@ -44,13 +44,16 @@
 // SIMD across invocations, so: no barriers, no workgroup memory, LR invocations per
 // workgroup (ceil(invocations / LR) workgroups split over x, y), vec4 where the row
 // layout allows. Bindings as the GPU kernel's, the named ones seen as vec4.
-// lora_down_rows   (I % 4 == 0) x, a vec4; one (n, r) per invocation, a private vec4 sum
-// lora_grad_u_rows (O % 4 == 0) dy vec4; one (n, r) per invocation, a private vec4 sum
-// lora_up_rows     (O % 4 == 0) y vec4; one (n, o..o+3) per invocation
-// lora_grad_b_rows (O % 4 == 0) dy vec4; one (r, o..o+3) per invocation
-// lora_grad_a_rows (I % 4 == 0) x, da vec4; one (r, i..i+3) per invocation
-// lora_grad_x_rows (I % 4 == 0) a, dx vec4; one (n, i..i+3) per invocation
-// The last four add in the GPU kernels' order; the first two reorder the sum.
+// lora_down_rows   (I % 4 == 0) x, a vec4; one (n, r..r+3) per invocation, private vec4 sums
+// lora_grad_a_rows (I % 4 == 0) x, da vec4; one (r..r+3, i..i+3) per invocation
+// lora_grad_u_rows (O % 4 == 0, R % 4 == 0) dy, b, du vec4; one (n, r..r+3) per invocation
+// lora_up_rows     (O % 4 == 0, R % 4 == 0) u, b, y vec4; one (n, o..o+3) per invocation
+// lora_grad_b_rows (O % 4 == 0, R % 4 == 0) dy, u, db vec4; one (o..o+3, r..r+3) per invocation
+// lora_grad_x_rows (I % 4 == 0, R % 4 == 0) du, a, dx vec4; one (n, i..i+3) per invocation
+// The dropout mask of an element is made once per 4 r (down, grad_a: rows of a past R
+// repeat row R-1 and are not stored). A vec4 load costs a CPU rasteriser about what a
+// float does, so each loaded vec4 feeds 4 to 16 multiply-adds. The sums run in
+// another order than the GPU kernels' (f32 rounding differs).
 
 struct LoraParams {
     n: u32, i: u32, o: u32, r: u32,
@@ -209,89 +212,107 @@ const LR: u32 = 16u;  // invocations per workgroup
 fn lora_down_rows(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>) {
     let p = p_dr;
     let step = dr_stream[0];
-    let k = gid.x + gid.y * nw.x * LR;  // = n * R + r
-    if (k >= p.n * p.r) { return; }
-    let n = k / p.r;
-    let r = k % p.r;
+    let RB = (p.r + 3u) / 4u;
+    let k = gid.x + gid.y * nw.x * LR;  // = n * ceil(R/4) + r/4
+    if (k >= p.n * RB) { return; }
+    let n = k / RB;
+    let r0 = (k % RB) * 4u;
     let I4 = p.i / 4u;
-    var acc = vec4<f32>(0.0);
-    if (p.keep_threshold == 0u) {   // no dropout: a loop without the branch
-        for (var i = 0u; i < I4; i++) { acc += dr_x[n * I4 + i] * dr_a[r * I4 + i]; }
-    } else {
-        for (var i = 0u; i < I4; i++) { acc += dr_x[n * I4 + i] * keep4(p, step, n * p.i + 4u * i) * dr_a[r * I4 + i]; }
+    let base = keep_base(p, step);
+    let a0 = r0 * I4;                                   // rows r0 .. r0+3 of a, clamped to R-1
+    let a1 = min(r0 + 1u, p.r - 1u) * I4;
+    let a2 = min(r0 + 2u, p.r - 1u) * I4;
+    let a3 = min(r0 + 3u, p.r - 1u) * I4;
+    var s0 = vec4<f32>(0.0); var s1 = vec4<f32>(0.0); var s2 = vec4<f32>(0.0); var s3 = vec4<f32>(0.0);
+    for (var i = 0u; i < I4; i++) {
+        let x = dr_x[n * I4 + i] * keep4_at(p, base, n * p.i + 4u * i);
+        s0 += x * dr_a[a0 + i]; s1 += x * dr_a[a1 + i]; s2 += x * dr_a[a2 + i]; s3 += x * dr_a[a3 + i];
     }
-    dr_u[k] = (acc.x + acc.y) + (acc.z + acc.w);
+    let u = vec4<f32>((s0.x + s0.y) + (s0.z + s0.w), (s1.x + s1.y) + (s1.z + s1.w),
+                      (s2.x + s2.y) + (s2.z + s2.w), (s3.x + s3.y) + (s3.z + s3.w));
+    for (var j = 0u; j < 4u; j++) { if (r0 + j < p.r) { dr_u[n * p.r + r0 + j] = u[j]; } }
 }
 
 @group(0) @binding(0) var<uniform> p_gur: LoraParams;
 @group(0) @binding(1) var<storage, read> gur_dy: array<vec4<f32>>;
-@group(0) @binding(2) var<storage, read> gur_b: array<f32>;
-@group(0) @binding(3) var<storage, read_write> gur_du: array<f32>;
+@group(0) @binding(2) var<storage, read> gur_b: array<vec4<f32>>;
+@group(0) @binding(3) var<storage, read_write> gur_du: array<vec4<f32>>;
 
 @compute @workgroup_size(LR)
 fn lora_grad_u_rows(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>) {
     let p = p_gur;
-    let k = gid.x + gid.y * nw.x * LR;  // = n * R + r
-    if (k >= p.n * p.r) { return; }
-    let n = k / p.r;
-    let r = k % p.r;
+    let R4 = p.r / 4u;
     let O4 = p.o / 4u;
+    let k = gid.x + gid.y * nw.x * LR;  // = n * R/4 + r/4
+    if (k >= p.n * R4) { return; }
+    let n = k / R4;
     var acc = vec4<f32>(0.0);
-    for (var o = 0u; o < O4; o++) {
-        let j = 4u * o * p.r + r;
-        acc += gur_dy[n * O4 + o] * vec4<f32>(gur_b[j], gur_b[j + p.r], gur_b[j + 2u * p.r], gur_b[j + 3u * p.r]);
+    for (var o4 = 0u; o4 < O4; o4++) {
+        let d = gur_dy[n * O4 + o4];
+        let j = 4u * o4 * R4 + k % R4;   // b[o, r..r+3] for o = 4 o4
+        acc += d.x * gur_b[j] + d.y * gur_b[j + R4] + d.z * gur_b[j + 2u * R4] + d.w * gur_b[j + 3u * R4];
     }
-    gur_du[k] = p.scale * ((acc.x + acc.y) + (acc.z + acc.w));
+    gur_du[k] = p.scale * acc;
 }
 
 @group(0) @binding(0) var<uniform> p_upr: LoraParams;
-@group(0) @binding(1) var<storage, read> upr_u: array<f32>;
-@group(0) @binding(2) var<storage, read> upr_b: array<f32>;
+@group(0) @binding(1) var<storage, read> upr_u: array<vec4<f32>>;
+@group(0) @binding(2) var<storage, read> upr_b: array<vec4<f32>>;
 @group(0) @binding(3) var<storage, read_write> upr_y: array<vec4<f32>>;
 
 @compute @workgroup_size(LR)
 fn lora_up_rows(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>) {
     let p = p_upr;
+    let R4 = p.r / 4u;
     let O4 = p.o / 4u;
     let k = gid.x + gid.y * nw.x * LR;  // = n * O/4 + o/4
     if (k >= p.n * O4) { return; }
     let n = k / O4;
-    let j = 4u * (k % O4) * p.r;        // b[o, 0]
+    let j = 4u * (k % O4) * R4;         // b[o, 0..3] for o = 4 (k % O4)
     var acc = vec4<f32>(0.0);
-    for (var r = 0u; r < p.r; r++) {
-        acc += upr_u[n * p.r + r] * vec4<f32>(upr_b[j + r], upr_b[j + p.r + r], upr_b[j + 2u * p.r + r],
-                                            upr_b[j + 3u * p.r + r]);
+    for (var r4 = 0u; r4 < R4; r4++) {
+        let u = upr_u[n * R4 + r4];
+        acc += vec4<f32>(dot(u, upr_b[j + r4]), dot(u, upr_b[j + R4 + r4]), dot(u, upr_b[j + 2u * R4 + r4]),
+                         dot(u, upr_b[j + 3u * R4 + r4]));
     }
     upr_y[k] = upr_y[k] + p.scale * acc;
 }
 
 @group(0) @binding(0) var<uniform> p_gbr: LoraParams;
 @group(0) @binding(1) var<storage, read> gbr_dy: array<vec4<f32>>;
-@group(0) @binding(2) var<storage, read> gbr_u: array<f32>;
-@group(0) @binding(3) var<storage, read_write> gbr_db: array<f32>;
+@group(0) @binding(2) var<storage, read> gbr_u: array<vec4<f32>>;
+@group(0) @binding(3) var<storage, read_write> gbr_db: array<vec4<f32>>;
 
 @compute @workgroup_size(LR)
 fn lora_grad_b_rows(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>) {
     let p = p_gbr;
+    let R4 = p.r / 4u;
     let O4 = p.o / 4u;
-    let k = gid.x + gid.y * nw.x * LR;  // = r * O/4 + o/4
-    if (k >= p.r * O4) { return; }
-    let r = k / O4;
-    let o4 = k % O4;
-    var acc = vec4<f32>(0.0);
-    for (var n = 0u; n < p.n; n++) { acc += gbr_dy[n * O4 + o4] * gbr_u[n * p.r + r]; }
-    let j = 4u * o4 * p.r + r;
-    gbr_db[j] = gbr_db[j] + p.scale * acc.x;
-    gbr_db[j + p.r] = gbr_db[j + p.r] + p.scale * acc.y;
-    gbr_db[j + 2u * p.r] = gbr_db[j + 2u * p.r] + p.scale * acc.z;
-    gbr_db[j + 3u * p.r] = gbr_db[j + 3u * p.r] + p.scale * acc.w;
+    let k = gid.x + gid.y * nw.x * LR;  // = o/4 * R/4 + r/4
+    if (k >= O4 * R4) { return; }
+    let o4 = k / R4;
+    let r4 = k % R4;
+    var a0 = vec4<f32>(0.0); var a1 = vec4<f32>(0.0); var a2 = vec4<f32>(0.0); var a3 = vec4<f32>(0.0);
+    for (var n = 0u; n < p.n; n++) {   // rows o .. o+3 of db, ranks r .. r+3 each
+        let d = gbr_dy[n * O4 + o4];
+        let u = gbr_u[n * R4 + r4];
+        a0 += d.x * u; a1 += d.y * u; a2 += d.z * u; a3 += d.w * u;
+    }
+    let j = 4u * o4 * R4 + r4;
+    gbr_db[j] = gbr_db[j] + p.scale * a0;
+    gbr_db[j + R4] = gbr_db[j + R4] + p.scale * a1;
+    gbr_db[j + 2u * R4] = gbr_db[j + 2u * R4] + p.scale * a2;
+    gbr_db[j + 3u * R4] = gbr_db[j + 3u * R4] + p.scale * a3;
 }
 
-// keep_factor of elements idx .. idx+3
-fn keep4(p: LoraParams, step: u32, idx: u32) -> vec4<f32> {
+// keep_factor of elements idx .. idx+3, with base = keep_base(p, step) (the hash's part
+// that is the same for every element, computed once per invocation)
+fn keep_base(p: LoraParams, step: u32) -> u32 { return pcg(p.seed ^ pcg(step)); }
+
+fn keep4_at(p: LoraParams, base: u32, idx: u32) -> vec4<f32> {
     if (p.keep_threshold == 0u) { return vec4<f32>(1.0); }
-    return vec4<f32>(keep_factor(p, step, idx), keep_factor(p, step, idx + 1u), keep_factor(p, step, idx + 2u),
-                     keep_factor(p, step, idx + 3u));
+    let h = vec4<u32>(pcg(idx ^ base), pcg((idx + 1u) ^ base), pcg((idx + 2u) ^ base), pcg((idx + 3u) ^ base));
+    return select(vec4<f32>(0.0), vec4<f32>(p.keep_scale), h >= vec4<u32>(p.keep_threshold));
 }
 
 @group(0) @binding(0) var<uniform> p_gar: LoraParams;
@@ -305,23 +326,28 @@ fn lora_grad_a_rows(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_
     let p = p_gar;
     let step = gar_stream[0];
     let I4 = p.i / 4u;
-    let k = gid.x + gid.y * nw.x * LR;  // = r * I/4 + i/4
-    if (k >= p.r * I4) { return; }
-    let r = k / I4;
+    let k = gid.x + gid.y * nw.x * LR;  // = r/4 * I/4 + i/4
+    if (k >= (p.r + 3u) / 4u * I4) { return; }
+    let r0 = k / I4 * 4u;
     let i4 = k % I4;
-    var acc = vec4<f32>(0.0);
-    if (p.keep_threshold == 0u) {   // no dropout: a loop without the branch
-        for (var n = 0u; n < p.n; n++) { acc += gar_du[n * p.r + r] * gar_x[n * I4 + i4]; }
-    } else {
-        for (var n = 0u; n < p.n; n++) {
-            acc += gar_du[n * p.r + r] * gar_x[n * I4 + i4] * keep4(p, step, n * p.i + 4u * i4);
-        }
+    let base = keep_base(p, step);
+    let r1 = min(r0 + 1u, p.r - 1u);
+    let r2 = min(r0 + 2u, p.r - 1u);
+    let r3 = min(r0 + 3u, p.r - 1u);
+    var s0 = vec4<f32>(0.0); var s1 = vec4<f32>(0.0); var s2 = vec4<f32>(0.0); var s3 = vec4<f32>(0.0);
+    for (var n = 0u; n < p.n; n++) {
+        let x = gar_x[n * I4 + i4] * keep4_at(p, base, n * p.i + 4u * i4);
+        let d = n * p.r;
+        s0 += gar_du[d + r0] * x; s1 += gar_du[d + r1] * x; s2 += gar_du[d + r2] * x; s3 += gar_du[d + r3] * x;
     }
-    gar_da[k] = gar_da[k] + acc;
+    gar_da[r0 * I4 + i4] = gar_da[r0 * I4 + i4] + s0;
+    if (r0 + 1u < p.r) { gar_da[r1 * I4 + i4] = gar_da[r1 * I4 + i4] + s1; }
+    if (r0 + 2u < p.r) { gar_da[r2 * I4 + i4] = gar_da[r2 * I4 + i4] + s2; }
+    if (r0 + 3u < p.r) { gar_da[r3 * I4 + i4] = gar_da[r3 * I4 + i4] + s3; }
 }
 
 @group(0) @binding(0) var<uniform> p_gxr: LoraParams;
-@group(0) @binding(1) var<storage, read> gxr_du: array<f32>;
+@group(0) @binding(1) var<storage, read> gxr_du: array<vec4<f32>>;
 @group(0) @binding(2) var<storage, read> gxr_a: array<vec4<f32>>;
 @group(0) @binding(3) var<storage, read_write> gxr_dx: array<vec4<f32>>;
 @group(0) @binding(4) var<storage, read> gxr_stream: array<u32>;
@@ -335,10 +361,14 @@ fn lora_grad_x_rows(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_
     if (k >= p.n * I4) { return; }
     let n = k / I4;
     let i4 = k % I4;
+    let R4 = p.r / 4u;
     var acc = vec4<f32>(0.0);
-    for (var r = 0u; r < p.r; r++) { acc += gxr_du[n * p.r + r] * gxr_a[r * I4 + i4]; }
-    let f = keep4(p, step, 4u * k);
-    gxr_dx[k] = gxr_dx[k] + f * acc;
+    for (var r4 = 0u; r4 < R4; r4++) {
+        let d = gxr_du[n * R4 + r4];
+        let j = 4u * r4 * I4 + i4;        // a[r, i..i+3] for r = 4 r4
+        acc += d.x * gxr_a[j] + d.y * gxr_a[j + I4] + d.z * gxr_a[j + 2u * I4] + d.w * gxr_a[j + 3u * I4];
+    }
+    gxr_dx[k] = gxr_dx[k] + keep4_at(p, keep_base(p, step), 4u * k) * acc;
 }
 
 // ---------------------------------------------------------------------------- decoding

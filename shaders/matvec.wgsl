@@ -32,7 +32,8 @@
 //   with a LoRA adapter (b_p != NONE) then adds lora_scale * sum_r u[p*R + r] B_p[o, r], as
 //   lora_up adds it (u from lora.wgsl lora_down_parts; B_p at float b_p of ab).
 //   0 params MatvecParams {W4, O0, O1, O2, base1, base2, scale0, scale1, scale2, accumulate,
-//   R, lora_scale, b0, b1, b2} | 1 xq[4*W] u32 read, one vec4 per weight word | 2 qs[2] read |
+//   R, lora_scale, b0, b1, b2, rank4 (bit p: part p's LoRA sum four ranks per dot, as
+//   lora_up_rows sums it)} | 1 xq[4*W] u32 read, one vec4 per weight word | 2 qs[2] read |
 //   3 w read, rows of W4 vec4 words (W = 4*W4 = ceil(I/16)) | 4 y0[O0] | 5 y1[O1] |
 //   6 y2[O2] read_write (distinct buffers: an absent part's is a spare) | 7 u[3R] read |
 //   8 ab read (the LoRA arena's params; spares without an adapter)
@@ -159,7 +160,7 @@ fn cpu_nq_word(e: u32, r: f32, s: f32) -> vec2<i32> {
 struct MatvecParams {
     w4: u32, o0: u32, o1: u32, o2: u32, base1: u32, base2: u32,
     scale0: f32, scale1: f32, scale2: f32, accumulate: u32,
-    r: u32, lora_scale: f32, b0: u32, b1: u32, b2: u32,
+    r: u32, lora_scale: f32, b0: u32, b1: u32, b2: u32, rank4: u32,
 };
 @group(0) @binding(0) var<uniform> mv_p: MatvecParams;
 @group(0) @binding(1) var<storage, read> mv_x: array<vec4<u32>>;
@@ -203,7 +204,16 @@ fn mv_store(part: u32, o: u32, sum: i32) {
     }
     if (b != 0xffffffffu) {
         var acc = 0.0;
-        for (var r = 0u; r < p.r; r++) { acc += mv_u[part * p.r + r] * mv_ab[b + o * p.r + r]; }
+        if (((p.rank4 >> part) & 1u) != 0u) {   // lora_up_rows' order: four ranks per dot
+            for (var r = 0u; r < p.r; r += 4u) {
+                let u = part * p.r + r;
+                let j = b + o * p.r + r;
+                acc += dot(vec4<f32>(mv_u[u], mv_u[u + 1u], mv_u[u + 2u], mv_u[u + 3u]),
+                           vec4<f32>(mv_ab[j], mv_ab[j + 1u], mv_ab[j + 2u], mv_ab[j + 3u]));
+            }
+        } else {
+            for (var r = 0u; r < p.r; r++) { acc += mv_u[part * p.r + r] * mv_ab[b + o * p.r + r]; }
+        }
         y = y + p.lora_scale * acc;
     }
     if (part == 0u) { mv_y0[o] = y; }

@@ -111,6 +111,39 @@ fn row_dots16(x: vec4<f32>, m0: mat4x4<f32>, m1: mat4x4<f32>, m2: mat4x4<f32>, m
     return mat4x4<f32>(x * m0, x * m1, x * m2, x * m3);
 }
 
+// R8: 32 floats in eight named vec4s (32 dims of a row, 32 outputs of a row, or 4
+// values of 8 rows), which CPU compilers keep in registers where a function-local
+// array indexed in a loop would live in memory (attention.wgsl, bitlinear.wgsl *_d32 / *_cpu).
+struct R8 { a: vec4<f32>, b: vec4<f32>, c: vec4<f32>, d: vec4<f32>, e: vec4<f32>, f: vec4<f32>, g: vec4<f32>, h: vec4<f32> };
+
+fn r8_dot(x: R8, y: R8) -> f32 {
+    let s = x.a * y.a + x.b * y.b + x.c * y.c + x.d * y.d + x.e * y.e + x.f * y.f + x.g * y.g + x.h * y.h;
+    return s.x + s.y + s.z + s.w;
+}
+
+fn r8_axpby(x: R8, a: f32, y: R8, b: f32) -> R8 {   // a x + b y
+    return R8(a * x.a + b * y.a, a * x.b + b * y.b, a * x.c + b * y.c, a * x.d + b * y.d,
+              a * x.e + b * y.e, a * x.f + b * y.f, a * x.g + b * y.g, a * x.h + b * y.h);
+}
+
+fn r8_fma(x: R8, s: f32, y: R8) -> R8 {   // x + s y
+    return R8(x.a + s * y.a, x.b + s * y.b, x.c + s * y.c, x.d + s * y.d,
+              x.e + s * y.e, x.f + s * y.f, x.g + s * y.g, x.h + s * y.h);
+}
+
+fn r8_scale(x: R8, s: f32) -> R8 {
+    return R8(s * x.a, s * x.b, s * x.c, s * x.d, s * x.e, s * x.f, s * x.g, s * x.h);
+}
+
+// An 8-row x 32-column register tile of the CPU matmuls (bitlinear.wgsl, linear.wgsl *_cpu).
+struct T8 { r0: R8, r1: R8, r2: R8, r3: R8, r4: R8, r5: R8, r6: R8, r7: R8 };   // 8 rows x 32 columns
+struct U8 { a: vec4<u32>, b: vec4<u32> };   // offsets of 8 rows
+
+fn t8_fma(a: T8, x: R8, j: u32, t: R8) -> T8 {   // row r += x_r[j] * t (x: a vec4 of each of the 8 rows)
+    return T8(r8_fma(a.r0, x.a[j], t), r8_fma(a.r1, x.b[j], t), r8_fma(a.r2, x.c[j], t), r8_fma(a.r3, x.d[j], t),
+              r8_fma(a.r4, x.e[j], t), r8_fma(a.r5, x.f[j], t), r8_fma(a.r6, x.g[j], t), r8_fma(a.r7, x.h[j], t));
+}
+
 // ---------------------------------------------------------------- optimizer state
 // The 16-word state buffer that grad_norm.wgsl fills and adamw.wgsl reads:
 //   sumsq f32 | norm f32 | clip f32 | gmul f32 | skip u32 | skipped u32 | step u32 |

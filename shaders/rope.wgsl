@@ -15,6 +15,11 @@
 //   0 params RopeBackwardParams {N, T, H, D} | 1 g[N, H*D] read_write (dy in, dx out) |
 //   2 cos[T, D/2] read | 3 sin[T, D/2] read
 // dispatch (both): ceil(N*H*D/2 / 256) workgroups split over x, y
+//
+// CPU variants (Device.kind "cpu", D % 8 == 0; ops/rope.py picks them): rope_forward_cpu,
+// rope_backward_cpu, the same math and bindings seen as vec4, four j per invocation (a
+// CPU rasteriser pays per load, nearly as much for a vec4 as for a float):
+// ceil(N*H*D/8 / 256) workgroups split over x, y.
 
 struct RopeParams { n: u32, t: u32, h: u32, d: u32, pos0: u32 };
 @group(0) @binding(0) var<uniform> p: RopeParams;
@@ -112,4 +117,45 @@ fn rope_kv_store(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgrou
     rk_kc[dst + half] = x2 * c + x1 * s;
     rk_vc[dst] = rk_v[a];
     rk_vc[dst + half] = rk_v[a + half];
+}
+
+// ---------------------------------------------------------------------------- CPU variants
+@group(0) @binding(1) var<storage, read_write> rc_x: array<vec4<f32>>;
+@group(0) @binding(2) var<storage, read> rc_cos: array<vec4<f32>>;
+@group(0) @binding(3) var<storage, read> rc_sin: array<vec4<f32>>;
+
+@compute @workgroup_size(256)
+fn rope_forward_cpu(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>,
+                    @builtin(num_workgroups) nw: vec3<u32>) {
+    let i = (wid.x + wid.y * nw.x) * 256u + lid.x;   // = (n * H + head) * D/8 + j/4
+    let q = p.d / 8u;
+    if (i >= p.n * p.h * q) { return; }
+    let j = i % q;
+    let nh = i / q;
+    let pos = p.pos0 + (nh / p.h) % p.t;
+    let c = rc_cos[pos * q + j];
+    let s = rc_sin[pos * q + j];
+    let a = nh * 2u * q + j;
+    let x1 = rc_x[a];
+    let x2 = rc_x[a + q];
+    rc_x[a] = x1 * c - x2 * s;
+    rc_x[a + q] = x2 * c + x1 * s;
+}
+
+@compute @workgroup_size(WG)
+fn rope_backward_cpu(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>,
+                     @builtin(num_workgroups) nw: vec3<u32>) {
+    let q = rp_p.d / 8u;
+    let k = (wid.x + wid.y * nw.x) * WG + lid.x;
+    if (k >= rp_p.n * rp_p.h * q) { return; }
+    let j = k % q;
+    let nh = k / q;
+    let t = (nh / rp_p.h) % rp_p.t;
+    let c = rc_cos[t * q + j];
+    let s = rc_sin[t * q + j];
+    let i0 = nh * 2u * q + j;
+    let a = rc_x[i0];
+    let b = rc_x[i0 + q];
+    rc_x[i0] = a * c + b * s;
+    rc_x[i0 + q] = b * c - a * s;
 }

@@ -278,7 +278,7 @@ def test_cross_entropy(run_case, N, V, kind):
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("N,I,O,R,p", [(1, 5, 3, 1, 0.0), (7, 70, 33, 4, 0.0), (6, 300, 17, 8, 0.4),
                                         (17, 12, 8, 3, 0.2), (33, 64, 20, 1, 0.0), (1, 4, 4, 1, 0.0),
-                                        (19, 36, 60, 8, 0.0)])
+                                        (19, 36, 60, 8, 0.0), (13, 40, 24, 4, 0.3), (9, 128, 64, 16, 0.05)])
 def test_lora(run_case, N, I, O, R, p, kind):
     rng = np.random.default_rng(N + I + O + R)
     x, a, b, dy = (f32(rng.normal(size=s)) for s in ((N, I), (R, I), (O, R), (N, O)))
@@ -317,7 +317,9 @@ def test_rmsnorm_backward(run_case, N, C, acc, kind):
 @pytest.mark.parametrize("N,I,O,acc,split", [(1, 1, 1, False, None), (17, 33, 40, True, None),
                                               (5, 300, 19, False, None), (70, 270, 21, True, None),
                                               (17, 33, 40, True, 3), (70, 270, 100, False, 4),
-                                              (9, 15, 7, True, None), (4, 2100, 3, False, None)])
+                                              (9, 15, 7, True, None), (4, 2100, 3, False, None),
+                                              (13, 70, 36, True, None), (9, 300, 8, False, None),
+                                              (20, 17, 4, True, None), (65, 48, 132, False, None)])
 def test_bitlinear_backward_input(run_case, N, I, O, acc, split, kind):
     rng = np.random.default_rng(N * I * O)
     t = rng.integers(-1, 2, size=(O, I))
@@ -331,7 +333,8 @@ def test_bitlinear_backward_input(run_case, N, I, O, acc, split, kind):
 @pytest.mark.parametrize("kind", ["gpu", "cpu"])
 @pytest.mark.parametrize("N,I,O,acc,split", [(1, 1, 1, False, None), (19, 21, 35, True, None),
                                               (70, 130, 33, False, None), (19, 21, 35, True, 3),
-                                              (70, 130, 100, False, 5), (3, 150, 2, True, None)])
+                                              (70, 130, 100, False, 5), (3, 150, 2, True, None),
+                                              (41, 68, 9, True, None)])
 def test_linear_backward_input(run_case, N, I, O, acc, split, kind):
     rng = np.random.default_rng(N + I + O)
     dy, w, dx0 = f32(rng.normal(size=(N, O))), f32(rng.normal(size=(O, I))), f32(rng.normal(size=(N, I)))
@@ -362,12 +365,14 @@ def test_silu_backward_ref_finite_differences():
 
 @pytest.mark.parametrize("kind", ["gpu", "cpu"])
 @pytest.mark.parametrize("act", ["relu2", "silu"])
-def test_gating_forward_backward(run_case, act, kind):
+@pytest.mark.parametrize("shape", [(3, 301), (5, 412)])
+def test_gating_forward_backward(run_case, act, shape, kind):
     """Both FFN gatings (hidden_act relu2 and silu), forward and backward, on each device
-    kind's kernel list; g spans saturated sigmoids (|g| up to ~40) and count % 256 != 0."""
+    kind's kernels (cpu: the vec4 variant where count % 4 == 0, the GPU one otherwise);
+    g spans saturated sigmoids (|g| up to ~40) and count % 256 != 0."""
     rng = np.random.default_rng(11)
-    dh, u = f32(rng.normal(size=(3, 301))), f32(rng.normal(size=(3, 301)))
-    g = f32(rng.normal(size=(3, 301)) * np.where(rng.random((3, 301)) < 0.05, 10.0, 2.0))
+    dh, u = f32(rng.normal(size=shape)), f32(rng.normal(size=shape))
+    g = f32(rng.normal(size=shape) * np.where(rng.random(shape) < 0.05, 10.0, 2.0))
     r = run_case("backward_cases", "case_gating", act=act, dh=L(dh), g=L(g), u=L(u), kind=kind)
     g64, u64, dh64 = (a.astype(np.float64) for a in (g, u, dh))
     if act == "silu":
@@ -379,22 +384,45 @@ def test_gating_forward_backward(run_case, act, kind):
     assert_close(r["du"], du, 1e-6, f"{act} du")
 
 
-@pytest.mark.parametrize("B,T,H,D", [(1, 1, 1, 2), (2, 5, 3, 6)])
-def test_rope_backward(run_case, B, T, H, D):
+@pytest.mark.parametrize("kind", ["gpu", "cpu"])
+@pytest.mark.parametrize("B,T,H,D", [(1, 1, 1, 2), (2, 5, 3, 6), (3, 7, 2, 8), (2, 9, 3, 24)])
+def test_rope_backward(run_case, B, T, H, D, kind):
+    """kind "cpu": the vec4 variant where D % 8 == 0, the GPU kernel otherwise."""
     rng = np.random.default_rng(T * D)
     cos, sin = rope_tables(T, D)
     dy = f32(rng.normal(size=(B * T, H * D)))
-    r = run_case("backward_cases", "case_rope_backward", dy=L(dy), cos=L(cos), sin=L(sin), N=B * T, T=T, H=H, D=D)
+    r = run_case("backward_cases", "case_rope_backward", dy=L(dy), cos=L(cos), sin=L(sin), N=B * T, T=T, H=H, D=D,
+                 kind=kind)
     assert_close(r, rope_backward_ref(dy.astype(np.float64), cos, sin, T, H, D), 1e-6, "rope dx")
+
+
+@pytest.mark.parametrize("kind", ["gpu", "cpu"])
+@pytest.mark.parametrize("B,T,H,D,pos0", [(2, 5, 3, 6, 0), (3, 7, 2, 8, 0), (2, 1, 3, 24, 11)])
+def test_rope_forward(run_case, B, T, H, D, pos0, kind):
+    """Rows at positions pos0 + t (pos0 > 0: a decoding step over a KV cache), against
+    the rotation written out in float64; kind "cpu": the vec4 variant where D % 8 == 0."""
+    rng = np.random.default_rng(T * D + pos0)
+    cos, sin = rope_tables(pos0 + T, D)
+    x = f32(rng.normal(size=(B * T, H * D)))
+    r = run_case("backward_cases", "case_rope_forward", x=L(x), cos=L(cos), sin=L(sin), N=B * T, T=T, H=H, D=D,
+                 pos0=pos0, kind=kind)
+    half = D // 2
+    pos = pos0 + np.arange(B * T) % T
+    c, s = cos.astype(np.float64).reshape(-1, half)[pos][:, None], sin.astype(np.float64).reshape(-1, half)[pos][:, None]
+    x3 = x.astype(np.float64).reshape(B * T, H, D)
+    want = np.concatenate([x3[..., :half] * c - x3[..., half:] * s, x3[..., half:] * c + x3[..., :half] * s], -1)
+    assert_close(r, want.reshape(B * T, H * D), 1e-6, "rope y")
 
 
 @pytest.mark.parametrize("kind", ["gpu", "cpu"])
 @pytest.mark.parametrize("B,T,H,Hkv,D", [(1, 1, 1, 1, 4), (2, 5, 4, 4, 8), (1, 70, 4, 2, 6), (2, 3, 4, 1, 130),
                                          (1, 4, 2, 1, 200), (3, 33, 6, 3, 3), (2, 20, 2, 2, 256),
-                                         (4, 37, 4, 2, 32), (1, 9, 2, 1, 128), (3, 1, 3, 1, 4)])
+                                         (4, 37, 4, 2, 32), (1, 9, 2, 1, 128), (3, 1, 3, 1, 4),
+                                         (2, 9, 6, 2, 12), (1, 16, 4, 1, 28)])
 def test_attention_backward(run_case, B, T, H, Hkv, D, kind):
-    """kind "cpu": the per-row kernels where D % 4 == 0 (N*H, N*Hkv not multiples of
-    their 16-invocation workgroups), and each dkv kernel fed by the other kind's dq."""
+    """kind "cpu": the CPU kernels where D % 4 == 0 (D <= 32: blocks of 4 rows, T not a
+    multiple of 4, D/4 odd; N*H, N*Hkv not multiples of the 16-invocation workgroups),
+    and each CPU variant's dq and dkv fed by the GPU kernels' other half."""
     rng = np.random.default_rng(B * T * H * D)
     N = B * T
     q, do = f32(rng.normal(size=(N, H * D))), f32(rng.normal(size=(N, H * D)))
@@ -407,6 +435,7 @@ def test_attention_backward(run_case, B, T, H, Hkv, D, kind):
     assert_close(r["dv"], dv, 1e-5, "dv")
     assert (kind == "cpu" and D % 4 == 0) == ("mixed" in r)
     for i, m in enumerate(r.get("mixed", [])):
+        assert_close(m["dq"], dq, 1e-5, f"dq (mixed {i})")
         assert_close(m["dk"], dk, 1e-5, f"dk (mixed {i})")
         assert_close(m["dv"], dv, 1e-5, f"dv (mixed {i})")
 
@@ -500,11 +529,11 @@ def test_head_backward_composes(run_case, kind):
 
 @pytest.mark.parametrize("kind", ["gpu", "cpu"])
 @pytest.mark.parametrize("w_dtype", ["f32", "bf16"])
-def test_linear_backward_vocab_chunks(run_case, w_dtype, kind):
+@pytest.mark.parametrize("N,I,O", [(5, 10, 150), (13, 36, 200)])
+def test_linear_backward_vocab_chunks(run_case, w_dtype, N, I, O, kind):
     """The lm_head backward over vocabulary chunks bound as views (ld_dy = V), with the
     embedding in f32 or as the checkpoint's bf16."""
     rng = np.random.default_rng(11)
-    N, I, O = 5, 10, 150
     dy, w = f32(rng.normal(size=(N, O))), f32(rng.normal(size=(O, I)))
     if w_dtype == "bf16":
         bits = (w.view(np.uint32) >> 16).astype(np.uint32).ravel()      # truncate to bf16

@@ -1,6 +1,6 @@
 """The forward matmuls (shaders/bitlinear.wgsl, linear.wgsl) on awkward shapes, for
-each device kind: the entry points of each (64 x 64 register tiles for "gpu", 8 x 16
-per invocation for "cpu", and the few-rows kernel used for decoding), and the ternary
+each device kind: the entry points of each (64 x 64 register tiles for "gpu", 8 x 32
+per invocation for "cpu" where I % 4 == 0, and the few-rows kernel used for decoding), and the ternary
 one with its reduction split over workgroups (splitk.wgsl), against numpy, natively
 and in Chromium. The ternary matmul sums integers, which f32 holds exactly, so its
 kernels must agree bit for bit with each other and with float64 numpy up to the
@@ -40,7 +40,9 @@ def check_bitlinear_forward(r, xq, s, t, y0, scale, acc):
 @pytest.mark.parametrize("kind,int8", [("gpu", True), ("gpu", False), ("cpu", True)])
 @pytest.mark.parametrize("N,I,O,acc", [(1, 1, 1, False), (7, 16, 64, True), (65, 33, 70, False),
                                         (130, 385, 129, True), (64, 64, 64, False), (20, 200, 30, True),
-                                        (9, 17, 129, False), (300, 130, 260, True), (70, 150, 65, False)])
+                                        (9, 17, 129, False), (300, 130, 260, True), (70, 150, 65, False),
+                                        (65, 36, 70, False), (13, 388, 33, True), (9, 4, 1, False),
+                                        (41, 132, 97, True)])
 def test_bitlinear_forward(run_case, N, I, O, acc, kind, int8):
     """kind "gpu" with int8: the op runs bitlinear_forward_i8 where the device has it (N > 8),
     int8 False: the f32 kernel, as on a device without dot4I8Packed."""
@@ -53,7 +55,8 @@ def test_bitlinear_forward(run_case, N, I, O, acc, kind, int8):
                  y0=L(y0), N=N, I=I, O=O, accumulate=acc, kind=kind, int8=int8)
     has_i8 = "bitlinear_forward_i8" in r
     assert r["int8"] == (kind == "gpu" and int8 and has_i8 and N > bitlinear.ROWS_KERNEL_MAX_N), r["int8"]
-    assert len(r) == 6 + has_i8 + (len(bitlinear.CPU_TILES) if kind == "cpu" else 0), sorted(r)
+    cpu_runs = 1 + len(bitlinear.CPU_TILES) if kind == "cpu" and I % 4 == 0 else 0
+    assert len(r) == (6 + has_i8 if kind == "gpu" else 5 + cpu_runs), sorted(r)
     check_bitlinear_forward(r, xq, s, t, y0, scale, acc)
 
 
@@ -76,37 +79,57 @@ def test_bitlinear_forward_int8_extremes(run_case, N, I, O):
 @pytest.mark.parametrize("kind", ["gpu", "cpu"])
 @pytest.mark.parametrize("N,I,O,chunk,row0,step", [(1, 1, 1, 1, 0, 1), (9, 33, 70, 64, 0, 1),
                                                     (66, 130, 200, 77, 0, 1), (3, 40, 50, 50, 5, 7),
-                                                    (12, 7, 300, 256, 2, 3), (20, 130, 150, 150, 0, 1)])
-def test_linear_forward(run_case, N, I, O, chunk, row0, step, kind):
+                                                    (12, 7, 300, 256, 2, 3), (20, 130, 150, 150, 0, 1),
+                                                    (66, 132, 200, 77, 0, 1), (21, 36, 70, 64, 3, 2)])
+@pytest.mark.parametrize("w_dtype", ["f32", "bf16"])
+def test_linear_forward(run_case, N, I, O, chunk, row0, step, kind, w_dtype):
+    """W in f32 or as the checkpoint's bf16 pairs (odd rows straddle words when I is odd)."""
     rng = np.random.default_rng(N + I + O)
     rows = row0 + (N - 1) * step + 1
     x, w = f32(rng.normal(size=(rows, I))), f32(rng.normal(size=(O, I)))
-    chunks = [[v0, min(chunk, O - v0), L(w[v0:v0 + chunk])] for v0 in range(0, O, chunk)]
+    if w_dtype == "bf16":
+        bits = (w.view(np.uint32) >> 16).astype(np.uint32)                 # truncate to bf16
+        w = (bits << 16).view(np.float32)
+
+        def words(b):
+            b = np.append(b.ravel(), np.uint32(0)) if b.size % 2 else b.ravel()
+            return (b[0::2] | (b[1::2] << 16)).tolist()
+        chunks = [[v0, min(chunk, O - v0), words(bits[v0:v0 + chunk])] for v0 in range(0, O, chunk)]
+    else:
+        chunks = [[v0, min(chunk, O - v0), L(w[v0:v0 + chunk])] for v0 in range(0, O, chunk)]
     r = run_case("forward_cases", "case_linear_forward", x=L(x), w_chunks=chunks, N=N, I=I, O=O,
-                 x_row0=row0, x_step=step, kind=kind)
+                 x_row0=row0, x_step=step, kind=kind, w_dtype=w_dtype)
     want = x[row0::step][:N].astype(np.float64) @ w.T.astype(np.float64)
-    assert len(r) == 3, sorted(r)
+    assert len(r) == (2 if kind == "cpu" and I % 4 else 3), sorted(r)
     for entry in r:
         assert_close(r[entry], want, 1e-5, entry)
 
 
 @pytest.mark.parametrize("kind", ["gpu", "cpu"])
-@pytest.mark.parametrize("B,T,H,Hkv,D", [(1, 1, 1, 1, 4), (2, 70, 4, 2, 6), (1, 5, 2, 1, 130), (2, 3, 2, 1, 256),
-                                         (3, 17, 4, 2, 32), (1, 70, 6, 3, 128), (2, 9, 3, 1, 4)])
-def test_attention_forward(run_case, B, T, H, Hkv, D, kind):
+@pytest.mark.parametrize("B,T,H,Hkv,D,pos0,S", [(1, 1, 1, 1, 4, 0, 1), (2, 70, 4, 2, 6, 0, 70),
+                                                (1, 5, 2, 1, 130, 0, 5), (2, 3, 2, 1, 256, 0, 3),
+                                                (3, 17, 4, 2, 32, 0, 17), (1, 70, 6, 3, 128, 0, 70),
+                                                (2, 9, 3, 1, 4, 0, 9), (2, 11, 6, 2, 12, 0, 11),
+                                                (2, 1, 4, 2, 32, 37, 50), (1, 5, 2, 1, 16, 9, 20),
+                                                (2, 3, 4, 2, 128, 4, 8), (1, 10, 3, 3, 8, 6, 16)])
+def test_attention_forward(run_case, B, T, H, Hkv, D, pos0, S, kind):
     """GPU kernel: every head dim a thread may own (lid + 64e, e < 4), keys in several
-    chunks of 64. CPU kind: the per-row kernel where D % 4 == 0 (N*H not a multiple of
-    its 16-invocation workgroup), the GPU one otherwise."""
-    rng = np.random.default_rng(T * D)
+    chunks of 64. CPU kind: the CPU kernels where D % 4 == 0 (D <= 32: blocks of 4 query
+    rows, T not a multiple of 4; N*H not a multiple of the 16-invocation workgroup), the
+    GPU one otherwise. pos0 > 0: T new tokens over a KV cache of S positions whose
+    entries past pos0 + T - 1 must be ignored (decoding)."""
+    rng = np.random.default_rng(T * D + pos0)
     N = B * T
-    q, k, v = f32(rng.normal(size=(N, H * D))), f32(rng.normal(size=(N, Hkv * D))), f32(rng.normal(size=(N, Hkv * D)))
+    q = f32(rng.normal(size=(N, H * D)))
+    k, v = f32(rng.normal(size=(B * S, Hkv * D))), f32(rng.normal(size=(B * S, Hkv * D)))
     r = run_case("forward_cases", "case_attention_forward", q=L(q), k=L(k), v=L(v), B=B, T=T, H=H, Hkv=Hkv, D=D,
-                 kind=kind)
+                 kind=kind, pos0=pos0, S=S)
+    P = pos0 + T                                   # cache positions in use
     q4 = q.astype(np.float64).reshape(B, T, H, D)
-    k4 = np.repeat(k.astype(np.float64).reshape(B, T, Hkv, D), H // Hkv, axis=2)
-    v4 = np.repeat(v.astype(np.float64).reshape(B, T, Hkv, D), H // Hkv, axis=2)
+    k4 = np.repeat(k.astype(np.float64).reshape(B, S, Hkv, D)[:, :P], H // Hkv, axis=2)
+    v4 = np.repeat(v.astype(np.float64).reshape(B, S, Hkv, D)[:, :P], H // Hkv, axis=2)
     s = np.einsum("bthd,bshd->bhts", q4, k4) / np.sqrt(D)
-    s = np.where(np.tril(np.ones((T, T), bool)), s, -np.inf)
+    s = np.where(np.arange(P)[None, :] <= pos0 + np.arange(T)[:, None], s, -np.inf)
     lse = np.log(np.exp(s - s.max(-1, keepdims=True)).sum(-1)) + s.max(-1)
     out = np.einsum("bhts,bshd->bthd", np.exp(s - lse[..., None]), v4)
     assert_close(r["out"], out.reshape(N, H * D), 1e-5, "out")

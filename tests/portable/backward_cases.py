@@ -120,7 +120,7 @@ async def case_relu2_gating_backward(dev, dh, g, u):
 
 async def case_gating(dev, act, dh, g, u, kind="gpu"):
     """h of ops.relu2.gating_forward and dg, du of gating_backward for `act` ("relu2"
-    or "silu"), recorded with dev.kind = `kind` (one entry serves both kinds)."""
+    or "silu"), recorded with dev.kind = `kind`."""
     await _prepare(dev)
     n = len(dh)
     bh, bdg, bdu = dev.buffer(4 * n, "h"), dev.buffer(4 * n, "dg"), dev.buffer(4 * n, "du")
@@ -131,17 +131,28 @@ async def case_gating(dev, act, dh, g, u, kind="gpu"):
     return {"h": await _get(dev, bh, n), "dg": await _get(dev, bdg, n), "du": await _get(dev, bdu, n)}
 
 
-async def case_rope_backward(dev, dy, cos, sin, N, T, H, D):
+async def case_rope_backward(dev, dy, cos, sin, N, T, H, D, kind="gpu"):
     await _prepare(dev)
     bg = _f32(dev, dy, "g")
-    rope.rope_backward(dev, bg, _f32(dev, cos, "cos"), _f32(dev, sin, "sin"), N, T, H, D)
+    with _kind(dev, kind):
+        rope.rope_backward(dev, bg, _f32(dev, cos, "cos"), _f32(dev, sin, "sin"), N, T, H, D)
     return await _get(dev, bg, N * H * D)
 
 
+async def case_rope_forward(dev, x, cos, sin, N, T, H, D, pos0, kind="gpu"):
+    """x rotated in place at positions pos0 + n % T (cos, sin[P, D/2], P >= pos0 + T)."""
+    await _prepare(dev)
+    bx = _f32(dev, x, "x")
+    with _kind(dev, kind):
+        rope.rope_forward(dev, bx, _f32(dev, cos, "cos"), _f32(dev, sin, "sin"), N, T, H, D, pos0)
+    return await _get(dev, bx, N * H * D)
+
+
 async def case_attention_backward(dev, dout, q, k, v, B, T, H, Hkv, D, kind="gpu"):
-    """dq, dk, dv, stats with the kernels of `kind` ("gpu", or "cpu": the per-row ones
-    where D % 4 == 0). With kind "cpu" and D % 4 == 0 also "mixed": dk, dv of each dkv
-    kernel fed by the other kind's dq (one stats contract)."""
+    """dq, dk, dv, stats with the kernels of `kind` ("gpu", or "cpu": the CPU variant
+    the op picks where D % 4 == 0). With kind "cpu" and D % 4 == 0 also "mixed": dq of
+    each CPU variant (_rows; _d32 where D <= 32), and dk, dv of its dkv kernel, each fed
+    by the GPU kernels' other half (one stats contract)."""
     await _prepare(dev)
     N = B * T
     bdq, bdk, bdv = dev.buffer(4 * N * H * D, "dq"), dev.buffer(4 * N * Hkv * D, "dk"), dev.buffer(4 * N * Hkv * D, "dv")
@@ -159,15 +170,16 @@ async def case_attention_backward(dev, dout, q, k, v, B, T, H, Hkv, D, kind="gpu
         blocks = B * -(-T // 8)
         gpu_dq = ("attention_backward_dq", blocks * H)
         gpu_dkv = ("attention_backward_dkv", blocks * Hkv)
-        rows = attention.ROWS_WG
-        cpu_dq = ("attention_backward_dq_rows", -(-N * H // rows))
-        cpu_dkv = ("attention_backward_dkv_rows", -(-N * Hkv // rows))
         out["mixed"] = []
-        for (eq, gq), (ek, gk) in ((gpu_dq, cpu_dkv), (cpu_dq, gpu_dkv)):
-            dev.clear(stats)
-            dev.dispatch(dev.prepared(attention.SHADER, eq), ins + [bdq, stats], groups=gq, params=params)
-            dev.dispatch(dev.prepared(attention.SHADER, ek), ins + [stats, bdk, bdv], groups=gk, params=params)
-            out["mixed"].append({"dk": await _get(dev, bdk, N * Hkv * D), "dv": await _get(dev, bdv, N * Hkv * D)})
+        for variant in ("_rows", "_d32") if D <= 32 else ("_rows",):
+            cpu_dq = ("attention_backward_dq" + variant, attention._groups(variant, B, T, H))
+            cpu_dkv = ("attention_backward_dkv" + variant, attention._groups(variant, B, T, Hkv))
+            for (eq, gq), (ek, gk) in ((gpu_dq, cpu_dkv), (cpu_dq, gpu_dkv)):
+                dev.clear(stats)
+                dev.dispatch(dev.prepared(attention.SHADER, eq), ins + [bdq, stats], groups=gq, params=params)
+                dev.dispatch(dev.prepared(attention.SHADER, ek), ins + [stats, bdk, bdv], groups=gk, params=params)
+                out["mixed"].append({"dq": await _get(dev, bdq, N * H * D), "dk": await _get(dev, bdk, N * Hkv * D),
+                                     "dv": await _get(dev, bdv, N * Hkv * D)})
     return out
 
 

@@ -16,8 +16,9 @@ def _buf(dev, code, vals, label):
 
 
 async def _prepare(dev):
-    """Compile every kernel the ops record (once per device), the int8 ones where it has them."""
-    await dev.prepare(ops.kernel_specs("f32", int8=dev.int8_dot))
+    """Compile every kernel the ops record, for f32 and bf16 tables (once per device), the
+    int8 ones where it has them."""
+    await dev.prepare(ops.kernel_specs("f32", int8=dev.int8_dot) + ops.kernel_specs("bf16"))
 
 
 def pack_xq(xq, N, I):
@@ -60,27 +61,31 @@ async def case_bitlinear_forward(dev, xq, s, packed, scale, y0, N, I, O, accumul
                                  int8=True):
     """y for every entry point of device `kind` ("gpu": {"bitlinear_forward": [...],
     "bitlinear_forward_rows": [...]} and "bitlinear_forward_i8" where the device has
-    dot4I8Packed; "cpu": bitlinear_forward_cpu and the rows kernel), under "op" what
-    ops.bitlinear.bitlinear_forward picked for this N on that kind (with dev.int8_dot
-    off unless `int8`), and under "split<S>" the op with its reduction split in S
-    slices (splitk.wgsl; the CPU kernel ignores it). "int8" says whether the op's
-    activations were packed."""
+    dot4I8Packed; "cpu": bitlinear_forward_cpu with each adapter's constants where
+    I % 4 == 0, and the rows kernel), under "op" what ops.bitlinear.bitlinear_forward
+    picked for this N on that kind (with dev.int8_dot off unless `int8`), and under
+    "split<S>" the op with its reduction split in S slices (splitk.wgsl; the CPU kernel
+    ignores it). "int8" says whether the op's activations were packed."""
     await _prepare(dev)
     bx, bs, bw = _buf(dev, "f", xq, "xq"), _buf(dev, "f", s, "s"), _buf(dev, "I", packed, "w")
     bx8 = dev.buffer(4 * N * bitlinear.xq_floats(I, True), "xq8", data=pack_xq(xq, N, I))
     words = -(-I // 16)
     params = bitlinear.FORWARD.pack(N, I, O, scale, int(accumulate), words, 0)
-    # CPU: the default tile (lavapipe's) and every adapter's of ops.bitlinear.CPU_TILES
-    cpu = [("bitlinear_forward_cpu", "bitlinear_forward_cpu", bitlinear.CPU_WG * bitlinear.CPU_TILE, 8, None)]
-    cpu += [(f"bitlinear_forward_cpu {name}", "bitlinear_forward_cpu", c["CPU_WG"] * bitlinear.CPU_TILE, 8, c)
+    # CPU (I % 4 == 0): the default workgroup (lavapipe's) and every adapter's of ops.bitlinear.CPU_TILES
+    tiles = -(-O // bitlinear.CPU_TILE)
+    rows = bitlinear.CPU_FWD_ROWS
+    cpu = [("bitlinear_forward_cpu", "bitlinear_forward_cpu",
+            bitlinear.cpu_groups(dev, N, tiles, rows, bitlinear.CPU_DEFAULT), None)]
+    cpu += [(f"bitlinear_forward_cpu {name}", "bitlinear_forward_cpu", bitlinear.cpu_groups(dev, N, tiles, rows, c), c)
             for name, c in bitlinear.CPU_TILES]
-    tiles = {"gpu": [("bitlinear_forward", "bitlinear_forward", 64, 64, None)], "cpu": cpu}[kind]
+    runs = {"gpu": [("bitlinear_forward", "bitlinear_forward", (-(-O // 64), -(-N // 64), 1), None)],
+            "cpu": cpu if I % 4 == 0 else []}[kind]
     out = {}
-    for key, entry, cols, rows, consts in tiles + [("bitlinear_forward_rows", "bitlinear_forward_rows", 64, 8, None)]:
+    for key, entry, groups, consts in runs + [("bitlinear_forward_rows", "bitlinear_forward_rows",
+                                               (-(-O // 64), -(-N // 8), 1), None)]:
         y = _buf(dev, "f", y0, "y")
         binds = [bx, bs, bw, y] + ([dev.buffer(4, "part")] if entry == "bitlinear_forward" else [])
-        dev.dispatch(dev.prepared("bitlinear.wgsl", entry, consts), binds, groups=(-(-O // cols), -(-N // rows), 1),
-                     params=params)
+        dev.dispatch(dev.prepared("bitlinear.wgsl", entry, consts), binds, groups=groups, params=params)
         out[key] = await _get(dev, y, N * O)
     if kind == "gpu" and dev.int8_dot:
         y = _buf(dev, "f", y0, "y")
@@ -102,21 +107,30 @@ async def case_bitlinear_forward(dev, xq, s, packed, scale, y0, N, I, O, accumul
     return out
 
 
-async def case_linear_forward(dev, x, w_chunks, N, I, O, x_row0, x_step, kind="gpu"):
+class _Chunks(list):
+    """Weight chunks [(v0, Oc, buffer), ...] with the table's dtype (as model.RowTable)."""
+    def __init__(self, items, dtype):
+        super().__init__(items)
+        self.dtype = dtype
+
+
+async def case_linear_forward(dev, x, w_chunks, N, I, O, x_row0, x_step, kind="gpu", w_dtype="f32"):
     """logits for every entry point of linear.wgsl of device `kind` (the tiled one of
-    that kind and the few-rows one) over a weight split in row chunks
-    (w_chunks = [[v0, Oc, floats], ...]), and through ops.linear.linear_forward."""
+    that kind, the CPU one where I % 4 == 0, and the few-rows one) over a weight split in row chunks
+    (w_chunks = [[v0, Oc, floats or bf16 words], ...]), and through ops.linear.linear_forward."""
     await _prepare(dev)
     bx = _buf(dev, "f", x, "x")
-    chunks = [(v0, oc, _buf(dev, "f", vals, f"w{v0}")) for v0, oc, vals in w_chunks]
-    tiles = {"gpu": [("linear_forward", 64, 64)],
-             "cpu": [("linear_forward_cpu", linear.CPU_WG * linear.CPU_TILE, 8)]}[kind]
+    code = "f" if w_dtype == "f32" else "I"        # bf16: the chunk's u32 words of bf16 pairs
+    chunks = _Chunks([(v0, oc, _buf(dev, code, vals, f"w{v0}")) for v0, oc, vals in w_chunks], w_dtype)
+    consts = {"LN_BF16": 1.0} if w_dtype == "bf16" else None
+    tiles = {"gpu": [("linear_forward", lambda oc: (-(-oc // 64), -(-N // 64), 1))],
+             "cpu": [("linear_forward_cpu", lambda oc: linear.cpu_groups(N, oc))] if I % 4 == 0 else []}[kind]
     out = {}
-    for entry, cols, rows in tiles + [("linear_forward_rows", 64, 8)]:
+    for entry, groups in tiles + [("linear_forward_rows", lambda oc: (-(-oc // 64), -(-N // 8), 1))]:
         y = dev.buffer(4 * N * O, "y")
-        k = dev.prepared("linear.wgsl", entry)
+        k = dev.prepared("linear.wgsl", entry, consts)
         for v0, oc, w in chunks:
-            dev.dispatch(k, [bx, w, y], groups=(-(-oc // cols), -(-N // rows), 1),
+            dev.dispatch(k, [bx, w, y], groups=groups(oc),
                          params=linear.FORWARD.pack(N, I, oc, O, v0, x_row0, x_step))
         out[entry] = await _get(dev, y, N * O)
     y = dev.buffer(4 * N * O, "y")
@@ -129,9 +143,10 @@ async def case_linear_forward(dev, x, w_chunks, N, I, O, x_row0, x_step, kind="g
     return out
 
 
-async def case_attention_forward(dev, q, k, v, B, T, H, Hkv, D, kind="gpu"):
-    """Causal GQA attention of a whole sequence batch (S = T, pos0 = 0): out and lse,
-    with the kernels of `kind` ("gpu", or "cpu": the per-row ones where D % 4 == 0)."""
+async def case_attention_forward(dev, q, k, v, B, T, H, Hkv, D, kind="gpu", pos0=0, S=None):
+    """Causal GQA attention of T new tokens per sequence at positions pos0.. over a cache
+    k, v[B, S, Hkv*D] (default S = T, pos0 = 0: a whole sequence batch): out and lse,
+    with the kernels of `kind` ("gpu", or "cpu": the CPU variant where D % 4 == 0)."""
     await _prepare(dev)
     from bitlora.ops.attention import attention_forward
     N = B * T
@@ -139,7 +154,7 @@ async def case_attention_forward(dev, q, k, v, B, T, H, Hkv, D, kind="gpu"):
     kind0, dev.kind = dev.kind, kind
     try:
         attention_forward(dev, _buf(dev, "f", q, "q"), _buf(dev, "f", k, "k"), _buf(dev, "f", v, "v"), out, lse,
-                          B, T, H, Hkv, D, T)
+                          B, T, H, Hkv, D, S or T, pos0)
     finally:
         dev.kind = kind0
     return {"out": await _get(dev, out, N * H * D), "lse": await _get(dev, lse, N * H)}

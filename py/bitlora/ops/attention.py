@@ -1,8 +1,9 @@
 """Wrappers for shaders/attention.wgsl: causal GQA attention over a KV cache (forward),
 the KV-cache store, and the backward over whole sequences. They check sizes, pack the
 uniform and record dispatches; the math is in the shader header. On a CPU adapter
-(dev.kind "cpu") the forward and backward record the per-row variants (`*_rows`)
-where D % 4 == 0, else the kernels shaped for GPUs.
+(dev.kind "cpu") the forward and backward record the CPU variants where D % 4 == 0:
+`*_d32` (4 rows per invocation, a row in registers) where D <= 32, else the per-row
+`*_rows`; elsewhere the kernels shaped for GPUs.
 Browser-safe: standard library + bitlora only."""
 from __future__ import annotations
 
@@ -20,16 +21,27 @@ def kernel_specs(table_dtype: str = "f32", training: bool = False, kind: str | N
     if training:
         entries += ["attention_backward_dq", "attention_backward_dkv"]
     if kind in (None, "cpu"):
-        entries += [e + "_rows" for e in entries if e != "kv_store"]
+        entries += [e + v for v in ("_rows", "_d32") for e in entries if e != "kv_store"]
     return [(SHADER, e) for e in entries]
 
 
-def _rows(dev, D: int) -> bool:
-    """Whether to record the per-row CPU variants: a CPU adapter and vec4 rows."""
-    return dev.kind == "cpu" and D % 4 == 0
+ROWS_WG = 16   # invocations per workgroup of the CPU variants (AR in the shader)
+D32_ROWS = 4   # rows per invocation of the *_d32 variants (AB in the shader)
 
 
-ROWS_WG = 16   # invocations per workgroup of the *_rows kernels (AR in the shader)
+def _variant(dev, D: int) -> str:
+    """The entry points' suffix: "_d32" or "_rows" on a CPU adapter where D % 4 == 0
+    (D <= 32 for "_d32"), else "" (the GPU kernels)."""
+    if dev.kind != "cpu" or D % 4:
+        return ""
+    return "_d32" if D <= 32 else "_rows"
+
+
+def _groups(variant: str, B: int, T: int, heads: int):
+    """Workgroups of a kernel with `heads` owned rows per position (H, or Hkv for dkv)."""
+    if variant == "_d32":
+        return -(-B * -(-T // D32_ROWS) * heads // ROWS_WG)
+    return -(-B * T * heads // ROWS_WG)
 
 
 def attention_forward(dev, q, k_cache, v_cache, out, lse, B: int, T: int, H: int, Hkv: int, D: int,
@@ -43,9 +55,9 @@ def attention_forward(dev, q, k_cache, v_cache, out, lse, B: int, T: int, H: int
     for b, n, what in ((q, N * H * D, "q"), (k_cache, B * S * Hkv * D, "k_cache"),
                        (v_cache, B * S * Hkv * D, "v_cache"), (out, N * H * D, "out"), (lse, N * H, "lse")):
         need(b, n, what, "attention_forward")
-    rows = _rows(dev, D)
-    dev.dispatch(dev.prepared(SHADER, "attention_forward_rows" if rows else "attention_forward"),
-                 [q, k_cache, v_cache, out, lse], groups=-(-N * H // ROWS_WG) if rows else N * H,
+    variant = _variant(dev, D)
+    dev.dispatch(dev.prepared(SHADER, "attention_forward" + variant),
+                 [q, k_cache, v_cache, out, lse], groups=_groups(variant, B, T, H) if variant else N * H,
                  params=FORWARD.pack(B, T, H, Hkv, D, S, pos0, D ** -0.5 if scale is None else scale))
 
 
@@ -73,11 +85,12 @@ def attention_backward(dev, dout, q, k, v, dq, dk, dv, stats, B: int, T: int, H:
                        (dv, N * Hkv * D, "dv"), (stats, N * H * 2, "stats")):
         need(b, n, what, "attention_backward")
     params = BACKWARD.pack(B, T, H, Hkv, D, D ** -0.5 if scale is None else scale)
-    if _rows(dev, D):
-        dev.dispatch(dev.prepared(SHADER, "attention_backward_dq_rows"), [dout, q, k, v, dq, stats],
-                     groups=-(-N * H // ROWS_WG), params=params)
-        dev.dispatch(dev.prepared(SHADER, "attention_backward_dkv_rows"), [dout, q, k, v, stats, dk, dv],
-                     groups=-(-N * Hkv // ROWS_WG), params=params)
+    variant = _variant(dev, D)
+    if variant:
+        dev.dispatch(dev.prepared(SHADER, "attention_backward_dq" + variant), [dout, q, k, v, dq, stats],
+                     groups=_groups(variant, B, T, H), params=params)
+        dev.dispatch(dev.prepared(SHADER, "attention_backward_dkv" + variant), [dout, q, k, v, stats, dk, dv],
+                     groups=_groups(variant, B, T, Hkv), params=params)
         return
     blocks = B * -(-T // 8)   # 8-row blocks, never straddling sequences
     dev.dispatch(dev.prepared(SHADER, "attention_backward_dq"), [dout, q, k, v, dq, stats],

@@ -27,6 +27,9 @@ ROWS_KERNEL_MAX_N = 8
 
 
 def kernel_specs(table_dtype: str = "f32", training: bool = False, kind: str | None = None) -> list:
+    """The rows kernel and activation quantiser always; the tiled GPU kernels unless kind
+    is "cpu", the CPU variants unless kind is "gpu" (on a CPU, the rows kernel is the
+    forward's fallback where I % 4 != 0)."""
     specs = [(SHADER, e) for e in ("actquant_forward", "bitlinear_forward_rows")]
     if kind in (None, "gpu"):
         specs += [(SHADER, "bitlinear_forward")] + ([(SHADER, "bitlinear_backward_input")] if training else [])
@@ -52,16 +55,19 @@ def xq_floats(I: int, packed: bool) -> int:
     return 4 * -(-I // 16) if packed else I
 
 
-# -- CPU matmuls (Device.kind "cpu"): 8 rows x 16 outputs per invocation, no split-K --
-CPU_TILE = 16  # outputs (forward) / input columns (input gradient) per invocation
-# The override constants (shaders/bitlinear.wgsl CPU_WG, CPU_FWD_COLUMNS) per CPU adapter, matched
+# -- CPU matmuls (Device.kind "cpu"): 4 rows x 32 outputs (forward) / 8 rows x 32 input
+# columns (input gradient) per invocation, no split-K; the forward needs I % 4 == 0 (xq read as
+# vec4), else the rows kernel runs.
+CPU_TILE = 32
+# The override constants (shaders/bitlinear.wgsl CPU_WG) per CPU adapter, matched
 # lower-cased against its vendor / architecture / device / description; the first match
-# wins, anything else gets the shader's defaults (lavapipe's).
-CPU_TILES = (
-    ("swiftshader", {"CPU_WG": 4, "CPU_FWD_COLUMNS": 1}),
-)
+# wins, anything else gets the shader's defaults. Every entry is one more pipeline per
+# kernel to compile (prepare has no adapter). None pays now: with these kernels CPU_WG
+# 8 and 16 ran alike on lavapipe and SwiftShader, 4 (SwiftShader's SIMD width, best for
+# the kernels before) ran lavapipe 1.5-2x and SwiftShader ~1.5x slower.
+CPU_TILES: tuple = ()
 CPU_DEFAULT = {"CPU_WG": 8}
-CPU_WG = CPU_DEFAULT["CPU_WG"]  # lavapipe's (the tests' awkward widths)
+CPU_WG = CPU_DEFAULT["CPU_WG"]
 
 
 def cpu_constants(dev) -> dict | None:
@@ -71,8 +77,12 @@ def cpu_constants(dev) -> dict | None:
     return next((c for name, c in CPU_TILES if name in text), None)
 
 
-def _cpu_wg(dev) -> int:
-    return (cpu_constants(dev) or CPU_DEFAULT)["CPU_WG"]
+CPU_FWD_ROWS, CPU_BWD_ROWS = 4, 8   # rows per invocation of the forward / input gradient
+
+
+def cpu_groups(dev, N: int, tiles: int, rows: int, consts: dict | None = None) -> int:
+    """Workgroups of a CPU matmul with `tiles` column tiles per block of `rows` rows."""
+    return -(-(-(-N // rows) * tiles) // (consts or cpu_constants(dev) or CPU_DEFAULT)["CPU_WG"])
 
 
 def _cpu_matmul_specs(training: bool, kind: str | None) -> list:
@@ -135,7 +145,8 @@ def bitlinear_forward(dev, xq, s, w_packed, scale: float, y, N: int, I: int, O: 
     """xq[N, I] (as actquant_forward wrote it: packed where packed_xq), s[N],
     w_packed[O, ceil(I/16)] u32 -> y[N, O] = xq t^T * scale / s (= or +=).
     `split` forces the number of reduction slices (default: ops.splitk.plan's; GPU kernels
-    only: on a CPU device, N > 8 runs bitlinear_forward_cpu, unsplit)."""
+    only: on a CPU device, N > 8 runs bitlinear_forward_cpu, unsplit, where I % 4 == 0,
+    else the rows kernel)."""
     words = -(-I // 16)
     packed = packed_xq(dev, N)
     for b, n, what in ((xq, N * xq_floats(I, packed), "xq"), (s, N, "s"), (w_packed, O * words, "w_packed"),
@@ -150,14 +161,15 @@ def bitlinear_forward(dev, xq, s, w_packed, scale: float, y, N: int, I: int, O: 
         if slices > 1:
             splitk.reduce(dev, part, s, y, N * O, slices, O, scale, accumulate)
         return
-    if N <= ROWS_KERNEL_MAX_N:
+    cpu = dev.kind == "cpu"
+    if N <= ROWS_KERNEL_MAX_N or (cpu and I % 4):
         dev.dispatch(dev.prepared(SHADER, "bitlinear_forward_rows"), [xq, s, w_packed, y],
                      groups=(-(-O // 64), -(-N // 8), 1),
                      params=FORWARD.pack(N, I, O, scale, int(accumulate), words, 0))
         return
-    if dev.kind == "cpu":
+    if cpu:
         dev.dispatch(dev.prepared(SHADER, "bitlinear_forward_cpu", cpu_constants(dev)), [xq, s, w_packed, y],
-                     groups=(-(-O // (_cpu_wg(dev) * CPU_TILE)), -(-N // 8), 1),
+                     groups=cpu_groups(dev, N, -(-O // CPU_TILE), CPU_FWD_ROWS),
                      params=FORWARD.pack(N, I, O, scale, int(accumulate), words, 0))
         return
     slices, kw = forward_plan(N, I, O, split)
@@ -178,7 +190,7 @@ def bitlinear_backward_input(dev, dy, w_packed, scale: float, dx, N: int, I: int
         need(b, n, what, "bitlinear_backward_input")
     if dev.kind == "cpu":
         dev.dispatch(dev.prepared(SHADER, "bitlinear_backward_input_cpu", cpu_constants(dev)), [dy, w_packed, dx],
-                     groups=(-(-words // _cpu_wg(dev)), -(-N // 8), 1),
+                     groups=cpu_groups(dev, N, -(-words // 2), CPU_BWD_ROWS),
                      params=BACKWARD.pack(N, I, O, scale, int(accumulate), O, 0))
         return
     slices, ko = backward_input_plan(N, I, O, split)

@@ -21,7 +21,13 @@ def _constants(w_dtype: str) -> dict | None:
 
 
 CPU_WG = 8      # CPU variants (Device.kind "cpu"): invocations per workgroup (shaders/linear.wgsl)
-CPU_TILE = 16   # ... each 8 rows x 16 outputs (forward) / input columns (input gradient); no split-K
+CPU_TILE = 32   # ... the forward's 8 rows x 32 outputs (I % 4 == 0, else the rows kernel)
+CPU_BWD_TILE = 16   # ... the input gradient's 8 rows x 16 input columns
+
+
+def cpu_groups(N: int, cols: int) -> int:
+    """Workgroups of linear_forward_cpu over N rows and `cols` outputs."""
+    return -(-(-(-N // 8) * -(-cols // CPU_TILE)) // CPU_WG)
 
 
 def kernel_specs(table_dtype: str = "f32", training: bool = False, kind: str | None = None) -> list:
@@ -54,17 +60,18 @@ def linear_forward(dev, x, chunks, y, N: int, I: int, O: int, x_row0: int = 0, x
     need(x, (x_row0 + (N - 1) * x_step + 1) * I, "x", "linear_forward")
     need(y, N * O, "y", "linear_forward")
     bf16 = getattr(chunks, "dtype", "f32") == "bf16"
-    if N <= ROWS_KERNEL_MAX_N:
+    cpu = dev.kind == "cpu" and I % 4 == 0
+    if N <= ROWS_KERNEL_MAX_N or (dev.kind == "cpu" and not cpu):
         entry, cols, rows = "linear_forward_rows", 64, 8
-    elif dev.kind == "cpu":
-        entry, cols, rows = "linear_forward_cpu", CPU_WG * CPU_TILE, 8
+    elif cpu:
+        entry = "linear_forward_cpu"
     else:
         entry, cols, rows = "linear_forward", 64, 64
     k = dev.prepared(SHADER, entry, _constants("bf16" if bf16 else "f32"))
     for v0, oc, w in chunks:
         need(w, -(-oc * I // 2) if bf16 else oc * I, "w", "linear_forward")
-        dev.dispatch(k, [x, w, y], groups=(-(-oc // cols), -(-N // rows), 1),
-                     params=FORWARD.pack(N, I, oc, O, v0, x_row0, x_step))
+        dev.dispatch(k, [x, w, y], groups=cpu_groups(N, oc) if entry == "linear_forward_cpu" else
+                     (-(-oc // cols), -(-N // rows), 1), params=FORWARD.pack(N, I, oc, O, v0, x_row0, x_step))
 
 
 def linear_backward_input(dev, dy, w, dx, N: int, I: int, O: int, scale: float = 1.0,
@@ -80,7 +87,7 @@ def linear_backward_input(dev, dy, w, dx, N: int, I: int, O: int, scale: float =
         need(b, n, what, "linear_backward_input")
     if dev.kind == "cpu":
         dev.dispatch(dev.prepared(SHADER, "linear_backward_input_cpu", constants), [dy, w, dx],
-                     groups=(-(-I // (CPU_WG * CPU_TILE)), -(-N // 8), 1),
+                     groups=(-(-I // (CPU_WG * CPU_BWD_TILE)), -(-N // 8), 1),
                      params=BACKWARD.pack(N, I, O, scale, int(accumulate), ld, O, 0))
         return
     k = dev.prepared(SHADER, "linear_backward_input", constants)

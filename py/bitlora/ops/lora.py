@@ -26,7 +26,7 @@ LR = 16  # invocations per workgroup of the CPU variants (lora.wgsl LR)
 
 
 def kernel_specs(table_dtype: str = "f32", training: bool = False, kind: str | None = None) -> list:
-    """The GPU kernels always (on a CPU they are the fallback where I or O % 4 != 0),
+    """The GPU kernels always (on a CPU they are the fallback where I, O or R % 4 != 0),
     the CPU variants (*_rows) unless kind is "gpu"."""
     entries = FORWARD_ENTRIES + ("lora_down_parts",) + (BACKWARD_ENTRIES if training else ())
     return [(SHADER, e) for e in entries] + ([(SHADER, e + "_rows") for e in entries] if kind != "gpu" else [])
@@ -54,21 +54,30 @@ class LoraShape:
         return PARAMS.pack(self.N, self.I, self.O, self.R, self.scale, thr, keep_scale, self.seed & 0xFFFFFFFF)
 
 
+def cpu_rows(dev, *widths: int) -> bool:
+    """Whether a kernel runs its CPU variant (*_rows): a CPU device (dev.kind) and every
+    width it reads as vec4 a multiple of 4 (also asked by matvec's LoRA-up, whose sum
+    follows lora_up_rows' order where lora_up would run it)."""
+    return dev.kind == "cpu" and all(w % 4 == 0 for w in widths)
+
+
 def _run(dev, entry: str, s: LoraShape, bufs: list, stream) -> None:
-    """Record `entry`, or on a CPU (dev.kind) its *_rows variant where its vec4 width
-    (I or O) is a multiple of 4; the dropout entries also bind `stream`."""
+    """Record `entry`, or on a CPU (dev.kind) its *_rows variant where its vec4 widths
+    (I or O, and R for the four that read u, b, du or db as vec4) are multiples of 4; the
+    dropout entries also bind `stream`."""
     N, I, O, R = s.N, s.I, s.O, s.R
-    gpu_groups, width, cpu_items = {               # cpu_items: invocations of *_rows
-        "lora_down": (N * R, I, N * R),
-        "lora_up": (-(-N * O // WG), O, N * O // 4),
-        "lora_grad_b": (-(-R * O // WG), O, R * O // 4),
-        "lora_grad_u": (N * R, O, N * R),
-        "lora_grad_a": (-(-R * I // WG), I, R * I // 4),
-        "lora_grad_x": (-(-N * I // WG), I, N * I // 4),
+    R4 = -(-R // 4)
+    gpu_groups, widths, cpu_items = {               # cpu_items: invocations of *_rows
+        "lora_down": (N * R, (I,), N * R4),
+        "lora_up": (-(-N * O // WG), (O, R), N * O // 4),
+        "lora_grad_b": (-(-R * O // WG), (O, R), R4 * O // 4),
+        "lora_grad_u": (N * R, (O, R), N * R4),
+        "lora_grad_a": (-(-R * I // WG), (I,), R4 * I // 4),
+        "lora_grad_x": (-(-N * I // WG), (I, R), N * I // 4),
     }[entry]
     if entry in DROPOUT_ENTRIES:
         bufs = bufs + [stream]
-    if dev.kind == "cpu" and width % 4 == 0:
+    if cpu_rows(dev, *widths):
         entry, groups = entry + "_rows", -(-cpu_items // LR)
     else:
         groups = gpu_groups

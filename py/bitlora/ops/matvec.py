@@ -9,13 +9,15 @@ Browser-safe: standard library + bitlora only."""
 from __future__ import annotations
 
 from ._check import need
+from .lora import cpu_rows
 from .relu2 import gating_forward
 from ._uniform import Uniform
 
 SHADER = "matvec.wgsl"
 NORM_QUANT = Uniform("NormQuantParams", "c:u32 eps:f32")
 MATVEC = Uniform("MatvecParams", "w4:u32 o0:u32 o1:u32 o2:u32 base1:u32 base2:u32 "
-                                 "scale0:f32 scale1:f32 scale2:f32 accumulate:u32 r:u32 lora_scale:f32 b0:u32 b1:u32 b2:u32")
+                                 "scale0:f32 scale1:f32 scale2:f32 accumulate:u32 r:u32 lora_scale:f32 b0:u32 b1:u32 b2:u32 "
+                                 "rank4:u32")
 DENSE = Uniform("DenseParams", "c:u32 oc:u32 v0:u32 x0:u32")
 WG, TPR, ROWS = 256, 16, 16    # matvec.wgsl MV_WG, MV_TPR (default), MV_ROWS
 MAX_PARTS = 3
@@ -113,8 +115,10 @@ def ternary_matvec(dev, xq, qs, w, parts, I: int, accumulate: bool = False, lora
             if b is not None:
                 need(ab, b + O * R, "ab (B)", "ternary_matvec")
     bs = [NONE if b is None else b for b in bs] + [NONE] * (MAX_PARTS - len(bs))
+    # bit p: part p's LoRA sum in lora_up_rows' order (where lora.lora_up would run it)
+    rank4 = sum(1 << j for j, (_, O, _, _) in enumerate(parts) if cpu_rows(dev, O, R)) if lora else 0
     params = MATVEC.pack(words // unit, o0, o1, o2, b1 // unit, b2 // unit, s0, s1, s2, int(accumulate),
-                         R, lscale, *bs)
+                         R, lscale, *bs, rank4)
     if vec4:
         dev.dispatch(dev.prepared(SHADER, "ternary_matvec"), [xq, qs, w, y0, y1, y2, u, ab],
                      groups=-(-rows // (WG // TPR)), params=params)

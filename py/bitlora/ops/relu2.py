@@ -13,9 +13,18 @@ ACTS = ("relu2", "silu")   # hidden_act -> entry points <act>_gating_forward / _
 
 
 def kernel_specs(table_dtype: str = "f32", training: bool = False, kind: str | None = None) -> list:
-    """Both activations' entries (the same for device kinds "gpu" and "cpu")."""
-    fwd = [(SHADER, f"{a}_gating_forward") for a in ACTS]
-    return fwd + ([(SHADER, f"{a}_gating_backward") for a in ACTS] if training else [])
+    """Both activations' entries: the GPU kernels always (on a CPU the fallback where
+    count % 4 != 0), the CPU variants (*_cpu) unless kind is "gpu"."""
+    entries = [f"{a}_gating_forward" for a in ACTS] + ([f"{a}_gating_backward" for a in ACTS] if training else [])
+    return [(SHADER, e) for e in entries] + ([(SHADER, e + "_cpu") for e in entries] if kind != "gpu" else [])
+
+
+def _entry(dev, name: str, count: int) -> tuple:
+    """(kernel, workgroups): the CPU variant (four elements per invocation) on a CPU
+    device where count % 4 == 0, else the GPU kernel."""
+    if dev.kind == "cpu" and count % 4 == 0:
+        return dev.prepared(SHADER, name + "_cpu"), -(-count // 1024)
+    return dev.prepared(SHADER, name), -(-count // 256)
 
 
 def gating_forward(dev, act: str, g, u, h, count: int) -> None:
@@ -24,8 +33,8 @@ def gating_forward(dev, act: str, g, u, h, count: int) -> None:
         raise ValueError(f"gating_forward: activation {act!r} is not one of {ACTS}")
     for b, what in ((g, "g"), (u, "u"), (h, "h")):
         need(b, count, what, "gating_forward")
-    dev.dispatch(dev.prepared(SHADER, f"{act}_gating_forward"), [g, u, h], groups=-(-count // 256),
-                 params=PARAMS.pack(count))
+    kernel, groups = _entry(dev, f"{act}_gating_forward", count)
+    dev.dispatch(kernel, [g, u, h], groups=groups, params=PARAMS.pack(count))
 
 
 def gating_backward(dev, act: str, dh, g, u, dg, du, count: int) -> None:
@@ -34,8 +43,8 @@ def gating_backward(dev, act: str, dh, g, u, dg, du, count: int) -> None:
         raise ValueError(f"gating_backward: activation {act!r} is not one of {ACTS}")
     for b, what in ((dh, "dh"), (g, "g"), (u, "u"), (dg, "dg"), (du, "du")):
         need(b, count, what, "gating_backward")
-    dev.dispatch(dev.prepared(SHADER, f"{act}_gating_backward"), [dh, g, u, dg, du], groups=-(-count // 256),
-                 params=PARAMS.pack(count))
+    kernel, groups = _entry(dev, f"{act}_gating_backward", count)
+    dev.dispatch(kernel, [dh, g, u, dg, du], groups=groups, params=PARAMS.pack(count))
 
 
 def relu2_gating_forward(dev, g, u, h, count: int) -> None:

@@ -17,7 +17,18 @@ KV = Uniform("RopeKvParams", "b:u32 t:u32 h:u32 hkv:u32 d:u32 s:u32 pos0:u32")
 
 
 def kernel_specs(table_dtype: str = "f32", training: bool = False, kind: str | None = None) -> list:
-    return [(SHADER, "rope_forward"), (SHADER, "rope_kv_store")] + ([(SHADER, "rope_backward")] if training else [])
+    """The GPU kernels always (on a CPU the fallback where D % 8 != 0), the CPU variants
+    (*_cpu) unless kind is "gpu"."""
+    entries = ["rope_forward"] + (["rope_backward"] if training else [])
+    return [(SHADER, e) for e in entries] + [(SHADER, "rope_kv_store")] + ([(SHADER, e + "_cpu") for e in entries] if kind != "gpu" else [])
+
+
+def _entry(dev, name: str, N: int, H: int, D: int) -> tuple:
+    """(kernel, workgroups): the CPU variant (4 pairs per invocation) on a CPU device
+    where D % 8 == 0, else the GPU kernel (one pair per invocation)."""
+    if dev.kind == "cpu" and D % 8 == 0:
+        return dev.prepared(SHADER, name + "_cpu"), -(-N * H * D // 8 // 256)
+    return dev.prepared(SHADER, name), -(-N * H * D // 2 // 256)
 
 
 def _f32(v: float) -> float:
@@ -45,8 +56,8 @@ def rope_forward(dev, x, cos, sin, N: int, T: int, H: int, D: int, pos0: int = 0
     need(x, N * H * D, "x", "rope_forward")
     need(cos, (pos0 + T) * D // 2, "cos", "rope_forward")
     need(sin, (pos0 + T) * D // 2, "sin", "rope_forward")
-    dev.dispatch(dev.prepared(SHADER, "rope_forward"), [x, cos, sin], groups=-(-N * H * D // 2 // 256),
-                 params=FORWARD.pack(N, T, H, D, pos0))
+    kernel, groups = _entry(dev, "rope_forward", N, H, D)
+    dev.dispatch(kernel, [x, cos, sin], groups=groups, params=FORWARD.pack(N, T, H, D, pos0))
 
 
 def rope_backward(dev, g, cos, sin, N: int, T: int, H: int, D: int) -> None:
@@ -56,8 +67,8 @@ def rope_backward(dev, g, cos, sin, N: int, T: int, H: int, D: int) -> None:
     need(g, N * H * D, "g", "rope_backward")
     need(cos, T * D // 2, "cos", "rope_backward")
     need(sin, T * D // 2, "sin", "rope_backward")
-    dev.dispatch(dev.prepared(SHADER, "rope_backward"), [g, cos, sin], groups=-(-N * H * D // 2 // 256),
-                 params=BACKWARD.pack(N, T, H, D))
+    kernel, groups = _entry(dev, "rope_backward", N, H, D)
+    dev.dispatch(kernel, [g, cos, sin], groups=groups, params=BACKWARD.pack(N, T, H, D))
 
 
 def rope_kv_store(dev, q, k, v, k_cache, v_cache, cos, sin, B: int, T: int, H: int, Hkv: int, D: int, S: int,
