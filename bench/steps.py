@@ -75,6 +75,15 @@ def random_batch(B: int, T: int, V: int, seed: int) -> MicroBatch:
     return MicroBatch(B, T, ids, mask, [T] * B, list(range(B)), sum(mask))
 
 
+def _profile_name(dispatch) -> str:
+    """A dispatch's line in the profile: its kernel, and for the CPU ternary matmul (one
+    kernel for both) which of the two it computes (CpuMatmulParams.divide: the forward)."""
+    kernel, params = dispatch[0], dispatch[3]
+    if kernel.name.endswith("bitlinear_matmul_cpu") and params is not None:
+        return kernel.name + (" (forward)" if struct.unpack_from("<I", params, 20)[0] else " (input gradient)")
+    return kernel.name
+
+
 async def _profile(dev, record_step, reps: int = 3, batches: int = 3) -> list:
     """GPU time per kernel over one step: the step's dispatches of each kernel recorded
     again `reps` times in one submit and waited for (best of `batches`), so a kernel's
@@ -94,7 +103,7 @@ async def _profile(dev, record_step, reps: int = 3, batches: int = 3) -> list:
     await dev.sync()
     by_kernel = collections.defaultdict(list)
     for d in pending:
-        by_kernel[d[0].name].append(d)
+        by_kernel[_profile_name(d)].append(d)
     times = {}
     for name, calls in by_kernel.items():
         best = float("inf")

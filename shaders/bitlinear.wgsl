@@ -333,32 +333,44 @@ fn bl_store(n: u32, i0: u32, acc: vec4<f32>, z: u32) {
 // is a loop on one thread, SIMD across invocations: no workgroup memory, no barriers, no
 // split-K. A load costs a CPU rasteriser far more than arithmetic (lavapipe: a loop over
 // the lanes with a bounds check each), so an invocation keeps a tile of 32 columns in
-// registers, 4 rows in the forward (T4), 8 in the input gradient (the prelude's T8):
-// each loaded value of xq or dy feeds 32 multiply-adds, each packed word 4 or 8 x 16.
-// (An 8-row forward ran lavapipe as fast, SwiftShader ~15% slower, and took it ~3x as
-// long to compile; a 4-row input gradient ran ~10% slower on both.) Weights are decoded without shifts by a variable amount
+// registers (the prelude's T8: 8 rows x 32 columns), so each loaded value of xq or dy
+// feeds 32 multiply-adds and each packed word 8 x 16. Weights are decoded without shifts by a variable amount
 // (SwiftShader emulates those lane by lane): column k of a half word h is
-// t = f32(h & (3 << 2k)) * 4^-k - 1, exact. A loop runs over 4-column quads, not a word's
-// 16 columns written out: as fast on lavapipe, and a quarter of the code for SwiftShader to compile
-// (written out, the forward took it ~3 s of CPU).
+// t = f32(h & (3 << 2k)) * 4^-k - 1, exact.
 // Invocation g (gid.x + gid.y * nw.x * CPU_WG) owns tile g % tiles of row block g / tiles,
 // so the lanes of a workgroup cover several row blocks when a row has few tiles.
 // Rows, columns and outputs past the edges are clamped on load (padding weights are 0)
 // and skipped on store.
 //
-// bitlinear_forward_cpu   as bitlinear_forward (the same bits: integer sums), for I % 4 == 0;
-//   bindings 0-4 as there with xq seen as vec4 (no part; kw and split unused).
+// bitlinear_matmul_cpu   y[n, c] (= or +=) (sum_k a[n, k] t[k, c]) * scale (/ s[n] where divide = 1),
+//   t from packed words wt[K, ceil(C/16)] u32 (ternary_at's layout with c for i). Both
+//   ternary matmuls on a CPU are this one kernel (one pipeline to compile):
+//   forward        a = xq[N, I], wt = the weights transposed (ternary_transpose), C = O,
+//                  divide = 1: the same bits as bitlinear_forward (integer sums; acc * scale / s[n])
+//   input gradient a = dy[N, O], wt = w_packed itself, K = O, C = I, divide = 0: f32 sums
+//                  over o (in order with CPU_STEP 1; in fours, then added, with CPU_STEP 4)
+//   Why the forward reads transposed weights: a step of the reduction then decodes 2 whole
+//   words (32 columns, constant shifts), where reading w_packed[O, I/16] it picks one
+//   column out of 32 words: on SwiftShader 1.4x faster, on lavapipe 1.1-1.3x.
+//   0 params CpuMatmulParams {N, K, C, scale, accumulate, divide} | 1 a[N, K] read |
+//   2 s[N] read (bound, unused, where divide = 0) | 3 wt[K, ceil(C/16)] u32 read | 4 y[N, C] read_write
+//   dispatch: ceil(ceil(N/8) * ceil(ceil(C/16) / 2) / CPU_WG) workgroups split over x, y;
+//   an invocation owns rows 8b .. 8b+7 and the 32 columns of packed words 2j, 2j+1.
+//
+// bitlinear_forward_cpu   the forward from w_packed itself (a model too large to keep its
+//   weights transposed too: ops/bitlinear.py CPU_TRANSPOSE_MAX_BYTES), for I % 4 == 0:
+//   4 rows x 32 outputs per invocation (T4), one column of 32 words per step.
+//   bindings 0-4 as bitlinear_forward with xq seen as vec4 (no part; kw and split unused).
 //   dispatch: ceil(ceil(N/4) * ceil(O/32) / CPU_WG) workgroups split over x, y; an
 //   invocation owns rows 4b .. 4b+3 and outputs 32j .. 32j+31.
-//
-// bitlinear_backward_input_cpu   as bitlinear_backward_input (f32 sums over o in order);
-//   bindings 0-3 as there (no part; ko and split unused).
-//   dispatch: ceil(ceil(N/8) * ceil(ceil(I/16) / 2) / CPU_WG) workgroups split over x, y;
-//   an invocation owns rows 8b .. 8b+7 and the 32 columns of packed words 2j, 2j+1.
 
-// Override constant, per adapter (ops/bitlinear.py CPU_TILES):
-// CPU_WG   invocations per workgroup.
+// Override constants, per adapter (ops/bitlinear.py CPU_TILES):
+// CPU_WG     invocations per workgroup.
+// CPU_STEP   reduction steps per update of the 256 sums of bitlinear_matmul_cpu: 4 (four
+//            products summed, then added: lavapipe 1.2-1.6x faster than 1, LLVM keeps
+//            fewer sums in flight) or 1 (SwiftShader, whose code for 4 ran 1.2x slower).
 override CPU_WG: u32 = 8u;
+override CPU_STEP: u32 = 4u;
 
 struct W32 { a: vec4<u32>, b: vec4<u32>, c: vec4<u32>, d: vec4<u32>, e: vec4<u32>, f: vec4<u32>, g: vec4<u32>, h: vec4<u32> };   // a word of 32 outputs
 
@@ -460,59 +472,115 @@ fn cf_store(n: u32, o0: u32, acc: R8) {   // outputs o0 .. o0+31 of row n
     cf_store4(n, o0 + 16u, acc.e); cf_store4(n, o0 + 20u, acc.f); cf_store4(n, o0 + 24u, acc.g); cf_store4(n, o0 + 28u, acc.h);
 }
 
-@group(0) @binding(0) var<uniform> cb_p: BitlinearBackwardParams;
-@group(0) @binding(1) var<storage, read> cb_dy: array<f32>;
-@group(0) @binding(2) var<storage, read> cb_w: array<u32>;
-@group(0) @binding(3) var<storage, read_write> cb_dx: array<f32>;
+struct CpuMatmulParams { n: u32, k: u32, c: u32, scale: f32, accumulate: u32, divide: u32 };
+@group(0) @binding(0) var<uniform> cm_p: CpuMatmulParams;
+@group(0) @binding(1) var<storage, read> cm_a: array<f32>;
+@group(0) @binding(2) var<storage, read> cm_s: array<f32>;
+@group(0) @binding(3) var<storage, read> cm_t: array<u32>;
+@group(0) @binding(4) var<storage, read_write> cm_y: array<f32>;
 
-fn cb_t(o: u32, wb: vec2<u32>) -> R8 {   // the 32 weights of output o in words wb (columns 0-15, 16-31)
-    let W = (cb_p.i + 15u) / 16u;
-    let w0 = vec4<u32>(cb_w[o * W + wb.x]);
-    let w1 = vec4<u32>(cb_w[o * W + wb.y]);
+fn cm_t32(k: u32, wb: vec2<u32>) -> R8 {   // the 32 weights of reduction step k in words wb (columns 0-15, 16-31)
+    let W = (cm_p.c + 15u) / 16u;
+    let w0 = vec4<u32>(cm_t[k * W + wb.x]);
+    let w1 = vec4<u32>(cm_t[k * W + wb.y]);
     let s = vec4<u32>(16u);
     return R8(tern4(w0, M0, F0), tern4(w0, M1, F1), tern4(w0 >> s, M0, F0), tern4(w0 >> s, M1, F1),
               tern4(w1, M0, F0), tern4(w1, M1, F1), tern4(w1 >> s, M0, F0), tern4(w1 >> s, M1, F1));
 }
 
+fn cm_a4(b: u32, k: u32) -> vec4<f32> {   // a[row at b, k .. k+3]
+    return vec4<f32>(cm_a[b + k], cm_a[b + k + 1u], cm_a[b + k + 2u], cm_a[b + k + 3u]);
+}
+
+fn r8_add(x: R8, y: R8) -> R8 {
+    return R8(x.a + y.a, x.b + y.b, x.c + y.c, x.d + y.d, x.e + y.e, x.f + y.f, x.g + y.g, x.h + y.h);
+}
+
+fn r8_dot4(d: vec4<f32>, t0: R8, t1: R8, t2: R8, t3: R8) -> R8 {   // d.x t0 + d.y t1 + d.z t2 + d.w t3
+    return R8(d.x * t0.a + d.y * t1.a + d.z * t2.a + d.w * t3.a, d.x * t0.b + d.y * t1.b + d.z * t2.b + d.w * t3.b,
+              d.x * t0.c + d.y * t1.c + d.z * t2.c + d.w * t3.c, d.x * t0.d + d.y * t1.d + d.z * t2.d + d.w * t3.d,
+              d.x * t0.e + d.y * t1.e + d.z * t2.e + d.w * t3.e, d.x * t0.f + d.y * t1.f + d.z * t2.f + d.w * t3.f,
+              d.x * t0.g + d.y * t1.g + d.z * t2.g + d.w * t3.g, d.x * t0.h + d.y * t1.h + d.z * t2.h + d.w * t3.h);
+}
+
 @compute @workgroup_size(CPU_WG)
-fn bitlinear_backward_input_cpu(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>) {
-    let W = (cb_p.i + 15u) / 16u;
+fn bitlinear_matmul_cpu(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>) {
+    let W = (cm_p.c + 15u) / 16u;
     let tiles = (W + 1u) / 2u;
     let g = gid.x + gid.y * nw.x * CPU_WG;
-    if (g >= (cb_p.n + 7u) / 8u * tiles) { return; }
-    let O = cb_p.o;
+    if (g >= (cm_p.n + 7u) / 8u * tiles) { return; }
+    let K = cm_p.k;
     let n0 = g / tiles * 8u;
     let wb = vec2<u32>(g % tiles * 2u, min(g % tiles * 2u + 1u, W - 1u));
-    let nm = vec4<u32>(cb_p.n - 1u);
-    let db = U8(min(vec4<u32>(n0) + vec4<u32>(0u, 1u, 2u, 3u), nm) * O, min(vec4<u32>(n0) + vec4<u32>(4u, 5u, 6u, 7u), nm) * O);
+    let nm = vec4<u32>(cm_p.n - 1u);
+    let db = U8(min(vec4<u32>(n0) + vec4<u32>(0u, 1u, 2u, 3u), nm) * K, min(vec4<u32>(n0) + vec4<u32>(4u, 5u, 6u, 7u), nm) * K);
     var a = T8();
-    for (var o = 0u; o < O; o++) {
-        let t = cb_t(o, wb);
-        let d0 = vec4<f32>(cb_dy[db.a.x + o], cb_dy[db.a.y + o], cb_dy[db.a.z + o], cb_dy[db.a.w + o]);
-        let d1 = vec4<f32>(cb_dy[db.b.x + o], cb_dy[db.b.y + o], cb_dy[db.b.z + o], cb_dy[db.b.w + o]);
+    var k = 0u;
+    if (CPU_STEP == 4u) {
+        for (; k + 3u < K; k += 4u) {
+            let t0 = cm_t32(k, wb);
+            let t1 = cm_t32(k + 1u, wb);
+            let t2 = cm_t32(k + 2u, wb);
+            let t3 = cm_t32(k + 3u, wb);
+            a = T8(r8_add(a.r0, r8_dot4(cm_a4(db.a.x, k), t0, t1, t2, t3)), r8_add(a.r1, r8_dot4(cm_a4(db.a.y, k), t0, t1, t2, t3)),
+                   r8_add(a.r2, r8_dot4(cm_a4(db.a.z, k), t0, t1, t2, t3)), r8_add(a.r3, r8_dot4(cm_a4(db.a.w, k), t0, t1, t2, t3)),
+                   r8_add(a.r4, r8_dot4(cm_a4(db.b.x, k), t0, t1, t2, t3)), r8_add(a.r5, r8_dot4(cm_a4(db.b.y, k), t0, t1, t2, t3)),
+                   r8_add(a.r6, r8_dot4(cm_a4(db.b.z, k), t0, t1, t2, t3)), r8_add(a.r7, r8_dot4(cm_a4(db.b.w, k), t0, t1, t2, t3)));
+        }
+    }
+    for (; k < K; k++) {
+        let t = cm_t32(k, wb);
+        let d0 = vec4<f32>(cm_a[db.a.x + k], cm_a[db.a.y + k], cm_a[db.a.z + k], cm_a[db.a.w + k]);
+        let d1 = vec4<f32>(cm_a[db.b.x + k], cm_a[db.b.y + k], cm_a[db.b.z + k], cm_a[db.b.w + k]);
         a = T8(r8_fma(a.r0, d0.x, t), r8_fma(a.r1, d0.y, t), r8_fma(a.r2, d0.z, t), r8_fma(a.r3, d0.w, t),
                r8_fma(a.r4, d1.x, t), r8_fma(a.r5, d1.y, t), r8_fma(a.r6, d1.z, t), r8_fma(a.r7, d1.w, t));
     }
     let c0 = wb.x * 16u;
-    cb_store(n0, c0, a.r0); cb_store(n0 + 1u, c0, a.r1); cb_store(n0 + 2u, c0, a.r2); cb_store(n0 + 3u, c0, a.r3);
-    cb_store(n0 + 4u, c0, a.r4); cb_store(n0 + 5u, c0, a.r5); cb_store(n0 + 6u, c0, a.r6); cb_store(n0 + 7u, c0, a.r7);
+    cm_store(n0, c0, a.r0); cm_store(n0 + 1u, c0, a.r1); cm_store(n0 + 2u, c0, a.r2); cm_store(n0 + 3u, c0, a.r3);
+    cm_store(n0 + 4u, c0, a.r4); cm_store(n0 + 5u, c0, a.r5); cm_store(n0 + 6u, c0, a.r6); cm_store(n0 + 7u, c0, a.r7);
 }
 
-fn cb_store4(n: u32, c0: u32, acc: vec4<f32>) {   // columns c0 .. c0+3 of dx row n
-    for (var k = 0u; k < 4u; k++) {
-        let i = c0 + k;
-        if (i < cb_p.i) {
-            let j = n * cb_p.i + i;
-            let g = cb_p.scale * acc[k];
-            if (cb_p.accumulate != 0u) { cb_dx[j] = cb_dx[j] + g; } else { cb_dx[j] = g; }
+fn cm_store4(n: u32, c0: u32, acc: vec4<f32>) {   // columns c0 .. c0+3 of row n
+    for (var j = 0u; j < 4u; j++) {
+        let c = c0 + j;
+        if (c < cm_p.c) {
+            var v = acc[j] * cm_p.scale;
+            if (cm_p.divide != 0u) { v = v / cm_s[n]; }
+            let i = n * cm_p.c + c;
+            if (cm_p.accumulate != 0u) { cm_y[i] = cm_y[i] + v; } else { cm_y[i] = v; }
         }
     }
 }
 
-fn cb_store(n: u32, c0: u32, acc: R8) {   // columns c0 .. c0+31 of dx row n
-    if (n >= cb_p.n) { return; }
-    cb_store4(n, c0, acc.a); cb_store4(n, c0 + 4u, acc.b); cb_store4(n, c0 + 8u, acc.c); cb_store4(n, c0 + 12u, acc.d);
-    cb_store4(n, c0 + 16u, acc.e); cb_store4(n, c0 + 20u, acc.f); cb_store4(n, c0 + 24u, acc.g); cb_store4(n, c0 + 28u, acc.h);
+fn cm_store(n: u32, c0: u32, acc: R8) {   // columns c0 .. c0+31 of row n
+    if (n >= cm_p.n) { return; }
+    cm_store4(n, c0, acc.a); cm_store4(n, c0 + 4u, acc.b); cm_store4(n, c0 + 8u, acc.c); cm_store4(n, c0 + 12u, acc.d);
+    cm_store4(n, c0 + 16u, acc.e); cm_store4(n, c0 + 20u, acc.f); cm_store4(n, c0 + 24u, acc.g); cm_store4(n, c0 + 28u, acc.h);
+}
+
+// ternary_transpose   w[O, ceil(I/16)] -> wt[I, ceil(O/16)] u32, the same codes (outputs past O: 1, a zero weight)
+//   0 params TransposeParams {O, I} | 1 w read | 2 wt write
+//   dispatch: ceil(I * ceil(O/16) / 64) workgroups split over x, y; an invocation writes one word of wt.
+struct TransposeParams { o: u32, i: u32 };
+@group(0) @binding(0) var<uniform> tt_p: TransposeParams;
+@group(0) @binding(1) var<storage, read> tt_w: array<u32>;
+@group(0) @binding(2) var<storage, read_write> tt_wt: array<u32>;
+
+@compute @workgroup_size(64)
+fn ternary_transpose(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>) {
+    let WO = (tt_p.o + 15u) / 16u;
+    let e = gid.x + gid.y * nw.x * 64u;
+    if (e >= tt_p.i * WO) { return; }
+    let i = e / WO;
+    let o0 = e % WO * 16u;
+    let WI = (tt_p.i + 15u) / 16u;
+    var word = 0u;
+    for (var j = 0u; j < 16u; j++) {
+        var code = 1u;
+        if (o0 + j < tt_p.o) { code = (tt_w[(o0 + j) * WI + i / 16u] >> (2u * (i % 16u))) & 3u; }
+        word |= code << (2u * j);
+    }
+    tt_wt[e] = word;
 }
 
 // ---------------------------------------------------------------------------- actquant, CPU variant

@@ -160,11 +160,14 @@ class RowTable(list):
 @dataclass
 class Proj:
     """A BitLinear weight on the GPU: w_packed[O, ceil(I/16)] u32, dequantised t * scale;
-    `buf` is a view of the buffer its input group shares (Model._upload_projs)."""
+    `buf` is a view of the buffer its input group shares (Model._upload_projs). On a CPU
+    adapter `t` holds the same weights transposed, wt[I, ceil(O/16)] u32, for the training
+    forward's CPU kernel (ops.bitlinear.transpose_weights; None where the model is too big)."""
     buf: object
     scale: float
     O: int
     I: int
+    t: object = None
 
 
 # The projections that read one input, in layer order: each group's packed weights share
@@ -387,6 +390,7 @@ class Model:
         tied = m.config.get("tie_word_embeddings", False)
         m.head = m.embed if tied else m._upload_rows("lm_head.weight", load("lm_head.weight"))
         m._rope(int(m.config.get("max_position_embeddings", 2048)))
+        await m._transpose_projs()
         m.weight_bytes = dev.allocated - before
         await m.prepare(training=False)
         return m
@@ -419,7 +423,7 @@ class Model:
         another model replaces this one: dropped instead, the buffers would live on in
         the device's bind-group cache (and in Device.allocated)."""
         bufs = [b for lay in self.layers for b in lay.norms.values()] + \
-               [p.buf for lay in self.layers for p in lay.proj.values()] + \
+               [b for lay in self.layers for p in lay.proj.values() for b in (p.buf, p.t) if b is not None] + \
                [b for _, _, b in self.embed] + ([b for _, _, b in self.head] if self.head is not self.embed else [])
         bufs += [b for b in (self.norm, self.cos, self.sin, self._logits) if b is not None]
         if self._cache is not None:
@@ -466,6 +470,18 @@ class Model:
             self.dev.write(buf, t.packed, offs[mod])
             out[mod] = Proj(buf.view(offs[mod], buffer_bytes(len(t.packed))), float(t.scale), *t.shape)
         return out
+
+    async def _transpose_projs(self) -> None:
+        """On a CPU adapter, every projection's weights transposed as well (Proj.t), where
+        all of them take at most ops.bitlinear.CPU_TRANSPOSE_MAX_BYTES."""
+        projs = [p for lay in self.layers for p in lay.proj.values()]
+        if self.dev.kind != "cpu" or sum(p.buf.size for p in projs) > bitlinear.CPU_TRANSPOSE_MAX_BYTES:
+            return
+        await self.dev.prepare([(bitlinear.SHADER, "ternary_transpose")])
+        for li, lay in enumerate(self.layers):
+            for mod, p in lay.proj.items():
+                p.t = bitlinear.transpose_weights(self.dev, p.buf, p.O, p.I, f"model.layers.{li}.{mod}.t")
+        self.dev.submit()
 
     def _upload_rows(self, name, t):
         """A float [rows, C] table as row chunks of at most max_binding bytes (multiples of
@@ -715,7 +731,7 @@ class Model:
             gating_forward(dev, self.act, gate[0], gate[1], x, N * width)
         rmsnorm_quant_forward(dev, x, w, n, rstd, top.xq, top.s, N, width, self.eps)   # one dispatch on GPUs
         for p, y in zip(projs, outs):
-            bitlinear_forward(dev, top.xq, top.s, p.buf, p.scale, y, N, p.I, p.O, accumulate)
+            bitlinear_forward(dev, top.xq, top.s, p.buf, p.scale, y, N, p.I, p.O, accumulate, w_t=p.t)
         for mod, y in zip(mods, outs):
             if lora is not None and lora.adapts(mod):
                 lora.apply(li, mod, n, y, acts.lora_u(li, mod), N, acts.training, acts.io(acts.micro)[2])

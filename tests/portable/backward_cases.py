@@ -93,12 +93,20 @@ class _Kind:
 
 
 async def case_bitlinear_backward_input(dev, dy, packed, scale, dx0, N, I, O, accumulate, split=None, kind="gpu"):
+    """dx under "op" (the op on a device of `kind`) and, for kind "cpu", under each adapter
+    name of ops.bitlinear.CPU_TILES and "default": bitlinear_matmul_cpu with those constants."""
     await _prepare(dev)
+    bdy, bw = _f32(dev, dy, "dy"), _u32(dev, packed, "w_packed")
+    out = {}
     bdx = _f32(dev, dx0, "dx")
     with _Kind(dev, kind):
-        bitlinear.bitlinear_backward_input(dev, _f32(dev, dy, "dy"), _u32(dev, packed, "w_packed"), scale, bdx,
-                                           N, I, O, accumulate, split=split)
-    return await _get(dev, bdx, N * I)
+        bitlinear.bitlinear_backward_input(dev, bdy, bw, scale, bdx, N, I, O, accumulate, split=split)
+    out["op"] = await _get(dev, bdx, N * I)
+    for name, c in ([("default", None)] + list(bitlinear.CPU_TILES) if kind == "cpu" else []):
+        bdx = _f32(dev, dx0, "dx")
+        bitlinear.cpu_matmul(dev, bdy, bdy, bw, scale, bdx, N, O, I, accumulate, divide=False, consts=c or {})
+        out[name] = await _get(dev, bdx, N * I)
+    return out
 
 
 async def case_linear_backward_input(dev, dy, w, dx0, N, I, O, scale, accumulate, split=None, kind="gpu"):

@@ -61,8 +61,9 @@ async def case_bitlinear_forward(dev, xq, s, packed, scale, y0, N, I, O, accumul
                                  int8=True):
     """y for every entry point of device `kind` ("gpu": {"bitlinear_forward": [...],
     "bitlinear_forward_rows": [...]} and "bitlinear_forward_i8" where the device has
-    dot4I8Packed; "cpu": bitlinear_forward_cpu with each adapter's constants where
-    I % 4 == 0, and the rows kernel), under "op" what ops.bitlinear.bitlinear_forward
+    dot4I8Packed; "cpu": bitlinear_matmul_cpu on the transposed weights with each adapter's
+    constants, bitlinear_forward_cpu where I % 4 == 0, and the rows kernel; "op_t": the op given
+    the transposed weights), under "op" what ops.bitlinear.bitlinear_forward
     picked for this N on that kind (with dev.int8_dot off unless `int8`), and under
     "split<S>" the op with its reduction split in S slices (splitk.wgsl; the CPU kernel
     ignores it). "int8" says whether the op's activations were packed."""
@@ -70,17 +71,24 @@ async def case_bitlinear_forward(dev, xq, s, packed, scale, y0, N, I, O, accumul
     bx, bs, bw = _buf(dev, "f", xq, "xq"), _buf(dev, "f", s, "s"), _buf(dev, "I", packed, "w")
     bx8 = dev.buffer(4 * N * bitlinear.xq_floats(I, True), "xq8", data=pack_xq(xq, N, I))
     words = -(-I // 16)
+    out = {}
     params = bitlinear.FORWARD.pack(N, I, O, scale, int(accumulate), words, 0)
-    # CPU (I % 4 == 0): the default workgroup (lavapipe's) and every adapter's of ops.bitlinear.CPU_TILES
+    # CPU: bitlinear_matmul_cpu on the transposed weights with the shader's constants (lavapipe's)
+    # and every adapter's of ops.bitlinear.CPU_TILES; bitlinear_forward_cpu where I % 4 == 0
+    if kind == "cpu":
+        bwt = bitlinear.transpose_weights(dev, bw, O, I)
+        cparams = bitlinear.CPU_MATMUL.pack(N, I, O, scale, int(accumulate), 1)
+        for name, c in [("", None)] + list(bitlinear.CPU_TILES):
+            y = _buf(dev, "f", y0, "y")
+            dev.dispatch(dev.prepared("bitlinear.wgsl", "bitlinear_matmul_cpu", c), [bx, bs, bwt, y], params=cparams,
+                         groups=bitlinear.cpu_groups(dev, N, -(-O // bitlinear.CPU_TILE), bitlinear.CPU_ROWS,
+                                                     c or bitlinear.CPU_DEFAULT))
+            out[f"bitlinear_matmul_cpu {name}".strip()] = await _get(dev, y, N * O)
     tiles = -(-O // bitlinear.CPU_TILE)
-    rows = bitlinear.CPU_FWD_ROWS
     cpu = [("bitlinear_forward_cpu", "bitlinear_forward_cpu",
-            bitlinear.cpu_groups(dev, N, tiles, rows, bitlinear.CPU_DEFAULT), None)]
-    cpu += [(f"bitlinear_forward_cpu {name}", "bitlinear_forward_cpu", bitlinear.cpu_groups(dev, N, tiles, rows, c), c)
-            for name, c in bitlinear.CPU_TILES]
+            bitlinear.cpu_groups(dev, N, tiles, bitlinear.CPU_FWD_ROWS, bitlinear.CPU_DEFAULT), None)]
     runs = {"gpu": [("bitlinear_forward", "bitlinear_forward", (-(-O // 64), -(-N // 64), 1), None)],
             "cpu": cpu if I % 4 == 0 else []}[kind]
-    out = {}
     for key, entry, groups, consts in runs + [("bitlinear_forward_rows", "bitlinear_forward_rows",
                                                (-(-O // 64), -(-N // 8), 1), None)]:
         y = _buf(dev, "f", y0, "y")
@@ -102,6 +110,10 @@ async def case_bitlinear_forward(dev, xq, s, packed, scale, y0, N, I, O, accumul
             bitlinear.bitlinear_forward(dev, bx8 if out["int8"] else bx, bs, bw, scale, y, N, I, O, accumulate,
                                         split=split)
             out[key] = await _get(dev, y, N * O)
+        if kind == "cpu":   # the op as a model on a CPU records it: with the transposed weights
+            y = _buf(dev, "f", y0, "y")
+            bitlinear.bitlinear_forward(dev, bx, bs, bw, scale, y, N, I, O, accumulate, w_t=bwt)
+            out["op_t"] = await _get(dev, y, N * O)
     finally:
         dev.kind, dev.int8_dot = old, int8_old
     return out

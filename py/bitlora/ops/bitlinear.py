@@ -26,7 +26,8 @@ BACKWARD = Uniform("BitlinearBackwardParams", "n:u32 i:u32 o:u32 scale:f32 accum
 ROWS_KERNEL_MAX_N = 8
 
 
-def kernel_specs(table_dtype: str = "f32", training: bool = False, kind: str | None = None) -> list:
+def kernel_specs(table_dtype: str = "f32", training: bool = False, kind: str | None = None,
+                 adapter: dict | None = None) -> list:
     """The rows kernel and activation quantiser always; the tiled GPU kernels unless kind
     is "cpu", the CPU variants unless kind is "gpu" (on a CPU, the rows kernel is the
     forward's fallback where I % 4 != 0)."""
@@ -34,7 +35,7 @@ def kernel_specs(table_dtype: str = "f32", training: bool = False, kind: str | N
     if kind in (None, "gpu"):
         specs += [(SHADER, "bitlinear_forward")] + ([(SHADER, "bitlinear_backward_input")] if training else [])
         specs += splitk.kernel_specs()
-    return specs + _cpu_matmul_specs(training, kind) + actquant_specs(kind)
+    return specs + _cpu_matmul_specs(training, kind, adapter) + actquant_specs(kind)
 
 
 def int8_specs() -> list:
@@ -55,42 +56,74 @@ def xq_floats(I: int, packed: bool) -> int:
     return 4 * -(-I // 16) if packed else I
 
 
-# -- CPU matmuls (Device.kind "cpu"): 4 rows x 32 outputs (forward) / 8 rows x 32 input
-# columns (input gradient) per invocation, no split-K; the forward needs I % 4 == 0 (xq read as
-# vec4), else the rows kernel runs.
+# -- CPU matmuls (Device.kind "cpu"): both ternary matmuls are bitlinear_matmul_cpu, 8 rows x 32
+# columns per invocation, no split-K; the forward reads the weights transposed (transpose_weights,
+# made once at load by Model.create where the model's packed weights take at most
+# CPU_TRANSPOSE_MAX_BYTES: one more copy of them), else bitlinear_forward_cpu reads w_packed
+# (I % 4 == 0; else the rows kernel).
 CPU_TILE = 32
-# The override constants (shaders/bitlinear.wgsl CPU_WG) per CPU adapter, matched
-# lower-cased against its vendor / architecture / device / description; the first match
-# wins, anything else gets the shader's defaults. Every entry is one more pipeline per
-# kernel to compile (prepare has no adapter). None pays now: with these kernels CPU_WG
-# 8 and 16 ran alike on lavapipe and SwiftShader, 4 (SwiftShader's SIMD width, best for
-# the kernels before) ran lavapipe 1.5-2x and SwiftShader ~1.5x slower.
-CPU_TILES: tuple = ()
+CPU_MATMUL = Uniform("CpuMatmulParams", "n:u32 k:u32 c:u32 scale:f32 accumulate:u32 divide:u32")
+TRANSPOSE = Uniform("TransposeParams", "o:u32 i:u32")
+CPU_TRANSPOSE_MAX_BYTES = 256 << 20
+# The override constants of bitlinear_matmul_cpu (shaders/bitlinear.wgsl CPU_WG, CPU_STEP) per
+# CPU adapter, matched lower-cased against its vendor / architecture / device / description;
+# the first match wins, anything else gets the shader's defaults (CPU_WG 8, CPU_STEP 4:
+# lavapipe's best). SwiftShader ran CPU_STEP 4 1.2x slower than 1; CPU_WG 8 and 16 ran alike on
+# both, 4 slower.
+CPU_TILES: tuple = (("swiftshader", {"CPU_STEP": 1}),)
 CPU_DEFAULT = {"CPU_WG": 8}
 CPU_WG = CPU_DEFAULT["CPU_WG"]
 
 
 def cpu_constants(dev) -> dict | None:
-    """The override constants of the CPU matmuls on `dev` (None: the shader's defaults)."""
-    info = getattr(dev, "adapter_info", None) or {}
-    text = " ".join(str(info.get(k, "")) for k in ("vendor", "architecture", "device", "description")).lower()
+    """The override constants of the CPU matmul on `dev` (None: the shader's defaults)."""
+    return adapter_constants(getattr(dev, "adapter_info", None))
+
+
+def adapter_constants(info: dict | None) -> dict | None:
+    """CPU_TILES' entry for an adapter (Device.adapter_info), None for the shader's defaults."""
+    text = " ".join(str((info or {}).get(k, "")) for k in ("vendor", "architecture", "device", "description")).lower()
     return next((c for name, c in CPU_TILES if name in text), None)
 
 
-CPU_FWD_ROWS, CPU_BWD_ROWS = 4, 8   # rows per invocation of the forward / input gradient
+CPU_FWD_ROWS, CPU_ROWS = 4, 8   # rows per invocation of bitlinear_forward_cpu / bitlinear_matmul_cpu
 
 
 def cpu_groups(dev, N: int, tiles: int, rows: int, consts: dict | None = None) -> int:
     """Workgroups of a CPU matmul with `tiles` column tiles per block of `rows` rows."""
-    return -(-(-(-N // rows) * tiles) // (consts or cpu_constants(dev) or CPU_DEFAULT)["CPU_WG"])
+    return -(-(-(-N // rows) * tiles) // (consts or cpu_constants(dev) or CPU_DEFAULT).get("CPU_WG", CPU_WG))
 
 
-def _cpu_matmul_specs(training: bool, kind: str | None) -> list:
-    """Every table entry's pipelines (prepare has no adapter; the unused ones cost a compile)."""
+def _cpu_matmul_specs(training: bool, kind: str | None, adapter: dict | None = None) -> list:
+    """The CPU matmuls: bitlinear_matmul_cpu with `adapter`'s constants (Device.adapter_info;
+    None: every table entry's, as prepare has no adapter then), the transpose and the
+    untransposed forward."""
     if kind not in (None, "cpu"):
         return []
-    entries = ["bitlinear_forward_cpu"] + (["bitlinear_backward_input_cpu"] if training else [])
-    return [(SHADER, e, c) for c in (None,) + tuple(c for _, c in CPU_TILES) for e in entries]
+    consts = [adapter_constants(adapter)] if adapter is not None else [None] + [c for _, c in CPU_TILES]
+    return [(SHADER, "bitlinear_matmul_cpu", c) for c in consts] + \
+        [(SHADER, "ternary_transpose"), (SHADER, "bitlinear_forward_cpu")]
+
+
+def transpose_weights(dev, w_packed, O: int, I: int, label: str = "wt"):
+    """w_packed[O, ceil(I/16)] u32 -> a new buffer wt[I, ceil(O/16)] u32 (the same ternary codes;
+    bitlinear_matmul_cpu's forward reads it). Recorded, not waited for."""
+    need(w_packed, O * -(-I // 16), "w_packed", "transpose_weights")
+    n = I * -(-O // 16)
+    wt = dev.buffer(4 * n, label)
+    dev.dispatch(dev.prepared(SHADER, "ternary_transpose"), [w_packed, wt], groups=-(-n // 64),
+                 params=TRANSPOSE.pack(O, I))
+    return wt
+
+
+def cpu_matmul(dev, a, s, wt, scale: float, y, N: int, K: int, C: int, accumulate: bool, divide: bool,
+               consts: dict | None = None) -> None:
+    """bitlinear_matmul_cpu: y[N, C] (= or +=) (a[N, K] t[K, C]) * scale (/ s[N] if divide), with
+    `dev`'s constants (cpu_constants) unless `consts` are given ({}: the shader's defaults)."""
+    consts = cpu_constants(dev) if consts is None else consts or None
+    dev.dispatch(dev.prepared(SHADER, "bitlinear_matmul_cpu", consts), [a, s, wt, y],
+                 groups=cpu_groups(dev, N, -(-C // CPU_TILE), CPU_ROWS, consts),
+                 params=CPU_MATMUL.pack(N, K, C, scale, int(accumulate), int(divide)))
 
 
 def forward_plan(N: int, I: int, O: int, split: int | None = None, unit: int = 4) -> tuple:
@@ -141,12 +174,13 @@ def actquant_forward(dev, x, xq, s, N: int, I: int) -> None:
 
 
 def bitlinear_forward(dev, xq, s, w_packed, scale: float, y, N: int, I: int, O: int,
-                      accumulate: bool = False, split: int | None = None) -> None:
+                      accumulate: bool = False, split: int | None = None, w_t=None) -> None:
     """xq[N, I] (as actquant_forward wrote it: packed where packed_xq), s[N],
     w_packed[O, ceil(I/16)] u32 -> y[N, O] = xq t^T * scale / s (= or +=).
     `split` forces the number of reduction slices (default: ops.splitk.plan's; GPU kernels
-    only: on a CPU device, N > 8 runs bitlinear_forward_cpu, unsplit, where I % 4 == 0,
-    else the rows kernel)."""
+    only). On a CPU device N > 8 rows run unsplit: bitlinear_matmul_cpu where `w_t` (the
+    weights transposed: transpose_weights) is given, else bitlinear_forward_cpu where
+    I % 4 == 0, else the rows kernel."""
     words = -(-I // 16)
     packed = packed_xq(dev, N)
     for b, n, what in ((xq, N * xq_floats(I, packed), "xq"), (s, N, "s"), (w_packed, O * words, "w_packed"),
@@ -162,14 +196,18 @@ def bitlinear_forward(dev, xq, s, w_packed, scale: float, y, N: int, I: int, O: 
             splitk.reduce(dev, part, s, y, N * O, slices, O, scale, accumulate)
         return
     cpu = dev.kind == "cpu"
+    if cpu and w_t is not None and N > ROWS_KERNEL_MAX_N:
+        need(w_t, I * -(-O // 16), "w_t", "bitlinear_forward")
+        cpu_matmul(dev, xq, s, w_t, scale, y, N, I, O, accumulate, divide=True)
+        return
     if N <= ROWS_KERNEL_MAX_N or (cpu and I % 4):
         dev.dispatch(dev.prepared(SHADER, "bitlinear_forward_rows"), [xq, s, w_packed, y],
                      groups=(-(-O // 64), -(-N // 8), 1),
                      params=FORWARD.pack(N, I, O, scale, int(accumulate), words, 0))
         return
     if cpu:
-        dev.dispatch(dev.prepared(SHADER, "bitlinear_forward_cpu", cpu_constants(dev)), [xq, s, w_packed, y],
-                     groups=cpu_groups(dev, N, -(-O // CPU_TILE), CPU_FWD_ROWS),
+        dev.dispatch(dev.prepared(SHADER, "bitlinear_forward_cpu"), [xq, s, w_packed, y],
+                     groups=cpu_groups(dev, N, -(-O // CPU_TILE), CPU_FWD_ROWS, CPU_DEFAULT),
                      params=FORWARD.pack(N, I, O, scale, int(accumulate), words, 0))
         return
     slices, kw = forward_plan(N, I, O, split)
@@ -188,10 +226,8 @@ def bitlinear_backward_input(dev, dy, w_packed, scale: float, dx, N: int, I: int
     words = -(-I // 16)
     for b, n, what in ((dy, N * O, "dy"), (w_packed, O * words, "w_packed"), (dx, N * I, "dx")):
         need(b, n, what, "bitlinear_backward_input")
-    if dev.kind == "cpu":
-        dev.dispatch(dev.prepared(SHADER, "bitlinear_backward_input_cpu", cpu_constants(dev)), [dy, w_packed, dx],
-                     groups=cpu_groups(dev, N, -(-words // 2), CPU_BWD_ROWS),
-                     params=BACKWARD.pack(N, I, O, scale, int(accumulate), O, 0))
+    if dev.kind == "cpu":   # dy binds as s too (unused: no division)
+        cpu_matmul(dev, dy, dy, w_packed, scale, dx, N, O, I, accumulate, divide=False)
         return
     slices, ko = backward_input_plan(N, I, O, split)
     part = splitk.scratch(dev, splitk.floats(slices, N, I))
