@@ -4,11 +4,13 @@ natively (lavapipe) or in Chromium's worker (SwiftShader), side by side in one r
 Standard library + bitlora only: the case runs inside Pyodide too.
 
     python -m bench.cpu_matmul [--backend browser] [--extra FILE.wgsl]
-        [--variants ENTRY:fwd|bwd:ROWS:COLS[:WG],...] [--shapes 512x128x384,...]
+        [--variants ENTRY:KIND:ROWS:COLS[:WG[:STEP]],...] [--shapes 512x128x384,...]
 
-A variant ENTRY has bitlinear_forward_cpu's bindings (fwd: ROWS rows x COLS outputs per
-invocation) or bitlinear_backward_input_cpu's (bwd: ROWS rows x COLS input columns);
-WG is its workgroup size (CPU_WG). Prints ms per call (best of batches of `reps`
+KIND says how ENTRY is bound: mmf / mmb bitlinear_matmul_cpu's bindings as the forward
+(the weights transposed) / the input gradient; fwd bitlinear_forward_cpu's, fwdt the same
+with the weights transposed (wt[I, ceil(O/16)]), bwd BitlinearBackwardParams with dy,
+w_packed, dx. ROWS x COLS is the tile of an invocation, WG and STEP the override
+constants CPU_WG and CPU_STEP (left out: the shader's). Prints ms per call (best of batches of `reps`
 dispatches in one submit), GMAC/s, and each result's largest difference from the first
 variant's.
 """
@@ -35,9 +37,11 @@ async def case_cpu_matmul(dev, source: str, variants: list, shapes: list, reps: 
     out = []
     kernels = {}
     for v in variants:
-        key = (v[0], v[4] if len(v) > 4 else 8)
+        key = _key(v)
         if key not in kernels:
-            kernels[key] = await dev.compile(source, v[0], {"CPU_WG": key[1]}, v[0])
+            consts = {"CPU_WG": key[1]} if key[1] else {}
+            consts.update({"CPU_STEP": key[2]} if key[2] else {})
+            kernels[key] = await dev.compile(source, v[0], consts, v[0])
     for N, I, O in shapes:
         words = -(-I // 16)
         w = array.array("I", (rnd.getrandbits(32) for _ in range(O * words)))
@@ -59,9 +63,17 @@ async def case_cpu_matmul(dev, source: str, variants: list, shapes: list, reps: 
         first, runs = {}, []
         for v in variants:
             entry, what, rows, cols = v[0], v[1], int(v[2]), int(v[3])
-            wg = v[4] if len(v) > 4 else 8
-            k = kernels[(entry, wg)]
-            if what in ("fwd", "fwdt"):
+            wg = _key(v)[1] or 8
+            k = kernels[_key(v)]
+            if what == "mmf":     # bitlinear_matmul_cpu as the forward
+                y = dev.buffer(4 * N * O, "y")
+                binds, cols_total = [bufs["xq"], bufs["s"], bufs["wt"], y], O
+                params = _pack(N, I, O, 0.5, 0, 1)
+            elif what == "mmb":   # ... as the input gradient
+                y = dev.buffer(4 * N * I, "dx")
+                binds, cols_total = [bufs["dy"], bufs["dy"], bufs["w"], y], I
+                params = _pack(N, O, I, 0.5, 0, 0)
+            elif what in ("fwd", "fwdt"):
                 y = dev.buffer(4 * N * O, "y")
                 binds, cols_total = [bufs["xq"], bufs["s"], bufs["w" if what == "fwd" else "wt"], y], O
                 params = _pack(N, I, O, 0.5, 0, words, 0)
@@ -73,8 +85,9 @@ async def case_cpu_matmul(dev, source: str, variants: list, shapes: list, reps: 
             dev.dispatch(k, binds, groups, params)
             dev.submit()
             res = array.array("f", await dev.read(y))
-            ref = first.setdefault(what[:3], res)
-            runs.append([entry, k, binds, groups, params, float("inf"), max(abs(a - b) for a, b in zip(res, ref)), y])
+            ref = first.setdefault("fwd" if what in ("fwd", "fwdt", "mmf") else "bwd", res)
+            label = f"{entry} {what}" + "".join(f" {n}={x}" for n, x in zip(("CPU_WG", "CPU_STEP"), _key(v)[1:]) if x)
+            runs.append([label, k, binds, groups, params, float("inf"), max(abs(a - b) for a, b in zip(res, ref)), y])
         for _ in range(batches):   # rounds over the variants: a busy machine's slow spells hit all of them
             for run in runs:
                 t = time.perf_counter()
@@ -90,11 +103,17 @@ async def case_cpu_matmul(dev, source: str, variants: list, shapes: list, reps: 
     return out
 
 
+def _key(v) -> tuple:
+    """(entry, CPU_WG or 0, CPU_STEP or 0) of a variant [ENTRY, KIND, ROWS, COLS, WG?, STEP?]."""
+    return (v[0], v[4] if len(v) > 4 else 0, v[5] if len(v) > 5 else 0)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--backend", choices=("native", "browser"), default="native")
     ap.add_argument("--extra", default=None, help="a WGSL file of variants, compiled with bitlinear.wgsl")
-    ap.add_argument("--variants", default="bitlinear_forward_cpu:fwd:4:32,bitlinear_backward_input_cpu:bwd:8:32")
+    ap.add_argument("--variants", default="bitlinear_forward_cpu:fwd:4:32,bitlinear_matmul_cpu:mmf:8:32:8:1,"
+                    "bitlinear_matmul_cpu:mmf:8:32:8:4,bitlinear_matmul_cpu:mmb:8:32:8:1,bitlinear_matmul_cpu:mmb:8:32:8:4")
     ap.add_argument("--shapes", default="512x128x384,512x384x128")
     ap.add_argument("--reps", type=int, default=4)
     args = ap.parse_args(argv)
@@ -112,7 +131,7 @@ def main(argv=None):
         from bitlora import gpu
         rows = asyncio.run(_native(kw))
     for shape, entry, ms, gmac, diff in rows:
-        print(f"{shape:>14} {entry:>40} {ms:9.3f} ms {gmac:6.2f} GMAC/s  diff {diff:.3g}")
+        print(f"{shape:>14} {entry:>52} {ms:9.3f} ms {gmac:6.2f} GMAC/s  diff {diff:.3g}")
 
 
 async def _native(kw):
