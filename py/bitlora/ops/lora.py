@@ -68,12 +68,12 @@ def _run(dev, entry: str, s: LoraShape, bufs: list, stream) -> None:
     N, I, O, R = s.N, s.I, s.O, s.R
     R4 = -(-R // 4)
     gpu_groups, widths, cpu_items = {               # cpu_items: invocations of *_rows
-        "lora_down": (N * R, (I,), N * R4),
-        "lora_up": (-(-N * O // WG), (O, R), N * O // 4),
+        "lora_down": (N * R, (I,), -(-N // 4) * R4),
+        "lora_up": (-(-N * O // WG), (O, R), -(-N // 4) * O // 4),
         "lora_grad_b": (-(-R * O // WG), (O, R), R4 * O // 4),
         "lora_grad_u": (N * R, (O, R), N * R4),
         "lora_grad_a": (-(-R * I // WG), (I,), R4 * I // 4),
-        "lora_grad_x": (-(-N * I // WG), (I, R), N * I // 4),
+        "lora_grad_x": (-(-N * I // WG), (I, R), -(-N // 4) * I // 4),
     }[entry]
     if entry in DROPOUT_ENTRIES:
         bufs = bufs + [stream]
