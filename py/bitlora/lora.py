@@ -49,7 +49,7 @@ class Lora:
         arena = ParamArena(model.dev, shapes, label="lora")
         for key, _ in shapes:
             arena.write(arena.params, key, tensors[key][1])
-        await model.prepare(training=True)
+        await model.prepare(training=True, lora_r=cfg.lora_r)
         return cls(model, cfg, arena, shapes)
 
     def adapts(self, mod: str) -> bool:

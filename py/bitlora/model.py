@@ -437,12 +437,21 @@ class Model:
         self.layers, self.embed, self.head, self.norm, self.cos, self.sin, self.P = [], RowTable(), RowTable(), None, None, None, 0
         self._scratch = self._cache = self._logits = self._gen = None
 
-    async def prepare(self, training: bool) -> None:
+    async def prepare(self, training: bool, lora_r: int | None = None) -> None:
         """Compile every kernel the forward (and with `training`, the loss and backward)
-        records, so that recording is plain synchronous code."""
+        records, so that recording is plain synchronous code: on a CPU adapter only the
+        variants this model's shapes pick (kernel_shapes; `lora_r` the LoRA rank, None:
+        the kernels for any rank)."""
         dtypes = {self.embed.dtype, self.head.dtype}
+        shapes = self.kernel_shapes(lora_r)
         await self.dev.prepare([s for t in dtypes for s in ops.kernel_specs(t, training, self.dev.kind,
-                                                                             self.dev.int8_dot)])
+                                                                             self.dev.int8_dot, shapes)])
+
+    def kernel_shapes(self, lora_r: int | None = None) -> dict:
+        """What decides which kernel variants this model runs (ops.kernel_specs' `shapes`)."""
+        projs = [p for lay in self.layers for p in lay.proj.values()]
+        return {"C": self.C, "F": self.F, "D": self.D, "V": self.V, "KV": self.Hkv * self.D, "act": self.act,
+                "R": lora_r, "adapter": self.dev.adapter_info, "transposed": bool(projs) and all(p.t is not None for p in projs)}
 
     def _upload_vec(self, name, t):
         if not isinstance(t, FloatTensor):

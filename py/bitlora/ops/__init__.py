@@ -20,17 +20,29 @@ MODEL_FAMILIES = (embedding, rmsnorm, bitlinear, splitk, rope, attention, relu2,
 
 
 def kernel_specs(table_dtype: str = "f32", training: bool = False, kind: str | None = None,
-                 int8: bool = False) -> list:
+                 int8: bool = False, shapes: dict | None = None) -> list:
     """The (shader, entry[, constants]) of every kernel a model runs: its forward for
     logits and decoding (LoRA's forward included) and, with `training`, the loss and
     every backward pass. `table_dtype` is the embedding / lm_head table's ("f32" or
     "bf16": model.RowTable.dtype); `kind` the device's ("gpu" or "cpu": Device.kind)
     where a family has variants per kind, None for both; `int8` the device's
-    Device.int8_dot (the GPU forward's int8 kernels compile only where it is true)."""
+    Device.int8_dot (the GPU forward's int8 kernels compile only where it is true).
+    `shapes` (Model.kernel_shapes: the widths C, F, D, V, KV, the gating, the LoRA rank R or
+    None, the adapter, whether the weights are kept transposed) leaves out, on kind "cpu",
+    the variants a model of those shapes never picks (a CPU compiles each pipeline slowly:
+    the page waits for it)."""
     specs = []
     extra = bitlinear.int8_specs() if int8 and kind != "cpu" else []
-    for spec in [s for family in MODEL_FAMILIES for s in family.kernel_specs(table_dtype, training, kind)] + extra:
+    shapes = shapes if kind == "cpu" else None
+    for spec in [s for family in MODEL_FAMILIES for s in family.kernel_specs(table_dtype, training, kind, shapes)] + extra:
         if spec not in specs:
             specs.append(spec)
     return specs
+
+
+def quads(shapes: dict | None, *names: str, by: int = 4) -> bool:
+    """Whether `shapes` (kernel_specs') are given and its widths `names` are all multiples of
+    `by`: then a CPU adapter runs only a family's CPU variants (the GPU kernels are their
+    fallback for other widths)."""
+    return shapes is not None and all(shapes[n] is not None and shapes[n] % by == 0 for n in names)
 

@@ -16,13 +16,15 @@ KV_STORE = Uniform("KvStoreParams", "b:u32 t:u32 s:u32 w:u32 pos0:u32")
 BACKWARD = Uniform("AttentionBackwardParams", "b:u32 t:u32 h:u32 hkv:u32 d:u32 scale:f32")
 
 
-def kernel_specs(table_dtype: str = "f32", training: bool = False, kind: str | None = None) -> list:
-    entries = ["attention_forward", "kv_store"]   # the GPU kernels are the CPU's fallback (D % 4 != 0)
-    if training:
-        entries += ["attention_backward_dq", "attention_backward_dkv"]
-    if kind in (None, "cpu"):
-        entries += [e + v for v in ("_rows", "_d32") for e in entries if e != "kv_store"]
-    return [(SHADER, e) for e in entries]
+def kernel_specs(table_dtype: str = "f32", training: bool = False, kind: str | None = None,
+                 shapes: dict | None = None) -> list:
+    """The GPU kernels (the CPU's fallback where D % 4 != 0) and the CPU variants; with
+    `shapes`, the one variant its D picks."""
+    entries = ["attention_forward"] + (["attention_backward_dq", "attention_backward_dkv"] if training else [])
+    if shapes is not None and shapes["D"] % 4 == 0:
+        return [(SHADER, "kv_store")] + [(SHADER, e + ("_d32" if shapes["D"] <= 32 else "_rows")) for e in entries]
+    cpu = [e + v for v in ("_rows", "_d32") for e in entries] if kind in (None, "cpu") else []
+    return [(SHADER, e) for e in entries + ["kv_store"] + cpu]
 
 
 ROWS_WG = 16   # invocations per workgroup of the CPU variants (AR in the shader)

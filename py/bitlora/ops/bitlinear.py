@@ -27,15 +27,18 @@ ROWS_KERNEL_MAX_N = 8
 
 
 def kernel_specs(table_dtype: str = "f32", training: bool = False, kind: str | None = None,
-                 adapter: dict | None = None) -> list:
-    """The rows kernel and activation quantiser always; the tiled GPU kernels unless kind
+                 shapes: dict | None = None) -> list:
+    """The rows kernel and activation quantiser always (with `shapes` whose C and F are
+    multiples of 4, the quantiser's CPU variant only); the tiled GPU kernels unless kind
     is "cpu", the CPU variants unless kind is "gpu" (on a CPU, the rows kernel is the
     forward's fallback where I % 4 != 0)."""
-    specs = [(SHADER, e) for e in ("actquant_forward", "bitlinear_forward_rows")]
+    from . import quads
+    specs = [(SHADER, e) for e in (("bitlinear_forward_rows",) if quads(shapes, "C", "F") else
+                                   ("actquant_forward", "bitlinear_forward_rows"))]
     if kind in (None, "gpu"):
         specs += [(SHADER, "bitlinear_forward")] + ([(SHADER, "bitlinear_backward_input")] if training else [])
         specs += splitk.kernel_specs()
-    return specs + _cpu_matmul_specs(training, kind, adapter) + actquant_specs(kind)
+    return specs + _cpu_matmul_specs(training, kind, shapes) + actquant_specs(kind)
 
 
 def int8_specs() -> list:
@@ -94,15 +97,18 @@ def cpu_groups(dev, N: int, tiles: int, rows: int, consts: dict | None = None) -
     return -(-(-(-N // rows) * tiles) // (consts or cpu_constants(dev) or CPU_DEFAULT).get("CPU_WG", CPU_WG))
 
 
-def _cpu_matmul_specs(training: bool, kind: str | None, adapter: dict | None = None) -> list:
-    """The CPU matmuls: bitlinear_matmul_cpu with `adapter`'s constants (Device.adapter_info;
-    None: every table entry's, as prepare has no adapter then), the transpose and the
-    untransposed forward."""
+def _cpu_matmul_specs(training: bool, kind: str | None, shapes: dict | None = None) -> list:
+    """The CPU matmuls: bitlinear_matmul_cpu with every CPU_TILES entry's constants and the
+    shader's, the transpose and the untransposed forward; with `shapes`, the adapter's
+    constants only, and the untransposed forward only where the weights are not transposed."""
     if kind not in (None, "cpu"):
         return []
-    consts = [adapter_constants(adapter)] if adapter is not None else [None] + [c for _, c in CPU_TILES]
-    return [(SHADER, "bitlinear_matmul_cpu", c) for c in consts] + \
-        [(SHADER, "ternary_transpose"), (SHADER, "bitlinear_forward_cpu")]
+    if shapes is None:
+        consts, plain = [None] + [c for _, c in CPU_TILES], True
+    else:
+        consts, plain = [adapter_constants(shapes["adapter"])], not shapes["transposed"]
+    return [(SHADER, "bitlinear_matmul_cpu", c) for c in consts] + [(SHADER, "ternary_transpose")] + \
+        ([(SHADER, "bitlinear_forward_cpu")] if plain else [])
 
 
 def transpose_weights(dev, w_packed, O: int, I: int, label: str = "wt"):

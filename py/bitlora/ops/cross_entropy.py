@@ -17,13 +17,16 @@ SUM = Uniform("CrossEntropySumParams", "n:u32")
 CER = 16  # rows per workgroup of cross_entropy_forward_backward_rows (cross_entropy.wgsl CER)
 
 
-def kernel_specs(table_dtype: str = "f32", training: bool = False, kind: str | None = None) -> list:
-    """The GPU kernels always (on a CPU the fallback where V % 4 != 0), the CPU variants
-    unless kind is "gpu"."""
+def kernel_specs(table_dtype: str = "f32", training: bool = False, kind: str | None = None,
+                 shapes: dict | None = None) -> list:
+    """The GPU kernels (on a CPU the fallback where V % 4 != 0: not with such `shapes`), the
+    CPU variants unless kind is "gpu"."""
+    from . import quads
     if not training:
         return []
     cpu = ["cross_entropy_forward_backward_rows", "cross_entropy_sum_serial"] if kind != "gpu" else []
-    return [(SHADER, e) for e in ["cross_entropy_forward_backward", "cross_entropy_sum"] + cpu]
+    gpu = [] if quads(shapes, "V") else ["cross_entropy_forward_backward"] + ([] if kind == "cpu" else ["cross_entropy_sum"])
+    return [(SHADER, e) for e in gpu + cpu]
 
 
 def cross_entropy_forward_backward(dev, logits, targets, losses, N: int, V: int, grad_scale: float) -> None:

@@ -13,7 +13,8 @@ def _constants(table_dtype: str) -> dict | None:
     return {"EMB_BF16": 1.0} if table_dtype == "bf16" else None
 
 
-def kernel_specs(table_dtype: str = "f32", training: bool = False, kind: str | None = None) -> list:
+def kernel_specs(table_dtype: str = "f32", training: bool = False, kind: str | None = None,
+                 shapes: dict | None = None) -> list:
     return [(SHADER, "embedding_forward", _constants(table_dtype))]
 
 

@@ -30,7 +30,8 @@ def cpu_groups(N: int, cols: int) -> int:
     return -(-(-(-N // 8) * -(-cols // CPU_TILE)) // CPU_WG)
 
 
-def kernel_specs(table_dtype: str = "f32", training: bool = False, kind: str | None = None) -> list:
+def kernel_specs(table_dtype: str = "f32", training: bool = False, kind: str | None = None,
+                 shapes: dict | None = None) -> list:
     c = _constants(table_dtype)
     entries = ["linear_forward_rows"]
     if kind in (None, "gpu"):

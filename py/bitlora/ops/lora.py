@@ -25,11 +25,15 @@ DROPOUT_ENTRIES = ("lora_down", "lora_grad_a", "lora_grad_x")   # these also bin
 LR = 16  # invocations per workgroup of the CPU variants (lora.wgsl LR)
 
 
-def kernel_specs(table_dtype: str = "f32", training: bool = False, kind: str | None = None) -> list:
-    """The GPU kernels always (on a CPU they are the fallback where I, O or R % 4 != 0),
-    the CPU variants (*_rows) unless kind is "gpu"."""
+def kernel_specs(table_dtype: str = "f32", training: bool = False, kind: str | None = None,
+                 shapes: dict | None = None) -> list:
+    """The GPU kernels (on a CPU they are the fallback where I, O or R % 4 != 0: not with
+    `shapes` whose widths and rank are multiples of 4), the CPU variants (*_rows) unless
+    kind is "gpu"."""
+    from . import quads
     entries = FORWARD_ENTRIES + ("lora_down_parts",) + (BACKWARD_ENTRIES if training else ())
-    return [(SHADER, e) for e in entries] + ([(SHADER, e + "_rows") for e in entries] if kind != "gpu" else [])
+    gpu = [] if quads(shapes, "C", "F", "KV", "R") else [(SHADER, e) for e in entries]
+    return gpu + ([(SHADER, e + "_rows") for e in entries] if kind != "gpu" else [])
 
 
 @dataclass(frozen=True)

@@ -39,12 +39,15 @@ def _gate_constants(act: str | None) -> dict | None:
     return {"NQ_GATE": GATES[act]} if act else None
 
 
-def kernel_specs(table_dtype: str = "f32", training: bool = False, kind: str | None = None) -> list:
+def kernel_specs(table_dtype: str = "f32", training: bool = False, kind: str | None = None,
+                 shapes: dict | None = None) -> list:
     """The one-row-per-invocation kernels always (a GPU's fallback for odd widths), the
     GPU kernels unless kind is "cpu", the CPU norm unless kind is "gpu"; the GPU norm plain
-    and gated by either activation."""
+    and gated by either activation (on a CPU its fallback where C % 4 != 0: not with
+    `shapes` whose C and F are multiples of 4)."""
+    from . import quads
     c = _dense_constants(table_dtype)
-    specs = [(SHADER, "rmsnorm_quant", _gate_constants(a)) for a in (None, *GATES)]
+    specs = [] if quads(shapes, "C", "F") else [(SHADER, "rmsnorm_quant", _gate_constants(a)) for a in (None, *GATES)]
     specs += [(SHADER, "rmsnorm_quant_cpu")] if kind in (None, "cpu") else []
     specs += [(SHADER, "ternary_matvec_rows"), (SHADER, "dense_matvec_rows", c)]
     if kind in (None, "gpu"):

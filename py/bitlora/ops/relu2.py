@@ -12,11 +12,16 @@ PARAMS = Uniform("Relu2Params", "count:u32")
 ACTS = ("relu2", "silu")   # hidden_act -> entry points <act>_gating_forward / _backward
 
 
-def kernel_specs(table_dtype: str = "f32", training: bool = False, kind: str | None = None) -> list:
-    """Both activations' entries: the GPU kernels always (on a CPU the fallback where
-    count % 4 != 0), the CPU variants (*_cpu) unless kind is "gpu"."""
-    entries = [f"{a}_gating_forward" for a in ACTS] + ([f"{a}_gating_backward" for a in ACTS] if training else [])
-    return [(SHADER, e) for e in entries] + ([(SHADER, e + "_cpu") for e in entries] if kind != "gpu" else [])
+def kernel_specs(table_dtype: str = "f32", training: bool = False, kind: str | None = None,
+                 shapes: dict | None = None) -> list:
+    """Both activations' entries (with `shapes`, its activation's): the GPU kernels (on a
+    CPU the fallback where count % 4 != 0: not with `shapes` whose F is a multiple of 4),
+    the CPU variants (*_cpu) unless kind is "gpu"."""
+    from . import quads
+    acts = [shapes["act"]] if shapes is not None else ACTS
+    entries = [f"{a}_gating_forward" for a in acts] + ([f"{a}_gating_backward" for a in acts] if training else [])
+    gpu = [] if quads(shapes, "F") else [(SHADER, e) for e in entries]
+    return gpu + ([(SHADER, e + "_cpu") for e in entries] if kind != "gpu" else [])
 
 
 def _entry(dev, name: str, count: int) -> tuple:

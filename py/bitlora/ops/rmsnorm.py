@@ -15,12 +15,15 @@ BACKWARD = Uniform("RmsBackwardParams", "n:u32 c:u32 accumulate:u32")
 RR = 16  # rows per workgroup of the CPU variants (rmsnorm.wgsl RR)
 
 
-def kernel_specs(table_dtype: str = "f32", training: bool = False, kind: str | None = None) -> list:
-    """The GPU kernels always (on a CPU they are the fallback where C % 4 != 0), the
-    CPU variants (*_rows) unless kind is "gpu"."""
+def kernel_specs(table_dtype: str = "f32", training: bool = False, kind: str | None = None,
+                 shapes: dict | None = None) -> list:
+    """The GPU kernels (on a CPU they are the fallback where C % 4 != 0: not with `shapes`
+    whose C and F are multiples of 4), the CPU variants (*_rows) unless kind is "gpu"."""
+    from . import quads
     entries = ["rmsnorm_forward"] + (["rmsnorm_backward"] if training else [])
     fused = [] if kind == "cpu" else ["rmsnorm_quant_forward"]
-    return [(SHADER, e) for e in entries + fused + ([e + "_rows" for e in entries] if kind != "gpu" else [])]
+    gpu = [] if quads(shapes, "C", "F") else entries
+    return [(SHADER, e) for e in gpu + fused + ([e + "_rows" for e in entries] if kind != "gpu" else [])]
 
 
 def _rows(dev, C: int) -> bool:

@@ -16,11 +16,14 @@ BACKWARD = Uniform("RopeBackwardParams", "n:u32 t:u32 h:u32 d:u32")
 KV = Uniform("RopeKvParams", "b:u32 t:u32 h:u32 hkv:u32 d:u32 s:u32 pos0:u32")
 
 
-def kernel_specs(table_dtype: str = "f32", training: bool = False, kind: str | None = None) -> list:
-    """The GPU kernels always (on a CPU the fallback where D % 8 != 0), the CPU variants
-    (*_cpu) unless kind is "gpu"."""
+def kernel_specs(table_dtype: str = "f32", training: bool = False, kind: str | None = None,
+                 shapes: dict | None = None) -> list:
+    """The GPU kernels (on a CPU the fallback where D % 8 != 0: not with such `shapes`),
+    the CPU variants (*_cpu) unless kind is "gpu"."""
+    from . import quads
     entries = ["rope_forward"] + (["rope_backward"] if training else [])
-    return [(SHADER, e) for e in entries] + [(SHADER, "rope_kv_store")] + ([(SHADER, e + "_cpu") for e in entries] if kind != "gpu" else [])
+    gpu = [] if quads(shapes, "D", by=8) else [(SHADER, e) for e in entries]
+    return gpu + [(SHADER, "rope_kv_store")] + ([(SHADER, e + "_cpu") for e in entries] if kind != "gpu" else [])
 
 
 def _entry(dev, name: str, N: int, H: int, D: int) -> tuple:

@@ -25,7 +25,8 @@ def _constants(dev) -> dict | None:
     return CPU_CONSTANTS if dev.kind == "cpu" else None
 
 
-def kernel_specs(table_dtype: str = "f32", training: bool = False, kind: str | None = None) -> list:
+def kernel_specs(table_dtype: str = "f32", training: bool = False, kind: str | None = None,
+                 shapes: dict | None = None) -> list:
     return [(SHADER, "sample_token", c) for c in {"gpu": [None], "cpu": [CPU_CONSTANTS]}.get(kind, [None, CPU_CONSTANTS])]
 
 

@@ -15,7 +15,8 @@ TARGET_GROUPS = 512     # split until the grid has about this many workgroups
 MIN_SLICE = 512         # ... but give every slice at least this many reduction columns
 
 
-def kernel_specs(table_dtype: str = "f32", training: bool = False, kind: str | None = None) -> list:
+def kernel_specs(table_dtype: str = "f32", training: bool = False, kind: str | None = None,
+                 shapes: dict | None = None) -> list:
     return [] if kind == "cpu" else [(SHADER, "splitk_reduce")]   # the CPU matmuls split nothing
 
 
