@@ -540,22 +540,24 @@ fn bitlinear_matmul_cpu(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(
     cm_store(n0 + 4u, c0, a.r4); cm_store(n0 + 5u, c0, a.r5); cm_store(n0 + 6u, c0, a.r6); cm_store(n0 + 7u, c0, a.r7);
 }
 
-fn cm_store4(n: u32, c0: u32, acc: vec4<f32>) {   // columns c0 .. c0+3 of row n
-    for (var j = 0u; j < 4u; j++) {
-        let c = c0 + j;
-        if (c < cm_p.c) {
-            var v = acc[j] * cm_p.scale;
-            if (cm_p.divide != 0u) { v = v / cm_s[n]; }
-            let i = n * cm_p.c + c;
-            if (cm_p.accumulate != 0u) { cm_y[i] = cm_y[i] + v; } else { cm_y[i] = v; }
-        }
-    }
+fn cm_put(i: u32, c: u32, v: f32) {   // y[i] (= or +=) v where column c < C
+    if (c >= cm_p.c) { return; }
+    if (cm_p.accumulate != 0u) { cm_y[i] = cm_y[i] + v; } else { cm_y[i] = v; }
 }
 
-fn cm_store(n: u32, c0: u32, acc: R8) {   // columns c0 .. c0+31 of row n
+fn cm_put4(i: u32, c: u32, w: vec4<f32>) {   // y[i .. i+3] of columns c .. c+3
+    cm_put(i, c, w.x); cm_put(i + 1u, c + 1u, w.y); cm_put(i + 2u, c + 2u, w.z); cm_put(i + 3u, c + 3u, w.w);
+}
+
+fn cm_store(n: u32, c0: u32, acc: R8) {   // columns c0 .. c0+31 of row n: acc * scale (/ s[n])
     if (n >= cm_p.n) { return; }
-    cm_store4(n, c0, acc.a); cm_store4(n, c0 + 4u, acc.b); cm_store4(n, c0 + 8u, acc.c); cm_store4(n, c0 + 12u, acc.d);
-    cm_store4(n, c0 + 16u, acc.e); cm_store4(n, c0 + 20u, acc.f); cm_store4(n, c0 + 24u, acc.g); cm_store4(n, c0 + 28u, acc.h);
+    let s = select(1.0, cm_s[n], cm_p.divide != 0u);   // s loaded once per row; x / 1 is x
+    let f = cm_p.scale;
+    let i = n * cm_p.c + c0;
+    cm_put4(i, c0, acc.a * f / s); cm_put4(i + 4u, c0 + 4u, acc.b * f / s);
+    cm_put4(i + 8u, c0 + 8u, acc.c * f / s); cm_put4(i + 12u, c0 + 12u, acc.d * f / s);
+    cm_put4(i + 16u, c0 + 16u, acc.e * f / s); cm_put4(i + 20u, c0 + 20u, acc.f * f / s);
+    cm_put4(i + 24u, c0 + 24u, acc.g * f / s); cm_put4(i + 28u, c0 + 28u, acc.h * f / s);
 }
 
 // ternary_transpose   w[O, ceil(I/16)] -> wt[I, ceil(O/16)] u32, the same codes (outputs past O: 1, a zero weight)
