@@ -806,9 +806,11 @@ class Model:
 
     def _proj_back(self, li, mod, dy, x, dx, accumulate, acts, lora):
         """dx (= or +=) the input gradient of projection `mod` from dy, plus its LoRA
-        branch's (whose A, B gradients accumulate into the arena)."""
+        branch's (whose A, B gradients accumulate into the arena); dx None: the LoRA
+        gradients only."""
         p, N = self.layers[li].proj[mod], acts.B * acts.T
-        bitlinear_backward_input(self.dev, dy, p.buf, p.scale, dx, N, p.I, p.O, accumulate)
+        if dx is not None:
+            bitlinear_backward_input(self.dev, dy, p.buf, p.scale, dx, N, p.I, p.O, accumulate)
         if lora is not None and lora.adapts(mod):
             lora.apply_backward(li, mod, dy, x, acts.lora_u(li, mod), dx, acts.grad.du_lora, N,
                                 acts.io(acts.micro)[2])
@@ -833,10 +835,14 @@ class Model:
         attention_backward(dev, g.d_att, a.q, a.k, a.v, g.dq, g.dk, g.dv, g.stats, B, T, H, Hkv, D)
         rope_backward(dev, g.dq, self.cos, self.sin, N, T, H, D)
         rope_backward(dev, g.dk, self.cos, self.sin, N, T, Hkv, D)
-        back("q_proj", g.dq, a.n1, g.dn, False)
-        back("k_proj", g.dk, a.n1, g.dn, True)
-        back("v_proj", g.dv, a.n1, g.dn, True)
-        rmsnorm_backward(dev, g.dn, a.x, W["input_layernorm"], a.rstd1, g.dh, N, C, accumulate=True)
+        # the first layer's input is the frozen embedding's output: nothing needs its
+        # gradient (nor does torch's autograd compute it), so q, k, v give LoRA gradients only
+        dn = g.dn if li > 0 else None
+        back("q_proj", g.dq, a.n1, dn, False)
+        back("k_proj", g.dk, a.n1, dn, True)
+        back("v_proj", g.dv, a.n1, dn, True)
+        if li > 0:
+            rmsnorm_backward(dev, g.dn, a.x, W["input_layernorm"], a.rstd1, g.dh, N, C, accumulate=True)
 
     # -- reading logits ---------------------------------------------------------------
     async def alogits(self, ids, lora=None) -> list:
