@@ -34,6 +34,7 @@
 //   workgroup (4x4 elements per thread), o in chunks of 16.
 
 override LN_BF16: bool = false;
+override LN_QUADS: bool = false;   // linear_backward_input_cpu: I % 4 == 0 (whole quads of W)
 @group(0) @binding(2) var<storage, read> w: array<u32>;   // W[O, I] of every entry point: f32, or bf16 pairs (LN_BF16)
 
 fn w_at(e: u32) -> f32 {   // element e of W, row-major
@@ -232,7 +233,11 @@ fn ln_store(n: u32, i0: u32, acc: vec4<f32>, z: u32) {
 //
 // linear_backward_input_cpu   as linear_backward_input (no part; ko and split unused), any
 //   I; an invocation keeps an 8 x 16 tile (eight mat4x4). The 8 x 32 tile of the forward
-//   ran no faster on lavapipe here and ~1.7x slower on SwiftShader.
+//   ran no faster on lavapipe here and ~1.3-1.7x slower on SwiftShader. With the override
+//   LN_QUADS (the op sets it where I % 4 == 0) a quad of W is one vec4 load (bf16: two
+//   words) instead of four elements: at the demo's head SwiftShader 1.45x faster,
+//   lavapipe 1.1x. (A run-time `if` on I % 4 instead made SwiftShader 1.5x slower: it
+//   runs both sides of a branch, masked.)
 //   dispatch: groups (ceil(ceil(I/16) / CPU_WG), ceil(N/8)); invocation j owns rows
 //   8gy .. 8gy+7 and columns 16(gx*CPU_WG + j) .. +15.
 
@@ -298,6 +303,7 @@ fn lc_store(n: u32, o0: u32, acc: R8) {   // outputs o0 .. o0+31 of row n
 }
 
 fn lc_wr4(row: u32, c: u32, I: u32) -> vec4<f32> {   // w[row, c .. c+3], columns clamped to I-1
+    if (LN_QUADS) { return lc_w4(row * I + min(c, I - 4u)); }   // I % 4 == 0: one vec4 (bf16: two words)
     let b = row * I;
     let im = I - 1u;
     return vec4<f32>(w_at(b + min(c, im)), w_at(b + min(c + 1u, im)), w_at(b + min(c + 2u, im)), w_at(b + min(c + 3u, im)));

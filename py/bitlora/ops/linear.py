@@ -36,9 +36,18 @@ def kernel_specs(table_dtype: str = "f32", training: bool = False, kind: str | N
     entries = ["linear_forward_rows"]
     if kind in (None, "gpu"):
         entries += ["linear_forward"] + (["linear_backward_input"] if training else [])
+    cpu_bwd = []
     if kind in (None, "cpu"):
-        entries += ["linear_forward_cpu"] + (["linear_backward_input_cpu"] if training else [])
-    return [(SHADER, e, c) for e in entries] + (splitk.kernel_specs() if training and kind != "cpu" else [])
+        entries += ["linear_forward_cpu"]
+        if training:   # LN_QUADS for I % 4 == 0 (with `shapes` whose C is such, only that one)
+            quads = [True] if shapes is not None and shapes["C"] % 4 == 0 else [True, False]
+            cpu_bwd = [(SHADER, "linear_backward_input_cpu", _cpu_backward_constants(table_dtype, q)) for q in quads]
+    return [(SHADER, e, c) for e in entries] + cpu_bwd + (splitk.kernel_specs() if training and kind != "cpu" else [])
+
+
+def _cpu_backward_constants(w_dtype: str, quads: bool) -> dict:
+    """linear_backward_input_cpu's override constants: the dtype's, and LN_QUADS (I % 4 == 0)."""
+    return {**(_constants(w_dtype) or {}), "LN_QUADS": 1.0 if quads else 0.0}
 
 
 def backward_input_plan(N: int, I: int, O: int, split: int | None = None) -> tuple:
@@ -87,7 +96,8 @@ def linear_backward_input(dev, dy, w, dx, N: int, I: int, O: int, scale: float =
     for b, n, what in ((dy, (N - 1) * ld + O, "dy"), (w, w_words, "w"), (dx, N * I, "dx")):
         need(b, n, what, "linear_backward_input")
     if dev.kind == "cpu":
-        dev.dispatch(dev.prepared(SHADER, "linear_backward_input_cpu", constants), [dy, w, dx],
+        dev.dispatch(dev.prepared(SHADER, "linear_backward_input_cpu", _cpu_backward_constants(w_dtype, I % 4 == 0)),
+                     [dy, w, dx],
                      groups=(-(-I // (CPU_WG * CPU_BWD_TILE)), -(-N // 8), 1),
                      params=BACKWARD.pack(N, I, O, scale, int(accumulate), ld, O, 0))
         return
