@@ -774,6 +774,55 @@ fn attention_backward_dq_d32(@builtin(global_invocation_id) gid: vec3<u32>, @bui
     dq_store(r2, q0 + 2u * qs, D4, p.scale, e >= 2u); dq_store(r3, q0 + 3u * qs, D4, p.scale, e >= 3u);
 }
 
+// attention_backward_dq_d32s: attention_backward_dq_d32 with the forward's saved out and lse
+// (bindings 7 out[N, H*D] read, 8 lse[N, H] read): its first sweep over the keys is then
+// one dot per row, Dsum = dout . out, and lse is read (the forward's online softmax gives the
+// same bits as the sweep's); 3 of dq's 5 D-long products per (query, key) pair are left.
+@group(0) @binding(7) var<storage, read> arq_out: array<vec4<f32>>;
+@group(0) @binding(8) var<storage, read> arq_lse: array<f32>;
+
+fn arq_out8(b: u32, m: u32) -> R8 {
+    return R8(arq_out[b], arq_out[b + min(1u, m)], arq_out[b + min(2u, m)], arq_out[b + min(3u, m)],
+              arq_out[b + min(4u, m)], arq_out[b + min(5u, m)], arq_out[b + min(6u, m)], arq_out[b + min(7u, m)]);
+}
+
+fn dq_saved(qb: u32, m4: u32, last: u32) -> Row {   // an owned row with m = lse, u = Dsum from the forward
+    let D4 = m4 + 1u;
+    let r = row_new(r8_owned(arq_q8(qb, m4), D4), r8_owned(arq_do8(qb, m4), D4), last);
+    return Row(r.x, r.y, r.acc, r.acc2, r.last, arq_lse[qb / D4], r.l, r8_dot(r.y, arq_out8(qb, m4)));
+}
+
+@compute @workgroup_size(AR)
+fn attention_backward_dq_d32s(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>) {
+    let p = arq_p;
+    let g = gid.x + gid.y * nw.x * AR;
+    let TB = (p.t + AB - 1u) / AB;
+    if (g >= p.b * TB * p.h) { return; }
+    let h = g % p.h;
+    let b = g / p.h / TB;
+    let t0 = (g / p.h % TB) * AB;
+    let D4 = p.d / 4u;
+    let m4 = D4 - 1u;
+    let K4 = p.hkv * D4;
+    let kb0 = b * p.t * K4 + (h / (p.h / p.hkv)) * D4;
+    let e = p.t - 1u - t0;
+    let qs = p.h * D4;
+    let q0 = ((b * p.t + t0) * p.h + h) * D4;
+    var r0 = dq_saved(q0, m4, t0);
+    var r1 = dq_saved(q0 + min(1u, e) * qs, m4, t0 + 1u);
+    var r2 = dq_saved(q0 + min(2u, e) * qs, m4, t0 + 2u);
+    var r3 = dq_saved(q0 + min(3u, e) * qs, m4, t0 + 3u);
+    let last = t0 + min(AB - 1u, e);
+    for (var j = 0u; j <= last; j++) {
+        let k = arq_k8(kb0 + j * K4, m4);
+        let v = arq_v8(kb0 + j * K4, m4);
+        r0 = dq_step(r0, j, k, v, p.scale); r1 = dq_step(r1, j, k, v, p.scale);
+        r2 = dq_step(r2, j, k, v, p.scale); r3 = dq_step(r3, j, k, v, p.scale);
+    }
+    dq_store(r0, q0, D4, p.scale, true); dq_store(r1, q0 + qs, D4, p.scale, e >= 1u);
+    dq_store(r2, q0 + 2u * qs, D4, p.scale, e >= 2u); dq_store(r3, q0 + 3u * qs, D4, p.scale, e >= 3u);
+}
+
 // dkv: owned key row r (x = k, y = v, last = its own position: queries before it are
 // masked) meets query i of head h: q, dout, and (lse, Dsum) = st
 fn dkv_step(r: Row, i: u32, q: R8, dout: R8, st: vec2<f32>, scale: f32) -> Row {

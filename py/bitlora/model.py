@@ -832,7 +832,8 @@ class Model:
         # attention: x_mid = x + o(attn_sub_norm(attention(rope(q(n1)), rope(k(n1)), v(n1))))
         back("o_proj", g.dh, a.an, g.d_an, False)
         rmsnorm_backward(dev, g.d_an, a.att, W["self_attn.attn_sub_norm"], a.rstd_a, g.d_att, N, C)
-        attention_backward(dev, g.d_att, a.q, a.k, a.v, g.dq, g.dk, g.dv, g.stats, B, T, H, Hkv, D)
+        attention_backward(dev, g.d_att, a.q, a.k, a.v, g.dq, g.dk, g.dv, g.stats, B, T, H, Hkv, D,
+                           out=a.att, lse=a.lse)
         rope_backward(dev, g.dq, self.cos, self.sin, N, T, H, D)
         rope_backward(dev, g.dk, self.cos, self.sin, N, T, Hkv, D)
         # the first layer's input is the frozen embedding's output: nothing needs its

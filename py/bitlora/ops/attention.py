@@ -21,9 +21,13 @@ def kernel_specs(table_dtype: str = "f32", training: bool = False, kind: str | N
     """The GPU kernels (the CPU's fallback where D % 4 != 0) and the CPU variants; with
     `shapes`, the one variant its D picks."""
     entries = ["attention_forward"] + (["attention_backward_dq", "attention_backward_dkv"] if training else [])
+    saved = ["attention_backward_dq_d32s"] if training else []   # the model's: with out and lse
     if shapes is not None and shapes["D"] % 4 == 0:
-        return [(SHADER, "kv_store")] + [(SHADER, e + ("_d32" if shapes["D"] <= 32 else "_rows")) for e in entries]
-    cpu = [e + v for v in ("_rows", "_d32") for e in entries] if kind in (None, "cpu") else []
+        if shapes["D"] <= 32:
+            return [(SHADER, e) for e in ["kv_store", "attention_forward_d32"] +
+                    (["attention_backward_dkv_d32"] + saved if training else [])]
+        return [(SHADER, "kv_store")] + [(SHADER, e + "_rows") for e in entries]
+    cpu = [e + v for v in ("_rows", "_d32") for e in entries] + saved if kind in (None, "cpu") else []
     return [(SHADER, e) for e in entries + ["kv_store"] + cpu]
 
 
@@ -75,10 +79,11 @@ def kv_store(dev, k, v, k_cache, v_cache, B: int, T: int, S: int, W: int, pos0: 
 
 
 def attention_backward(dev, dout, q, k, v, dq, dk, dv, stats, B: int, T: int, H: int, Hkv: int,
-                       D: int, scale: float | None = None) -> None:
+                       D: int, scale: float | None = None, out=None, lse=None) -> None:
     """Causal GQA attention backward over all positions. dout, q[N, H*D]; k, v[N, Hkv*D]
     (q, k post-RoPE) -> dq[N, H*D], dk, dv[N, Hkv*D] (overwrite); stats[N, H, 2] scratch.
-    scale defaults to D**-0.5 (HF)."""
+    scale defaults to D**-0.5 (HF). `out`[N, H*D] and `lse`[N, H], the forward's (of these
+    q, k, v), spare the *_d32 CPU variant a sweep over the keys (attention_backward_dq_d32s)."""
     N = B * T
     if D > 256 or H % Hkv:
         raise ValueError(f"attention_backward: need D <= 256 and H % Hkv == 0 (D={D}, H={H}, Hkv={Hkv})")
@@ -88,9 +93,15 @@ def attention_backward(dev, dout, q, k, v, dq, dk, dv, stats, B: int, T: int, H:
         need(b, n, what, "attention_backward")
     params = BACKWARD.pack(B, T, H, Hkv, D, D ** -0.5 if scale is None else scale)
     variant = _variant(dev, D)
-    if variant:
+    if variant == "_d32" and out is not None and lse is not None:
+        need(out, N * H * D, "out", "attention_backward")
+        need(lse, N * H, "lse", "attention_backward")
+        dev.dispatch(dev.prepared(SHADER, "attention_backward_dq_d32s"), [dout, q, k, v, dq, stats, out, lse],
+                     groups=_groups(variant, B, T, H), params=params)
+    elif variant:
         dev.dispatch(dev.prepared(SHADER, "attention_backward_dq" + variant), [dout, q, k, v, dq, stats],
                      groups=_groups(variant, B, T, H), params=params)
+    if variant:
         dev.dispatch(dev.prepared(SHADER, "attention_backward_dkv" + variant), [dout, q, k, v, stats, dk, dv],
                      groups=_groups(variant, B, T, Hkv), params=params)
         return
