@@ -38,6 +38,7 @@ from . import gpu
 from .formats import peft as adapter_io
 from .formats import state as checkpoint_state
 from .config import TrainConfig
+from .fit import as_flags, changes, fit_settings, smallest
 from .data import Dataset, format_prompt, load_records
 from .lora import Lora
 from .optim import AdamW
@@ -181,25 +182,17 @@ class Trainer:
         free = (dev.memory_limit or failed_at) - others
         need = lambda c: self.memory_estimate(c)["total"] - self.model.weight_bytes  # noqa: E731
         mb = lambda n: f"{n / 2**20:.1f} MiB"  # noqa: E731
-        tries, ckpt = [], [False, True] if not cfg.gradient_checkpointing else [True]
-        for mbs in sorted({cfg.micro_batch_size >> k for k in range(8)} - {0}, reverse=True):
-            for gc in ckpt:
-                tries.append({"micro_batch_size": mbs, "grad_accum": cfg.grad_accum * cfg.micro_batch_size // mbs,
-                              "gradient_checkpointing": gc})
-        for gc in ckpt:
-            for cut in (cfg.cutoff_len >> k for k in range(1, 4)):
-                if 16 <= cut < self.dataset.max_len():   # a cutoff above the longest example changes nothing
-                    tries.append({"micro_batch_size": 1, "grad_accum": cfg.grad_accum * cfg.micro_batch_size,
-                                  "gradient_checkpointing": gc, "cutoff_len": cut})
-        fits = []
-        for t in tries:
-            c = TrainConfig.from_dict({**cfg.to_dict(), **t})
-            if need(c) <= free and c.to_dict() != cfg.to_dict():
-                changed = {k: v for k, v in t.items() if getattr(cfg, k) != v}
-                fits.append(", ".join(f"{k}={v}" for k, v in changed.items()) + f" (needs {mb(need(c))})")
-        advice = ("Settings that fit: " + "; ".join(fits[:3]) + "." if fits else
-                  "No smaller setting tried fits (micro_batch_size 1, gradient checkpointing, shorter "
-                  "cutoff_len): free GPU memory or use a smaller model.")
+        floor = self.dataset.shortest_cutoff()
+        keep = bool(cfg.resume)            # a resumed run keeps its adapter's shape
+        fit = fit_settings(cfg, lambda c: need(c) <= free, floor, keep_adapter=keep)
+        if fit is not None:
+            advice = f"Settings that fit: {as_flags(changes(cfg, fit))} (needs {mb(need(fit))})."
+        else:
+            least = smallest(cfg, floor, keep_adapter=keep)
+            advice = (f"Nothing fits: even micro_batch_size=1, cutoff_len={least.cutoff_len} (the shortest that "
+                      f"keeps every prompt), gradient checkpointing and LoRA rank {least.lora_r} on "
+                      f"{','.join(least.target_modules)} need {mb(need(least))}: free GPU memory or use a "
+                      "smaller model.")
         room = (f"about {mb(max(free, 0))} are free" if dev.memory_limit else
                 f"about {mb(max(free, 0))} were in use when an allocation failed")
         return f"Out of GPU memory: {e}. This run needs {mb(need(cfg))} besides the model's weights and {room}. {advice}"
