@@ -75,10 +75,14 @@ def random_batch(B: int, T: int, V: int, seed: int) -> MicroBatch:
     return MicroBatch(B, T, ids, mask, [T] * B, list(range(B)), sum(mask))
 
 
-async def _profile(dev, record_step) -> list:
-    """GPU time per kernel over one step: each dispatch submitted and waited for on its
-    own (the figures add up to more than a step, but rank the kernels)."""
+async def _profile(dev, record_step, reps: int = 5) -> tuple:
+    """GPU time per kernel over one step: each dispatch repeated `reps` times in one
+    submit and waited for (recording them not timed), less the time of an empty
+    submit, per call. Returns
+    ([name, ms per step, calls] by kernel, [name, groups, ms per step, calls] by kernel
+    and grid: the shapes that cost most)."""
     times, counts = collections.Counter(), collections.Counter()
+    by_grid, grid_counts = collections.Counter(), collections.Counter()
     plain = dev.dispatch
     pending = []
 
@@ -93,13 +97,22 @@ async def _profile(dev, record_step) -> list:
     dev.submit()
     await res[1].get()
     await dev.sync()
+    t = time.perf_counter()
+    await dev.sync()
+    idle = time.perf_counter() - t
     for kernel, bindings, groups, params in pending:   # the same dispatches again, one at a time
-        t = time.perf_counter()
-        plain(kernel, bindings, groups, params)
+        for _ in range(reps):
+            plain(kernel, bindings, groups, params)
+        t = time.perf_counter()   # recorded: time the submit and the wait only
         await dev.sync()
-        times[kernel.name] += time.perf_counter() - t
+        sec = max(time.perf_counter() - t - idle, 0.0) / reps
+        times[kernel.name] += sec
         counts[kernel.name] += 1
-    return [[name, round(sec * 1e3, 3), counts[name]] for name, sec in times.most_common()]
+        key = (kernel.name, str(groups))
+        by_grid[key] += sec
+        grid_counts[key] += 1
+    return ([[name, round(sec * 1e3, 3), counts[name]] for name, sec in times.most_common()],
+            [[k[0], k[1], round(sec * 1e3, 3), grid_counts[k]] for k, sec in by_grid.most_common(40)])
 
 
 # CPU time of this thread (Pyodide has none: its wall time, in a worker that does nothing else)
@@ -142,7 +155,7 @@ async def case_bench_steps(dev, config: dict, B: int, T: int, steps: int, r: int
                       grad_accum=1, cutoff_len=T)
     lora = await Lora.create(model, cfg)
     acts = model.activations(B, T, lora, checkpointing=checkpointing)
-    opt = AdamW(dev, lora.arena, lr=1e-4, weight_decay=0.0, max_grad_norm=1.0)
+    opt = AdamW(dev, lora.arena, lr=1e-4, weight_decay=0.0, max_grad_norm=1.0, zero_grads=False)  # as the Trainer
     await opt.prepare()
     mbs = [random_batch(B, T, config["vocab_size"], s) for s in range(steps + 3)]
     programs = Programs(dev) if replay else None
@@ -152,7 +165,7 @@ async def case_bench_steps(dev, config: dict, B: int, T: int, steps: int, r: int
         t0, c0 = time.perf_counter(), _cpu_time()
         n0 = dev.dispatches
         dev.clear(acts.top.loss_sum)
-        model.train_micro(mbs[i].rows(), acts, lora, mbs[i].targets, step=i, programs=programs)
+        model.train_micro(mbs[i].rows(), acts, lora, mbs[i].targets, step=i, programs=programs, accumulate=False)
         if record_only:
             await opt.record_step(mbs[i].n_targets)
             dev.discard()
@@ -193,7 +206,7 @@ async def case_bench_steps(dev, config: dict, B: int, T: int, steps: int, r: int
                 "loss_last": struct.unpack("<f", await pending[-1][0].get())[0] / tokens,
                 "gpu_bytes_peak": dev.peak_allocated - base})
     if profile:   # dispatch by dispatch: recorded anew (a replay has no dispatch() calls to time)
-        out["profile"] = await _profile(dev, lambda: step(steps + 2, None))
+        out["profile"], out["profile_by_grid"] = await _profile(dev, lambda: step(steps + 2, None))
     return out
 
 
