@@ -75,10 +75,15 @@ def random_batch(B: int, T: int, V: int, seed: int) -> MicroBatch:
     return MicroBatch(B, T, ids, mask, [T] * B, list(range(B)), sum(mask))
 
 
-async def _profile(dev, record_step, reps: int = 3, batches: int = 3) -> list:
-    """GPU time per kernel over one step: the step's dispatches of each kernel recorded
-    again `reps` times in one submit and waited for (best of `batches`), so a kernel's
-    figure is its share of a step without the cost of waiting for each dispatch."""
+async def _profile(dev, record_step, reps: int = 5) -> tuple:
+    """GPU time per kernel over one step: each dispatch repeated `reps` times in one
+    submit and waited for (recording them not timed), less the time of an empty
+    submit, per call. Returns
+    ([name, ms per step, calls] by kernel, [name, groups, ms per step, calls] by kernel
+    and grid: the shapes that cost most)."""
+    times, counts = collections.Counter(), collections.Counter()
+    by_grid, grid_counts = collections.Counter(), collections.Counter()
+    plain = dev.dispatch
     pending = []
 
     def timed_dispatch(kernel, bindings, groups, params=None):
@@ -92,21 +97,22 @@ async def _profile(dev, record_step, reps: int = 3, batches: int = 3) -> list:
     dev.submit()
     await res[1].get()
     await dev.sync()
-    by_kernel = collections.defaultdict(list)
-    for d in pending:
-        by_kernel[d[0].name].append(d)
-    times = {}
-    for name, calls in by_kernel.items():
-        best = float("inf")
-        for _ in range(batches):
-            t = time.perf_counter()
-            for _ in range(reps):
-                for kernel, bindings, groups, params in calls:
-                    dev.dispatch(kernel, bindings, groups, params)
-            await dev.sync()
-            best = min(best, (time.perf_counter() - t) / reps)
-        times[name] = best
-    return [[name, round(times[name] * 1e3, 3), len(by_kernel[name])] for name in sorted(times, key=times.get, reverse=True)]
+    t = time.perf_counter()
+    await dev.sync()
+    idle = time.perf_counter() - t
+    for kernel, bindings, groups, params in pending:   # the same dispatches again, one at a time
+        for _ in range(reps):
+            plain(kernel, bindings, groups, params)
+        t = time.perf_counter()   # recorded: time the submit and the wait only
+        await dev.sync()
+        sec = max(time.perf_counter() - t - idle, 0.0) / reps
+        times[kernel.name] += sec
+        counts[kernel.name] += 1
+        key = (kernel.name, str(groups))
+        by_grid[key] += sec
+        grid_counts[key] += 1
+    return ([[name, round(sec * 1e3, 3), counts[name]] for name, sec in times.most_common()],
+            [[k[0], k[1], round(sec * 1e3, 3), grid_counts[k]] for k, sec in by_grid.most_common(40)])
 
 
 # CPU time of this thread (Pyodide has none: its wall time, in a worker that does nothing else)
@@ -149,7 +155,7 @@ async def case_bench_steps(dev, config: dict, B: int, T: int, steps: int, r: int
                       grad_accum=1, cutoff_len=T)
     lora = await Lora.create(model, cfg)
     acts = model.activations(B, T, lora, checkpointing=checkpointing)
-    opt = AdamW(dev, lora.arena, lr=1e-4, weight_decay=0.0, max_grad_norm=1.0)
+    opt = AdamW(dev, lora.arena, lr=1e-4, weight_decay=0.0, max_grad_norm=1.0, zero_grads=False)  # as the Trainer
     await opt.prepare()
     mbs = [random_batch(B, T, config["vocab_size"], s) for s in range(steps + 3)]
     programs = Programs(dev) if replay else None
@@ -159,7 +165,7 @@ async def case_bench_steps(dev, config: dict, B: int, T: int, steps: int, r: int
         t0, c0 = time.perf_counter(), _cpu_time()
         n0 = dev.dispatches
         dev.clear(acts.top.loss_sum)
-        model.train_micro(mbs[i].rows(), acts, lora, mbs[i].targets, step=i, programs=programs)
+        model.train_micro(mbs[i].rows(), acts, lora, mbs[i].targets, step=i, programs=programs, accumulate=False)
         if record_only:
             await opt.record_step(mbs[i].n_targets)
             dev.discard()
@@ -200,7 +206,7 @@ async def case_bench_steps(dev, config: dict, B: int, T: int, steps: int, r: int
                 "loss_last": struct.unpack("<f", await pending[-1][0].get())[0] / tokens,
                 "gpu_bytes_peak": dev.peak_allocated - base})
     if profile:   # dispatch by dispatch: recorded anew (a replay has no dispatch() calls to time)
-        out["profile"] = await _profile(dev, lambda: step(steps + 2, None))
+        out["profile"], out["profile_by_grid"] = await _profile(dev, lambda: step(steps + 2, None))
     return out
 
 

@@ -54,6 +54,7 @@ from . import demo, gpu, ops
 from .bitnet import FULL, MODULES, NORMS
 from .formats import open_checkpoint, peft, source_name
 from .ops import bitlinear, linear, matvec
+from .ops import lora as lora_ops
 from .ops.attention import attention_backward, attention_forward
 from .ops.bitlinear import bitlinear_backward_input, bitlinear_forward
 from .ops.cross_entropy import cross_entropy_forward_backward, cross_entropy_sum
@@ -528,17 +529,18 @@ class Model:
         parts = {"weights": self.weight_bytes,
                  "activations": sum(b for _, b in plan),
                  "lora + adamw": sum(arena.values()) + AdamW.state_bytes(len(shapes)),
-                 "split-k": buffer_bytes(4 * self.splitk_floats(N))}
+                 "split-k": buffer_bytes(4 * self.splitk_floats(N, cfg.lora_r if modules else 0))}
         largest = max([b for _, b in plan] + [arena["params"]])
         return {"total": sum(parts.values()), "largest": largest, "parts": parts}
 
-    def splitk_floats(self, N: int) -> int:
-        """The split-K scratch a training step of N rows grows to (floats) on this
-        model's device (none on a CPU: its kernels split nothing)."""
+    def splitk_floats(self, N: int, R: int = 0) -> int:
+        """The split-K scratch a training step of N rows (LoRA rank R) grows to (floats)
+        on this model's device (none on a CPU: its kernels split nothing)."""
         sizes = {(p.I, p.O) for lay in self.layers for p in lay.proj.values()}
         kind = self.dev.kind
         return max([bitlinear.scratch_floats(N, I, O, kind) for I, O in sizes]
-                   + [linear.scratch_floats(N, self.C, rows, kind) for _, rows, _ in self.head])
+                   + [linear.scratch_floats(N, self.C, rows, kind) for _, rows, _ in self.head]
+                   + ([lora_ops.scratch_floats(N, sizes, R)] if R and kind != "cpu" else []))
 
     # -- caches and scratch ----------------------------------------------------------
     def kv_cache(self, B: int, S: int) -> KVCache:
@@ -673,22 +675,24 @@ class Model:
         return top.logits
 
     def train_micro(self, ids, acts: Activations, lora, targets, micro: int = 0, step: int = 0,
-                    programs=None) -> None:
+                    programs=None, accumulate: bool = True) -> None:
         """One micro-batch of a training step: its inputs written (train_inputs), then
-        forward, loss and backward recorded. With `programs` (a gpu.Programs), the
-        dispatches are recorded once per (B, T, micro) and replayed after that in one
-        backend call: only the writes cost the host anything per step. (The device's
-        kernel choices, kind and int8_dot, are in the key too: tests switch them.)"""
+        forward, loss and backward recorded; the LoRA gradients added into the arena, or
+        with accumulate=False written (a step's first micro-batch when the optimizer does
+        not zero them: AdamW(zero_grads=False)). With `programs` (a gpu.Programs), the
+        dispatches are recorded once per (B, T, micro, accumulate) and replayed after that
+        in one backend call: only the writes cost the host anything per step. (The
+        device's kernel choices, kind and int8_dot, are in the key too: tests switch them.)"""
         B, T = self.train_inputs(ids, acts, targets, micro, step)
 
         def record():
             self.train_forward(acts, lora)
-            self.backward(acts, lora)
+            self.backward(acts, lora, accumulate)
 
         if programs is None:
             record()
         else:
-            programs.run(("train", B, T, micro, self.dev.kind, self.dev.int8_dot), record)
+            programs.run(("train", B, T, micro, accumulate, self.dev.kind, self.dev.int8_dot), record)
 
     def _norm_proj(self, li, norm, x, n, rstd, width, mods, outs, acts, lora, accumulate=False, gate=None):
         """n = norm(x), then BitLinear(n) of projections `mods` of layer li into `outs` (=
@@ -763,10 +767,11 @@ class Model:
         return self._logits
 
     # -- backward -------------------------------------------------------------------
-    def backward(self, acts: Activations, lora) -> None:
+    def backward(self, acts: Activations, lora, accumulate: bool = True) -> None:
         """Record the backward of the last training forward on `acts` (whose logits hold
-        dlogits) down to every LoRA gradient, added into lora.arena.grads. The frozen
-        weights get input gradients only: exact reverse of forward, one layer at a time."""
+        dlogits) down to every LoRA gradient, added into lora.arena.grads (written, not
+        added, with accumulate=False). The frozen weights get input gradients only: exact
+        reverse of forward, one layer at a time."""
         dev, N, C = self.dev, acts.B * acts.T, self.C
         top, g = acts.top, acts.grad
         for ci, (v0, rows, w) in enumerate(self.head):   # dxf = dlogits E, per vocabulary chunk
@@ -777,24 +782,25 @@ class Model:
         for li in range(self.L - 1, -1, -1):
             if acts.mode == "checkpoint":   # refill the shared set: the same kernels, inputs and
                 self._layer_forward(li, acts, lora, None, acts.B, acts.T, 0, out=top.x_out)   # masks
-            self._layer_backward(li, acts, lora)
+            self._layer_backward(li, acts, lora, accumulate)
 
-    def _proj_back(self, li, mod, dy, x, dx, accumulate, acts, lora):
+    def _proj_back(self, li, mod, dy, x, dx, accumulate, acts, lora, grads_accumulate=True):
         """dx (= or +=) the input gradient of projection `mod` from dy, plus its LoRA
-        branch's (whose A, B gradients accumulate into the arena)."""
+        branch's (whose A, B gradients go into the arena, += or = by grads_accumulate)."""
         p, N = self.layers[li].proj[mod], acts.B * acts.T
         bitlinear_backward_input(self.dev, dy, p.buf, p.scale, dx, N, p.I, p.O, accumulate)
         if lora is not None and lora.adapts(mod):
             lora.apply_backward(li, mod, dy, x, acts.lora_u(li, mod), dx, acts.grad.du_lora, N,
-                                acts.io(acts.micro)[2])
+                                acts.io(acts.micro)[2], grads_accumulate)
 
-    def _layer_backward(self, li, acts, lora):
+    def _layer_backward(self, li, acts, lora, grads_accumulate=True):
         """The backward of one layer; g.dh holds the gradient of its output on entry and of
         its input on return."""
         dev, C, F, H, Hkv, D = self.dev, self.C, self.F, self.H, self.Hkv, self.D
         B, T, N = acts.B, acts.T, acts.B * acts.T
         W, a, g = self.layers[li].norms, acts.layer(li), acts.grad
-        back = lambda mod, dy, x, dx, acc: self._proj_back(li, mod, dy, x, dx, acc, acts, lora)  # noqa: E731
+        back = lambda mod, dy, x, dx, acc: self._proj_back(li, mod, dy, x, dx, acc, acts, lora,  # noqa: E731
+                                                           grads_accumulate)
         # FFN: x_out = x_mid + down(ffn_sub_norm(act(gate(n2)) * up(n2)))
         back("down_proj", g.dh, a.fn, g.d_fn, False)
         rmsnorm_backward(dev, g.d_fn, a.hf, W["mlp.ffn_sub_norm"], a.rstd_f, g.d_hf, N, F)

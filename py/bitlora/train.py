@@ -13,7 +13,8 @@ This is also the notebook API's `bitlora.Trainer`.
 One optimizer step (step semantics pinned by the issue): every micro-batch of the
 step runs forward and backward on the GPU (recorded once per micro-batch shape, then
 replayed: `Model.train_micro` with the trainer's `gpu.Programs`), adding raw (unnormalised) cross-entropy
-gradient sums into the arena's gradients and the summed loss into a GPU scalar;
+gradient sums into the arena's gradients (the first micro-batch writes them, so AdamW
+need not zero them: AdamW(zero_grads=False)) and the summed loss into a GPU scalar;
 then `AdamW.step(n_targets)` divides by the step's target-token count, clips the
 mean gradient by global norm and updates — one submit. The loss and the pre-clip
 norm are read back a step late, so the GPU never waits for Python.
@@ -156,7 +157,7 @@ class Trainer:
                 acts = self.model.activations(cfg.micro_batch_size, min(self.dataset.max_len(), self.cutoff_len),
                                               lora, cfg.grad_accum, cfg.gradient_checkpointing)
                 opt = AdamW(dev, lora.arena, lr=cfg.lr, betas=(cfg.adam_beta1, cfg.adam_beta2), eps=cfg.adam_eps,
-                            weight_decay=cfg.weight_decay, max_grad_norm=cfg.max_grad_norm)
+                            weight_decay=cfg.weight_decay, max_grad_norm=cfg.max_grad_norm, zero_grads=False)
         except gpu.OutOfMemory as e:
             failed_at = dev.allocated
             for b in bufs:                      # give back what this set-up got; the model stays usable
@@ -269,7 +270,7 @@ class Trainer:
                 if self.control.stopped:       # stop() came while an async on_micro was awaited
                     return False
             self.model.train_micro(mb.rows(), self.acts, self.lora, mb.targets, micro=j, step=step.index,
-                                   programs=self.programs if self.replay else None)
+                                   programs=self.programs if self.replay else None, accumulate=j > 0)
             done += len(mb.ids)
             if self.on_micro is not None:
                 await self.model.dev.sync()
