@@ -162,4 +162,4 @@ def test_rope_kv_store_same_bits(run_case, B, T, H, Hkv, D, S, pos0):
     q, k, v = (f32(rng.normal(size=(B * T, h * D))) for h in (H, Hkv, Hkv))
     r = run_case("decode_cases", "case_rope_kv_store", q=L(q), k=L(k), v=L(v), B=B, T=T, H=H, Hkv=Hkv, D=D, S=S,
                  pos0=pos0)
-    assert r["new"] == r["old"]
+    assert r["new"] == r["old"] == r["buf"]

@@ -54,7 +54,7 @@ from . import demo, gpu, ops
 from .bitnet import FULL, MODULES, NORMS
 from .formats import open_checkpoint, peft, source_name
 from .ops import bitlinear, linear, matvec
-from .ops.attention import attention_backward, attention_forward
+from .ops.attention import attention_backward, attention_forward, kv_advance
 from .ops.bitlinear import bitlinear_backward_input, bitlinear_forward
 from .ops.cross_entropy import cross_entropy_forward_backward, cross_entropy_sum
 from .ops.embedding import embedding_forward
@@ -203,11 +203,14 @@ class Generation:
 @dataclass
 class KVCache:
     """k, v[B, S, KV] per layer; `pos` positions of each sequence are filled (forward
-    with this cache writes the next T and advances it)."""
+    with this cache writes the next T and advances it). The GPU keeps the same count in
+    pos_buf[1] u32, which the kernels read and a forward advances (ops.attention.kv_advance):
+    a decoding step's dispatches are the same at every position, so one recording serves all."""
     B: int
     S: int
     k: list
     v: list
+    pos_buf: object
     pos: int = 0
 
 
@@ -361,6 +364,7 @@ class Model:
         self._cache: KVCache | None = None
         self._logits = None        # decoding logits[rows, V], sized for the most rows asked
         self._gen = None           # the sampler's buffers (_sampler)
+        self._steps = gpu.Programs(dev, limit=4)   # recorded decoding steps (_decode_step)
 
     def dims(self, N: int, R: int = 0) -> dict:
         """The legend's sizes for N rows (and LoRA rank R)."""
@@ -423,7 +427,7 @@ class Model:
                [b for _, _, b in self.embed] + ([b for _, _, b in self.head] if self.head is not self.embed else [])
         bufs += [b for b in (self.norm, self.cos, self.sin, self._logits) if b is not None]
         if self._cache is not None:
-            bufs += self._cache.k + self._cache.v
+            bufs += self._cache.k + self._cache.v + [self._cache.pos_buf]
         if self._scratch is not None:
             bufs += self._scratch.buffers()
         if self._gen is not None:
@@ -432,6 +436,7 @@ class Model:
         self.dev.destroy(*{id(b): b for b in bufs}.values())
         self.layers, self.embed, self.head, self.norm, self.cos, self.sin, self.P = [], RowTable(), RowTable(), None, None, None, 0
         self._scratch = self._cache = self._logits = self._gen = None
+        self._steps.clear()
 
     async def prepare(self, training: bool) -> None:
         """Compile every kernel the forward (and with `training`, the loss and backward)
@@ -549,7 +554,9 @@ class Model:
             size = 4 * B * S * self.Hkv * self.D
             k = [self.dev.buffer(size, f"k_cache{i}") for i in range(self.L)]
             v = [self.dev.buffer(size, f"v_cache{i}") for i in range(self.L)]
-            c = self._cache = KVCache(B, S, k, v)
+            c = self._cache = KVCache(B, S, k, v, self.dev.buffer(4, "kv_pos"))
+        else:
+            self.dev.write(c.pos_buf, bytes(4))   # lands before the next submit runs
         c.pos = 0
         self._rope(S)
         return c
@@ -609,7 +616,7 @@ class Model:
         else:
             ids_buf = acts.io(0)[0]
             self.dev.write(ids_buf, array.array("I", flat))   # lands before this forward's submit
-        self._forward(acts, lora, cache, B, T, pos0, ids_buf)
+        self._forward(acts, lora, cache, B, T, 0 if cache is not None else pos0, ids_buf)
         if cache is not None:
             cache.pos += T
         if logits == "all":
@@ -632,12 +639,15 @@ class Model:
 
     def _forward(self, acts, lora, cache, B, T, pos0, ids_buf=None) -> None:
         """Record embedding (of ids_buf, default the micro-batch's ids), every layer and
-        the final norm (into acts.top.xf)."""
+        the final norm (into acts.top.xf). With a cache, positions start at cache.pos_buf's
+        count (on the GPU; pos0 is added) and the forward advances it by T."""
         N, top = B * T, acts.top
         ids_buf = acts.io(acts.micro)[0] if ids_buf is None else ids_buf
         embedding_forward(self.dev, ids_buf, self.embed, acts.layer(0).x, N, self.C)
         for li in range(self.L):
             self._layer_forward(li, acts, lora, cache, B, T, pos0)
+        if cache is not None:
+            kv_advance(self.dev, cache.pos_buf, T)
         rmsnorm_forward(self.dev, top.x_out, self.norm, top.xf, top.rstd_out, N, self.C, self.eps)
 
     # -- a training micro-batch: host data, then recorded (or replayed) dispatches ----
@@ -729,13 +739,13 @@ class Model:
                         (a.q, a.k, a.v), acts, lora)
         if cache is not None:     # rope on q, and on k on its way into the cache: one dispatch
             rope_kv_store(dev, a.q, a.k, a.v, cache.k[li], cache.v[li], self.cos, self.sin, B, T, H, Hkv, D,
-                          cache.S, pos0)
-            k, v, S = cache.k[li], cache.v[li], cache.S
+                          cache.S, pos0, cache.pos_buf)
+            k, v, S, kv_pos = cache.k[li], cache.v[li], cache.S, cache.pos_buf
         else:
             rope_forward(dev, a.q, self.cos, self.sin, N, T, H, D, pos0)
             rope_forward(dev, a.k, self.cos, self.sin, N, T, Hkv, D, pos0)
-            k, v, S = a.k, a.v, T
-        attention_forward(dev, a.q, k, v, a.att, a.lse, B, T, H, Hkv, D, S, pos0)
+            k, v, S, kv_pos = a.k, a.v, T, None
+        attention_forward(dev, a.q, k, v, a.att, a.lse, B, T, H, Hkv, D, S, pos0, kv_pos=kv_pos)
         if a.x_mid is not a.x:
             dev.copy(a.x, a.x_mid, 4 * N * C)
         self._norm_proj(li, "self_attn.attn_sub_norm", a.att, a.an, a.rstd_a, C, ("o_proj",), (a.x_mid,),
@@ -750,16 +760,21 @@ class Model:
     def head_rows(self, rows: int, row0: int = 0, step: int = 1):
         """logits[rows, V] of final hidden-state rows row0 + r*step of the last decoding
         forward (lm_head over every vocabulary chunk). Returns the logits buffer."""
+        self._logits_rows(rows)
+        if rows == 1:
+            dense_matvec(self.dev, self._scratch.top.xf, self.head, self._logits, self.C, self.V, row0)
+        else:
+            linear_forward(self.dev, self._scratch.top.xf, self.head, self._logits, rows, self.C, self.V, row0, step)
+        return self._logits
+
+    def _logits_rows(self, rows: int):
+        """The decoding logits buffer, grown to hold logits[rows, V]."""
         need = 4 * rows * self.V
         if need > self.max_binding:
             raise ValueError(f"{rows} logits rows need {need} bytes, over one binding's {self.max_binding}: "
                              f"ask for fewer rows at a time (alogits does)")
         if self._logits is None or self._logits.size < need:
             self._logits = self.dev.buffer(need, "logits")
-        if rows == 1:
-            dense_matvec(self.dev, self._scratch.top.xf, self.head, self._logits, self.C, self.V, row0)
-        else:
-            linear_forward(self.dev, self._scratch.top.xf, self.head, self._logits, rows, self.C, self.V, row0, step)
         return self._logits
 
     # -- backward -------------------------------------------------------------------
@@ -853,6 +868,27 @@ class Model:
             g.out = self.dev.buffer(4 * max(max_new_tokens, 64), "sampler_out")
         return g
 
+    def _decode_step(self, cache: KVCache, lora, g: _Set) -> None:
+        """Put one decoding step into the current submit: the forward of the ids in g.tok[B]
+        at the cache's next position and the sampler (g, `_sampler`) choosing the next.
+        Nothing in it depends on the position (the GPU holds it: KVCache.pos_buf), so it is
+        recorded once per set of buffers and replayed after that: one backend call a token.
+        The key names every buffer the recording binds that the model may reallocate."""
+        if cache.pos + 1 > cache.S:
+            raise ValueError(f"decoding: the cache holds S={cache.S} positions, all filled")
+        B = cache.B
+        acts, logits = self._decoding(B, 1, lora), self._logits_rows(B)
+        lkey = None if lora is None else (lora.arena.params.uid, lora.R, lora.scale, tuple(lora.modules))
+        key = (B, lkey, cache.pos_buf.uid, cache.k[0].uid, self.cos.uid, acts.layers[0].x.uid, logits.uid,
+               g.state.uid, g.tok.uid, g.out.uid, self.dev.kind, self.dev.int8_dot)
+
+        def record():
+            self._forward(acts, lora, cache, B, 1, 0, g.tok)
+            sample_token(self.dev, self.head_rows(B, 0, 1), g.state, g.tok, g.out, self.V)
+
+        self._steps.run(key, record)
+        cache.pos += 1
+
     async def agenerate(self, prompt, max_new_tokens: int = 64, temperature: float = 0.0, top_p: float = 1.0,
                         seed: int = 0, lora=None, on_token=None, should_stop=None, eos=None) -> Generation:
         """Continue `prompt` (text, encoded with the tokenizer's BOS template; or a list
@@ -860,7 +896,8 @@ class Model:
         greedy; otherwise nucleus sampling (top_p) from `seed` (ops.sample: on the GPU,
         reproducible). With `lora`, the adapted model.
 
-        The prompt runs once, then one token per step over the KV cache. Each step's token
+        The prompt runs once, then one token per step over the KV cache, each step the
+        same recorded dispatches replayed (_decode_step: one backend call). Each step's token
         is chosen on the GPU and becomes the next step's input there, so steps are
         submitted AHEAD of the one whose id is read back (4 bytes); an EOS is seen a few
         steps late and the steps after it are dropped. on_token(id, ids so far) is called
@@ -885,8 +922,11 @@ class Model:
         while True:
             h = time.perf_counter()
             while recorded < max_new_tokens and len(pending) <= self.AHEAD and not done:
-                logits = self.forward(ids if recorded == 0 else g.tok, lora=lora, cache=cache, logits="last")
-                sample_token(dev, logits, g.state, g.tok, g.out, self.V)
+                if recorded == 0:     # the prompt: its forward, then the first token
+                    sample_token(dev, self.forward(ids, lora=lora, cache=cache, logits="last"), g.state, g.tok,
+                                 g.out, self.V)
+                else:                 # one token: a recorded step, replayed
+                    self._decode_step(cache, lora, g)
                 pending.append(dev.read_later(g.out, 4 * recorded, 4))
                 dev.submit()
                 recorded += 1

@@ -141,7 +141,8 @@ async def case_sample(dev, logits, seed, temperature, top_p, n0=0, steps=1, kind
 
 async def case_rope_kv_store(dev, q, k, v, B, T, H, Hkv, D, S, pos0):
     """q after RoPE and both caches, through ops.rope.rope_kv_store and through
-    rope_forward (q, k) + ops.attention.kv_store; caches start filled with 7."""
+    rope_forward (q, k) + ops.attention.kv_store; caches start filled with 7. "buf": the
+    new kernel with pos0 from its kv_pos buffer (decoding's), the uniform's 0."""
     from bitlora.ops.attention import kv_store
     from bitlora.ops.rope import rope_forward, rope_kv_store, rope_tables
     await dev.prepare(ops.kernel_specs("f32"))
@@ -149,11 +150,13 @@ async def case_rope_kv_store(dev, q, k, v, B, T, H, Hkv, D, S, pos0):
     bc, bs = _buf(dev, "f", cos, "cos"), _buf(dev, "f", sin, "sin")
     W = Hkv * D
     out = {}
-    for key in ("new", "old"):
+    for key in ("new", "old", "buf"):
         bq, bk, bv = _buf(dev, "f", q, "q"), _buf(dev, "f", k, "k"), _buf(dev, "f", v, "v")
         kc, vc = _buf(dev, "f", [7.0] * (B * S * W), "kc"), _buf(dev, "f", [7.0] * (B * S * W), "vc")
         if key == "new":
             rope_kv_store(dev, bq, bk, bv, kc, vc, bc, bs, B, T, H, Hkv, D, S, pos0)
+        elif key == "buf":
+            rope_kv_store(dev, bq, bk, bv, kc, vc, bc, bs, B, T, H, Hkv, D, S, 0, _buf(dev, "I", [pos0], "kv_pos"))
         else:
             rope_forward(dev, bq, bc, bs, B * T, T, H, D, pos0)
             rope_forward(dev, bk, bc, bs, B * T, T, Hkv, D, pos0)
