@@ -101,7 +101,18 @@ fn attention_forward(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(wor
         if (j < nkeys) {
             let kb = (b * p.s + j) * W + kvh * D;
             var dot = 0.0;
-            for (var d = 0u; d < D; d++) { dot += q_sh[d] * kc[kb + d]; }
+            var d = 0u;
+            for (; d + 3u < D; d += 4u) {   // four loads in flight, added in order
+                let k0 = kc[kb + d];
+                let k1 = kc[kb + d + 1u];
+                let k2 = kc[kb + d + 2u];
+                let k3 = kc[kb + d + 3u];
+                dot += q_sh[d] * k0;
+                dot += q_sh[d + 1u] * k1;
+                dot += q_sh[d + 2u] * k2;
+                dot += q_sh[d + 3u] * k3;
+            }
+            for (; d < D; d++) { dot += q_sh[d] * kc[kb + d]; }
             sc = dot * p.scale;
         }
         let m_new = max(m, wg_max(lid, sc, WF));
@@ -118,16 +129,20 @@ fn attention_forward(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(wor
         let d1 = min(lid + WF, D - 1u);
         let d2 = min(lid + 2u * WF, D - 1u);
         let d3 = min(lid + 3u * WF, D - 1u);
-        for (var jj = 0u; jj < jend; jj++) {
-            let pj = p_sh[jj];
-            let vb = (b * p.s + j0 + jj) * W + kvh * D;
-            acc.x += pj * vc[vb + d0];
-            if (D > WF) { acc.y += pj * vc[vb + d1]; }
-            if (D > 2u * WF) {
-                acc.z += pj * vc[vb + d2];
-                acc.w += pj * vc[vb + d3];
-            }
+        let dd = vec4<u32>(d0, d1, d2, d3);
+        let vb0 = (b * p.s + j0) * W + kvh * D;
+        var jj = 0u;
+        for (; jj + 3u < jend; jj += 4u) {   // four keys' loads in flight, added in key order
+            let v0 = af_v(vb0 + jj * W, dd, D);
+            let v1 = af_v(vb0 + (jj + 1u) * W, dd, D);
+            let v2 = af_v(vb0 + (jj + 2u) * W, dd, D);
+            let v3 = af_v(vb0 + (jj + 3u) * W, dd, D);
+            acc += p_sh[jj] * v0;
+            acc += p_sh[jj + 1u] * v1;
+            acc += p_sh[jj + 2u] * v2;
+            acc += p_sh[jj + 3u] * v3;
         }
+        for (; jj < jend; jj++) { acc += p_sh[jj] * af_v(vb0 + jj * W, dd, D); }
         workgroupBarrier();
     }
     for (var e = 0u; e < 4u; e++) {
@@ -135,6 +150,16 @@ fn attention_forward(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(wor
         if (d < D) { out[n * p.h * D + h * D + d] = acc[e] / l; }
     }
     if (lid == 0u) { lse[n * p.h + h] = m + log(l); }
+}
+
+fn af_v(vb: u32, d: vec4<u32>, D: u32) -> vec4<f32> {   // v's dims d of the row at vb (those D has)
+    var v = vec4<f32>(vc[vb + d.x], 0.0, 0.0, 0.0);
+    if (D > WF) { v.y = vc[vb + d.y]; }
+    if (D > 2u * WF) {
+        v.z = vc[vb + d.z];
+        v.w = vc[vb + d.w];
+    }
+    return v;
 }
 
 struct KvAdvanceParams { t: u32 };

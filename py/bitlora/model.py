@@ -364,7 +364,8 @@ class Model:
         self._cache: KVCache | None = None
         self._logits = None        # decoding logits[rows, V], sized for the most rows asked
         self._gen = None           # the sampler's buffers (_sampler)
-        self._steps = gpu.Programs(dev, limit=4)   # recorded decoding steps (_decode_step)
+        self._steps = gpu.Programs(dev, limit=8)   # recorded generation steps (_decode_step)
+        self._prompts_seen: set = set()            # their keys for prompts run once, not recorded
 
     def dims(self, N: int, R: int = 0) -> dict:
         """The legend's sizes for N rows (and LoRA rank R)."""
@@ -437,6 +438,7 @@ class Model:
         self.layers, self.embed, self.head, self.norm, self.cos, self.sin, self.P = [], RowTable(), RowTable(), None, None, None, 0
         self._scratch = self._cache = self._logits = self._gen = None
         self._steps.clear()
+        self._prompts_seen.clear()
 
     async def prepare(self, training: bool) -> None:
         """Compile every kernel the forward (and with `training`, the loss and backward)
@@ -706,20 +708,25 @@ class Model:
         when adapted. gate = (g, u): x = act(g) * u first (the MLP's gating).
         A one-token forward (decoding, N = 1) fuses the gating, the norm and the
         quantisation and multiplies the group in one dispatch (ops.matvec), the group's
-        LoRA branches in one more (their up half inside the matvec): the same bits."""
+        LoRA branches in one more (their up half inside the matvec): the same bits. On a
+        GPU a group without LoRA is one dispatch in all (norm_matvec; n is not kept)."""
         dev, N, top = self.dev, acts.B * acts.T, acts.top
         w, projs = self.layers[li].norms[norm], [self.layers[li].proj[m] for m in mods]
         if N == 1 and not acts.training:
+            base = projs[0].buf.offset
+            wp, parts = projs[0].buf.buffer.view(base), [((p.buf.offset - base) // 4, p.O, p.scale, y)
+                                                         for p, y in zip(projs, outs)]
+            adapted = lora is not None and any(lora.adapts(m) for m in mods)
+            if not adapted and matvec.fusable(dev, parts, width):   # norm and product: one dispatch
+                matvec.norm_matvec(dev, x, w, self.eps, wp, parts, width, accumulate, gate and (self.act, *gate))
+                return
             rmsnorm_quant(dev, x, w, n, top.xq4, top.qs, width, self.eps, gate and (self.act, *gate))
             fused = None
-            if lora is not None and any(lora.adapts(m) for m in mods):   # the branch: one dispatch + in the matvec
+            if adapted:   # the branch: one dispatch + in the matvec
                 ab, offs = lora.decode_parts(li, mods)
                 lora_down_parts(dev, n, ab, [None if o is None else o[0] for o in offs], top.lora_ups, width, lora.R)
                 fused = (top.lora_ups, ab, lora.R, lora.scale, [None if o is None else o[1] for o in offs])
-            base = projs[0].buf.offset
-            ternary_matvec(dev, top.xq4, top.qs, projs[0].buf.buffer.view(base),
-                           [((p.buf.offset - base) // 4, p.O, p.scale, y) for p, y in zip(projs, outs)], width,
-                           accumulate, fused)
+            ternary_matvec(dev, top.xq4, top.qs, wp, parts, width, accumulate, fused)
             return
         if gate is not None:
             gating_forward(dev, self.act, gate[0], gate[1], x, N * width)
@@ -868,26 +875,37 @@ class Model:
             g.out = self.dev.buffer(4 * max(max_new_tokens, 64), "sampler_out")
         return g
 
-    def _decode_step(self, cache: KVCache, lora, g: _Set) -> None:
-        """Put one decoding step into the current submit: the forward of the ids in g.tok[B]
-        at the cache's next position and the sampler (g, `_sampler`) choosing the next.
-        Nothing in it depends on the position (the GPU holds it: KVCache.pos_buf), so it is
-        recorded once per set of buffers and replayed after that: one backend call a token.
+    def _decode_step(self, cache: KVCache, lora, g: _Set, ids=None) -> None:
+        """Put one generation step into the current submit: the forward of the ids in g.tok[B]
+        (or of the prompt `ids`, a list, B = 1) at the cache's next positions, then the
+        sampler (g, `_sampler`) choosing the next id from the last row. Nothing in it depends
+        on the position (the GPU holds it: KVCache.pos_buf), so a step is recorded once per
+        token count and set of buffers and replayed after that: one backend call a token
+        (and a prompt of a length seen before costs the host a write and that call).
         The key names every buffer the recording binds that the model may reallocate."""
-        if cache.pos + 1 > cache.S:
-            raise ValueError(f"decoding: the cache holds S={cache.S} positions, all filled")
-        B = cache.B
-        acts, logits = self._decoding(B, 1, lora), self._logits_rows(B)
+        B, T = (cache.B, 1) if ids is None else (1, len(ids))
+        if cache.B != B or cache.pos + T > cache.S:
+            raise ValueError(f"decoding: the cache holds B={cache.B}, S={cache.S}; asked B={B}, "
+                             f"positions {cache.pos}..{cache.pos + T - 1}")
+        acts, logits = self._decoding(B, T, lora), self._logits_rows(B)
+        src = g.tok
+        if ids is not None:
+            src = acts.io(0)[0]
+            self.dev.write(src, array.array("I", self._check_ids(ids)[2]))   # lands before this submit
         lkey = None if lora is None else (lora.arena.params.uid, lora.R, lora.scale, tuple(lora.modules))
-        key = (B, lkey, cache.pos_buf.uid, cache.k[0].uid, self.cos.uid, acts.layers[0].x.uid, logits.uid,
-               g.state.uid, g.tok.uid, g.out.uid, self.dev.kind, self.dev.int8_dot)
+        key = (B, T, lkey, src.uid, cache.pos_buf.uid, cache.k[0].uid, self.cos.uid, acts.layers[0].x.uid,
+               logits.uid, g.state.uid, g.tok.uid, g.out.uid, self.dev.kind, self.dev.int8_dot)
 
         def record():
-            self._forward(acts, lora, cache, B, 1, 0, g.tok)
-            sample_token(self.dev, self.head_rows(B, 0, 1), g.state, g.tok, g.out, self.V)
+            self._forward(acts, lora, cache, B, T, 0, src)
+            sample_token(self.dev, self.head_rows(B, T - 1, T), g.state, g.tok, g.out, self.V)
 
-        self._steps.run(key, record)
-        cache.pos += 1
+        if ids is not None and key not in self._steps and key not in self._prompts_seen:
+            self._prompts_seen.add(key)   # a prompt length seen once runs plainly: recording costs
+            record()                      # the host more than that, and pays only when it comes back
+        else:
+            self._steps.run(key, record)
+        cache.pos += T
 
     async def agenerate(self, prompt, max_new_tokens: int = 64, temperature: float = 0.0, top_p: float = 1.0,
                         seed: int = 0, lora=None, on_token=None, should_stop=None, eos=None) -> Generation:
@@ -896,8 +914,9 @@ class Model:
         greedy; otherwise nucleus sampling (top_p) from `seed` (ops.sample: on the GPU,
         reproducible). With `lora`, the adapted model.
 
-        The prompt runs once, then one token per step over the KV cache, each step the
-        same recorded dispatches replayed (_decode_step: one backend call). Each step's token
+        The prompt runs once, then one token per step over the KV cache, each step (and a
+        prompt of a length seen before) recorded dispatches replayed (_decode_step: one
+        backend call). Each step's token
         is chosen on the GPU and becomes the next step's input there, so steps are
         submitted AHEAD of the one whose id is read back (4 bytes); an EOS is seen a few
         steps late and the steps after it are dropped. on_token(id, ids so far) is called
@@ -922,11 +941,7 @@ class Model:
         while True:
             h = time.perf_counter()
             while recorded < max_new_tokens and len(pending) <= self.AHEAD and not done:
-                if recorded == 0:     # the prompt: its forward, then the first token
-                    sample_token(dev, self.forward(ids, lora=lora, cache=cache, logits="last"), g.state, g.tok,
-                                 g.out, self.V)
-                else:                 # one token: a recorded step, replayed
-                    self._decode_step(cache, lora, g)
+                self._decode_step(cache, lora, g, ids if recorded == 0 else None)   # recorded, replayed
                 pending.append(dev.read_later(g.out, 4 * recorded, 4))
                 dev.submit()
                 recorded += 1

@@ -81,6 +81,10 @@ async def case_norm_quant_matvec(dev, x, w, C, eps, parts, accumulate, kind, lor
         matvec.ternary_matvec(dev, xq, qs, wbuf, [(o // 4, O, sc, yb) for o, (_, O, sc, _), yb in zip(offs, parts, ys)],
                               C, accumulate, fused)
         out["y"] = await _get(dev, y, C)
+        wparts = [(o // 4, O, sc, _buf(dev, "f", y0, f"fy{j}")) for j, (o, (_, O, sc, y0)) in enumerate(zip(offs, parts))]
+        if not any(loras) and matvec.fusable(dev, wparts, C):   # norm and product in one dispatch
+            matvec.norm_matvec(dev, bx, bw, eps, wbuf, wparts, C, accumulate, (act, bx, bu) if act else None)
+            out["fused_out"] = [await _get(dev, yb, O) for _, O, _, yb in wparts]
         out["xq"] = await _get(dev, xq, matvec.xq_words(C), "I")
         out["qs"] = await _get(dev, qs, 2)
         out["out"] = [await _get(dev, yb, O) for yb, (_, O, _, _) in zip(ys, parts)]
