@@ -201,6 +201,7 @@ def test_generate_streams_and_stops(run_case, folders):
     assert [t for t, _ in r["seen"]] == r["ids"] and [n for _, n in r["seen"]] == list(range(1, len(r["ids"]) + 1))
     assert r["stopped"] and r["cut"] == r["ids"][:3] and r["seen_async"] == r["ids"][:3]
     assert r["again"] == r["ids"]
+    assert r["steps_recorded"] == 2    # the prompt's step and a token's, each recorded once for all three runs
     assert 0 < r["first_token_s"] < r["total_s"] and r["tokens_per_s"] > 0 and r["dispatches"] > 0
 
 

@@ -122,5 +122,5 @@ async def case_generate_stream(dev, files, prompt, max_new_tokens, stop_after):
     cut = await m.agenerate(prompt, max_new_tokens, on_token=slow, should_stop=lambda: len(seen_async) >= stop_after)
     again = await m.agenerate(prompt, max_new_tokens)   # nothing left over from the stopped one
     return {"ids": full.ids, "seen": seen, "cut": cut.ids, "stopped": cut.stopped, "seen_async": seen_async,
-            "again": again.ids, "first_token_s": full.first_token_s, "total_s": full.total_s,
+            "again": again.ids, "steps_recorded": m._steps.recorded, "first_token_s": full.first_token_s, "total_s": full.total_s,
             "tokens_per_s": full.tokens_per_s(), "dispatches": full.dispatches, "host_s": full.host_s}

@@ -13,15 +13,16 @@ from ._uniform import Uniform
 SHADER = "attention.wgsl"
 FORWARD = Uniform("AttentionParams", "b:u32 t:u32 h:u32 hkv:u32 d:u32 s:u32 pos0:u32 scale:f32")
 KV_STORE = Uniform("KvStoreParams", "b:u32 t:u32 s:u32 w:u32 pos0:u32")
+KV_ADVANCE = Uniform("KvAdvanceParams", "t:u32")
 BACKWARD = Uniform("AttentionBackwardParams", "b:u32 t:u32 h:u32 hkv:u32 d:u32 scale:f32")
 
 
 def kernel_specs(table_dtype: str = "f32", training: bool = False, kind: str | None = None) -> list:
-    entries = ["attention_forward", "kv_store"]   # the GPU kernels are the CPU's fallback (D % 4 != 0)
+    entries = ["attention_forward", "kv_store", "kv_advance"]   # the GPU kernels are the CPU's fallback (D % 4 != 0)
     if training:
         entries += ["attention_backward_dq", "attention_backward_dkv"]
     if kind in (None, "cpu"):
-        entries += [e + v for v in ("_rows", "_d32") for e in entries if e != "kv_store"]
+        entries += [e + v for v in ("_rows", "_d32") for e in entries if e not in ("kv_store", "kv_advance")]
     return [(SHADER, e) for e in entries]
 
 
@@ -44,10 +45,26 @@ def _groups(variant: str, B: int, T: int, heads: int):
     return -(-B * T * heads // ROWS_WG)
 
 
+def zero_pos(dev):
+    """A 4-byte buffer holding 0: the kv_pos bound where positions come from pos0 alone."""
+    buf = getattr(dev, "_zero_kv_pos", None)
+    if buf is None:
+        buf = dev._zero_kv_pos = dev.buffer(4, "zero_kv_pos")
+    return buf
+
+
+def kv_advance(dev, kv_pos, T: int) -> None:
+    """kv_pos[0] += T on the GPU (a KV cache's length after a forward of T tokens)."""
+    need(kv_pos, 1, "kv_pos", "kv_advance")
+    dev.dispatch(dev.prepared(SHADER, "kv_advance"), [kv_pos], groups=1, params=KV_ADVANCE.pack(T))
+
+
 def attention_forward(dev, q, k_cache, v_cache, out, lse, B: int, T: int, H: int, Hkv: int, D: int,
-                      S: int, pos0: int = 0, scale: float | None = None) -> None:
+                      S: int, pos0: int = 0, scale: float | None = None, kv_pos=None) -> None:
     """q[N, H*D] (post-RoPE, N = B*T), k_cache, v_cache[B, S, Hkv*D] holding positions
-    0..pos0+T-1 -> out[N, H*D], lse[N, H]. scale defaults to D**-0.5 (HF)."""
+    0..pos0+T-1 -> out[N, H*D], lse[N, H]. scale defaults to D**-0.5 (HF). kv_pos: a
+    GPU buffer whose u32 [0] is added to pos0 as the kernel runs (decoding: the cache's
+    length, so one recorded step serves every position); the caller keeps pos0 + it + T <= S."""
     N = B * T
     if D > 256 or H % Hkv or pos0 + T > S:
         raise ValueError(f"attention_forward: need D <= 256, H % Hkv == 0, pos0 + T <= S "
@@ -55,9 +72,11 @@ def attention_forward(dev, q, k_cache, v_cache, out, lse, B: int, T: int, H: int
     for b, n, what in ((q, N * H * D, "q"), (k_cache, B * S * Hkv * D, "k_cache"),
                        (v_cache, B * S * Hkv * D, "v_cache"), (out, N * H * D, "out"), (lse, N * H, "lse")):
         need(b, n, what, "attention_forward")
+    if kv_pos is not None:
+        need(kv_pos, 1, "kv_pos", "attention_forward")
     variant = _variant(dev, D)
     dev.dispatch(dev.prepared(SHADER, "attention_forward" + variant),
-                 [q, k_cache, v_cache, out, lse], groups=_groups(variant, B, T, H) if variant else N * H,
+                 [q, k_cache, v_cache, out, lse, kv_pos if kv_pos is not None else zero_pos(dev)], groups=_groups(variant, B, T, H) if variant else N * H,
                  params=FORWARD.pack(B, T, H, Hkv, D, S, pos0, D ** -0.5 if scale is None else scale))
 
 
