@@ -29,7 +29,7 @@ from bitlora import gpu
 from bitlora.bitnet import SHAPES
 
 from .steps import case_bench_generate
-from .train import _online_bitnet, _sync, torch_device
+from .train import _online_bitnet, _sync, comparison_device
 
 
 async def _native(config, prompt, new, r, targets, profile, model_path, reps) -> dict:
@@ -103,16 +103,9 @@ def bench_generate(shape: str = "2b4t", prompt: int = 32, new: int = 128, lora_r
     targets = [m.strip() for m in target_modules.split(",") if m.strip()]
     res = {"shape": None if model else shape, "model": model, "prompt": prompt, "new": new, "lora_r": lora_r,
            "target_modules": targets, "backend": backend}
-    if compare_torch is not False:
-        try:
-            device = torch_device(config)
-        except ImportError:
-            if compare_torch:
-                raise
-            device = None
-        hf_folder = model is None or os.path.isdir(model)
-        if device is not None and hf_folder:
-            res.update(_bench_torch(config, prompt, new, device, model))
+    device = comparison_device(config, compare_torch)
+    if device is not None and (model is None or os.path.isdir(model)):   # transformers reads HF folders
+        res.update(_bench_torch(config, prompt, new, device, model))
     run = _browser if backend == "browser" else lambda *a: asyncio.run(_native(*a))
     res.update(run(config, prompt, new, lora_r, targets, profile, model, reps))
     what = f"model {model}" if model else f"{shape} shapes (random ternary weights)"
