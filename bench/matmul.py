@@ -125,7 +125,7 @@ async def main(args):
         # (kind, label, kernel, tile rows, tile columns (outputs; input columns for bwd), split unit, packed xq)
         table = {"fwd": ("fwd", "bitlinear_forward", await dev.kernel("bitlinear.wgsl", "bitlinear_forward"), 64, 64, 4, False),
                  "bwd": ("bwd", "bitlinear_backward_input",
-                         await dev.kernel("bitlinear.wgsl", "bitlinear_backward_input"), 128, 128, 16, False)}
+                         await dev.kernel("bitlinear.wgsl", "bitlinear_backward_input"), 64, 128, 16, False)}
         if dev.int8_dot:
             table["fwd_i8"] = ("fwd", "bitlinear_forward_i8", await dev.kernel("bitlinear_i8.wgsl", "bitlinear_forward_i8"),
                                64, 64, bitlinear.I8_KC, True)

@@ -50,12 +50,10 @@
 //   Split-K: workgroup z sums o in [z*ko, (z+1)*ko) only (ko a multiple of 16); with
 //   split = 1 it writes its raw sums to part[z, N, I] and splitk_reduce scales and adds
 //   them (part is bound, unused, when split = 0).
-//   dispatch: groups (ceil(ceil(I/16) / 8), ceil(N/128), slices); a 16x16 workgroup owns
-//   128 rows x 8 words (128 columns) of dx; per 16 o the words are decoded once into
+//   dispatch: groups (ceil(ceil(I/16) / 8), ceil(N/64), slices); a 16x16 workgroup owns
+//   64 rows x 8 words (128 columns) of dx; per 16 o the words are decoded once into
 //   workgroup memory as vec4s of ternary weights, and thread (tx, ty) keeps rows
-//   ty + 16a (a < 8) x column quads tx, tx + 16 (16 vec4 sums in named variables, as
-//   above): per 4 o, 8 + 8 workgroup-memory loads feed 256 multiply-adds (64-row
-//   tiles: 4 + 8 for 128; they ran at 9-10 TMAC/s on an H200, 28 in-register).
+//   ty + 16a x column quads tx, tx + 16 (8 vec4 sums in named variables, as above).
 
 struct ActQuantParams { n: u32, i: u32 };
 @group(0) @binding(0) var<uniform> qp: ActQuantParams;
@@ -247,7 +245,7 @@ struct BitlinearBackwardParams { n: u32, i: u32, o: u32, scale: f32, accumulate:
 @group(0) @binding(2) var<storage, read> bl_w: array<u32>;
 @group(0) @binding(3) var<storage, read_write> bl_dx: array<f32>;
 @group(0) @binding(4) var<storage, read_write> bl_part: array<f32>;   // split: [z, N, I] raw sums
-var<workgroup> bl_dy_sh: array<array<vec4<f32>, 4>, 128>;  // [row][o quad], 16 o
+var<workgroup> bl_dy_sh: array<array<vec4<f32>, 4>, 64>;  // [row][o quad], 16 o
 var<workgroup> bl_w_sh: array<array<vec4<f32>, 32>, 16>;   // [o][column quad], 128 columns, decoded
 
 @compute @workgroup_size(16, 16)
@@ -259,19 +257,15 @@ fn bitlinear_backward_input(@builtin(local_invocation_id) lid3: vec3<u32>, @buil
     let I = bl_p.i;
     let O = bl_p.o;
     let W = (I + 15u) / 16u;
-    let n0 = wid.y * 128u;
+    let n0 = wid.y * 64u;
     let wq0 = wid.x * 8u;
     let oend = min(O, (wid.z + 1u) * bl_p.ko);
     var a00 = vec4<f32>(0.0); var a01 = vec4<f32>(0.0);
     var a10 = vec4<f32>(0.0); var a11 = vec4<f32>(0.0);
     var a20 = vec4<f32>(0.0); var a21 = vec4<f32>(0.0);
     var a30 = vec4<f32>(0.0); var a31 = vec4<f32>(0.0);
-    var a40 = vec4<f32>(0.0); var a41 = vec4<f32>(0.0);
-    var a50 = vec4<f32>(0.0); var a51 = vec4<f32>(0.0);
-    var a60 = vec4<f32>(0.0); var a61 = vec4<f32>(0.0);
-    var a70 = vec4<f32>(0.0); var a71 = vec4<f32>(0.0);
     for (var o0 = wid.z * bl_p.ko; o0 < oend; o0 += 16u) {
-        for (var m = 0u; m < 8u; m++) {
+        for (var m = 0u; m < 4u; m++) {
             let e = lid + 256u * m;
             let rr = e / 16u;
             let oo = e % 16u;
@@ -294,34 +288,22 @@ fn bitlinear_backward_input(@builtin(local_invocation_id) lid3: vec3<u32>, @buil
             let d1 = bl_dy_sh[ty + 16u][oq];
             let d2 = bl_dy_sh[ty + 32u][oq];
             let d3 = bl_dy_sh[ty + 48u][oq];
-            let d4 = bl_dy_sh[ty + 64u][oq];
-            let d5 = bl_dy_sh[ty + 80u][oq];
-            let d6 = bl_dy_sh[ty + 96u][oq];
-            let d7 = bl_dy_sh[ty + 112u][oq];
             var w0 = bl_w_sh[oq * 4u][tx];
             var w1 = bl_w_sh[oq * 4u][tx + 16u];
             a00 += d0.x * w0; a01 += d0.x * w1; a10 += d1.x * w0; a11 += d1.x * w1;
             a20 += d2.x * w0; a21 += d2.x * w1; a30 += d3.x * w0; a31 += d3.x * w1;
-            a40 += d4.x * w0; a41 += d4.x * w1; a50 += d5.x * w0; a51 += d5.x * w1;
-            a60 += d6.x * w0; a61 += d6.x * w1; a70 += d7.x * w0; a71 += d7.x * w1;
             w0 = bl_w_sh[oq * 4u + 1u][tx];
             w1 = bl_w_sh[oq * 4u + 1u][tx + 16u];
             a00 += d0.y * w0; a01 += d0.y * w1; a10 += d1.y * w0; a11 += d1.y * w1;
             a20 += d2.y * w0; a21 += d2.y * w1; a30 += d3.y * w0; a31 += d3.y * w1;
-            a40 += d4.y * w0; a41 += d4.y * w1; a50 += d5.y * w0; a51 += d5.y * w1;
-            a60 += d6.y * w0; a61 += d6.y * w1; a70 += d7.y * w0; a71 += d7.y * w1;
             w0 = bl_w_sh[oq * 4u + 2u][tx];
             w1 = bl_w_sh[oq * 4u + 2u][tx + 16u];
             a00 += d0.z * w0; a01 += d0.z * w1; a10 += d1.z * w0; a11 += d1.z * w1;
             a20 += d2.z * w0; a21 += d2.z * w1; a30 += d3.z * w0; a31 += d3.z * w1;
-            a40 += d4.z * w0; a41 += d4.z * w1; a50 += d5.z * w0; a51 += d5.z * w1;
-            a60 += d6.z * w0; a61 += d6.z * w1; a70 += d7.z * w0; a71 += d7.z * w1;
             w0 = bl_w_sh[oq * 4u + 3u][tx];
             w1 = bl_w_sh[oq * 4u + 3u][tx + 16u];
             a00 += d0.w * w0; a01 += d0.w * w1; a10 += d1.w * w0; a11 += d1.w * w1;
             a20 += d2.w * w0; a21 += d2.w * w1; a30 += d3.w * w0; a31 += d3.w * w1;
-            a40 += d4.w * w0; a41 += d4.w * w1; a50 += d5.w * w0; a51 += d5.w * w1;
-            a60 += d6.w * w0; a61 += d6.w * w1; a70 += d7.w * w0; a71 += d7.w * w1;
         }
         workgroupBarrier();
     }
@@ -331,10 +313,6 @@ fn bitlinear_backward_input(@builtin(local_invocation_id) lid3: vec3<u32>, @buil
     bl_store(n0 + ty + 16u, c0, a10, wid.z); bl_store(n0 + ty + 16u, c1, a11, wid.z);
     bl_store(n0 + ty + 32u, c0, a20, wid.z); bl_store(n0 + ty + 32u, c1, a21, wid.z);
     bl_store(n0 + ty + 48u, c0, a30, wid.z); bl_store(n0 + ty + 48u, c1, a31, wid.z);
-    bl_store(n0 + ty + 64u, c0, a40, wid.z); bl_store(n0 + ty + 64u, c1, a41, wid.z);
-    bl_store(n0 + ty + 80u, c0, a50, wid.z); bl_store(n0 + ty + 80u, c1, a51, wid.z);
-    bl_store(n0 + ty + 96u, c0, a60, wid.z); bl_store(n0 + ty + 96u, c1, a61, wid.z);
-    bl_store(n0 + ty + 112u, c0, a70, wid.z); bl_store(n0 + ty + 112u, c1, a71, wid.z);
 }
 
 fn bl_store(n: u32, i0: u32, acc: vec4<f32>, z: u32) {

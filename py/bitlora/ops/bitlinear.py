@@ -102,7 +102,7 @@ def forward_plan(N: int, I: int, O: int, split: int | None = None, unit: int = 4
 def backward_input_plan(N: int, I: int, O: int, split: int | None = None) -> tuple:
     """(slices, outputs per slice) of bitlinear_backward_input's tiles."""
     words = -(-I // 16)
-    return splitk.plan(-(-words // 8) * -(-N // 128), O, 16, split)
+    return splitk.plan(-(-words // 8) * -(-N // 64), O, 16, split)
 
 
 def scratch_floats(N: int, I: int, O: int, kind: str = "gpu") -> int:
@@ -196,7 +196,7 @@ def bitlinear_backward_input(dev, dy, w_packed, scale: float, dx, N: int, I: int
     slices, ko = backward_input_plan(N, I, O, split)
     part = splitk.scratch(dev, splitk.floats(slices, N, I))
     dev.dispatch(dev.prepared(SHADER, "bitlinear_backward_input"), [dy, w_packed, dx, part],
-                 groups=(-(-words // 8), -(-N // 128), slices),
+                 groups=(-(-words // 8), -(-N // 64), slices),
                  params=BACKWARD.pack(N, I, O, scale, int(accumulate), ko, int(slices > 1)))
     if slices > 1:
         splitk.reduce(dev, part, None, dx, N * I, slices, I, scale, accumulate)
