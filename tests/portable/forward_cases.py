@@ -123,7 +123,7 @@ async def case_linear_forward(dev, x, w_chunks, N, I, O, x_row0, x_step, kind="g
     code = "f" if w_dtype == "f32" else "I"        # bf16: the chunk's u32 words of bf16 pairs
     chunks = _Chunks([(v0, oc, _buf(dev, code, vals, f"w{v0}")) for v0, oc, vals in w_chunks], w_dtype)
     consts = {"LN_BF16": 1.0} if w_dtype == "bf16" else None
-    tiles = {"gpu": [("linear_forward", lambda oc: (-(-oc // 128), -(-N // 64), 1))],
+    tiles = {"gpu": [("linear_forward", lambda oc: (-(-oc // 64), -(-N // 64), 1))],
              "cpu": [("linear_forward_cpu", lambda oc: linear.cpu_groups(N, oc))] if I % 4 == 0 else []}[kind]
     out = {}
     for entry, groups in tiles + [("linear_forward_rows", lambda oc: (-(-oc // 64), -(-N // 8), 1))]:
