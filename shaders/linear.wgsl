@@ -11,10 +11,13 @@
 //   0 params LinearParams {N, I, Oc, ld_y, v0, x_row0, x_step} | 1 x[N, I] read |
 //   2 w[Oc, I] read | 3 y[N, ld_y] read_write
 //   dispatch: groups (ceil(Oc/64), ceil(N/64)); a 16x16 workgroup owns a 64 x 64 tile of
-//   y, thread (tx, ty) rows ty + 16a (a < 4) and outputs 4tx .. 4tx+3. x and W^T are
-//   staged through workgroup memory 32 columns at a time, rows padded by a vec4, and
-//   read back as vec4 (the tiling of linear_backward_input; the earlier tiling, thread
-//   outputs tx + 16b from W rows 128 bytes apart, ran at 3.4 TMAC/s on an H200).
+//   y, thread (tx, ty) rows ty + 16a and outputs tx + 16b (a, b < 4). x and W are staged
+//   through workgroup memory 32 columns at a time and read back as vec4, so each
+//   workgroup-memory load feeds 16 multiply-adds (see bitlinear.wgsl). Staged rows are
+//   padded to 9 vec4s: unpadded, the W rows that neighbouring threads read lie 128
+//   bytes apart, all in one bank, and the head ran at 3.4 TMAC/s on an H200 (5.7
+//   padded, the same bits; 64 x 128 tiles ran 2.9, a transposed W tile as the input
+//   gradient's 5.7).
 //
 // linear_forward_rows   the same for a few rows (decoding); bindings as linear_forward.
 //   dispatch: groups (ceil(Oc/64), ceil(N/8)); a workgroup (64) owns 64 outputs x 8 rows,
@@ -85,12 +88,9 @@ fn linear_forward_rows(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(w
 }
 
 const KT: u32 = 32u;                                   // columns per staged chunk
-var<workgroup> t_x: array<array<vec4<f32>, 9>, 64>;    // [row][column quad] (+1 pad)
-var<workgroup> t_w: array<array<vec4<f32>, 17>, KT>;   // [column][output quad] (W^T; +1 pad)
+var<workgroup> t_x: array<array<vec4<f32>, 9>, 64>;    // [row][column quad] (+1 pad, see the header)
+var<workgroup> t_w: array<array<vec4<f32>, 9>, 64>;    // [output][column quad] (+1 pad)
 
-// As linear_backward_input: thread (tx, ty) owns rows ty + 16a (a < 4) and the four
-// outputs 4tx .. 4tx+3 (a vec4 sum per row, named: see bitlinear.wgsl); per column,
-// one x value and one vec4 of W^T feed 4 multiply-adds per row.
 @compute @workgroup_size(16, 16)
 fn linear_forward(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
     let tx = lid3.x;
@@ -98,8 +98,8 @@ fn linear_forward(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgr
     let lid = ty * 16u + tx;
     let n0 = wid.y * 64u;
     let o0 = wid.x * 64u;
-    var acc0 = vec4<f32>(0.0);
-    var acc1 = vec4<f32>(0.0);
+    var acc0 = vec4<f32>(0.0);                         // acc<a>[b]: row ty + 16a, output tx + 16b
+    var acc1 = vec4<f32>(0.0);                         // (named: see bitlinear.wgsl)
     var acc2 = vec4<f32>(0.0);
     var acc3 = vec4<f32>(0.0);
     for (var c0 = 0u; c0 < p.i; c0 += KT) {
@@ -114,35 +114,35 @@ fn linear_forward(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgr
                 if (o0 + r < p.oc) { wv = w_at((o0 + r) * p.i + c); }
             }
             t_x[r][(e % KT) / 4u][e % 4u] = xv;
-            t_w[e % KT][r / 4u][r % 4u] = wv;
+            t_w[r][(e % KT) / 4u][e % 4u] = wv;
         }
         workgroupBarrier();
         for (var q = 0u; q < KT / 4u; q++) {
+            let w0 = t_w[tx][q];
+            let w1 = t_w[tx + 16u][q];
+            let w2 = t_w[tx + 32u][q];
+            let w3 = t_w[tx + 48u][q];
             let x0 = t_x[ty][q];
             let x1 = t_x[ty + 16u][q];
             let x2 = t_x[ty + 32u][q];
             let x3 = t_x[ty + 48u][q];
-            var wt = t_w[4u * q][tx];
-            acc0 += x0.x * wt; acc1 += x1.x * wt; acc2 += x2.x * wt; acc3 += x3.x * wt;
-            wt = t_w[4u * q + 1u][tx];
-            acc0 += x0.y * wt; acc1 += x1.y * wt; acc2 += x2.y * wt; acc3 += x3.y * wt;
-            wt = t_w[4u * q + 2u][tx];
-            acc0 += x0.z * wt; acc1 += x1.z * wt; acc2 += x2.z * wt; acc3 += x3.z * wt;
-            wt = t_w[4u * q + 3u][tx];
-            acc0 += x0.w * wt; acc1 += x1.w * wt; acc2 += x2.w * wt; acc3 += x3.w * wt;
+            acc0 += vec4<f32>(dot(x0, w0), dot(x0, w1), dot(x0, w2), dot(x0, w3));
+            acc1 += vec4<f32>(dot(x1, w0), dot(x1, w1), dot(x1, w2), dot(x1, w3));
+            acc2 += vec4<f32>(dot(x2, w0), dot(x2, w1), dot(x2, w2), dot(x2, w3));
+            acc3 += vec4<f32>(dot(x3, w0), dot(x3, w1), dot(x3, w2), dot(x3, w3));
         }
         workgroupBarrier();
     }
-    head_store(n0 + ty, o0 + 4u * tx, acc0);
-    head_store(n0 + ty + 16u, o0 + 4u * tx, acc1);
-    head_store(n0 + ty + 32u, o0 + 4u * tx, acc2);
-    head_store(n0 + ty + 48u, o0 + 4u * tx, acc3);
+    head_store(n0 + ty, o0 + tx, acc0);
+    head_store(n0 + ty + 16u, o0 + tx, acc1);
+    head_store(n0 + ty + 32u, o0 + tx, acc2);
+    head_store(n0 + ty + 48u, o0 + tx, acc3);
 }
 
-fn head_store(n: u32, o: u32, acc: vec4<f32>) {    // outputs o .. o+3 of row n
+fn head_store(n: u32, o: u32, acc: vec4<f32>) {    // outputs o + 16b of row n
     if (n >= p.n) { return; }
     for (var b = 0u; b < 4u; b++) {
-        if (o + b < p.oc) { y[n * p.ld_y + p.v0 + o + b] = acc[b]; }
+        if (o + 16u * b < p.oc) { y[n * p.ld_y + p.v0 + o + 16u * b] = acc[b]; }
     }
 }
 
