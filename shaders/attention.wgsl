@@ -18,6 +18,8 @@
 //   0 params KvAdvanceParams {T} | 1 kv_pos[1] u32 read_write
 //   Keys go 64 at a time: one score per thread, then every thread updates its
 //   (up to 4) output dims with the chunk's probabilities from workgroup memory.
+//   (Decoding, T = 1; whole sequences and prompts take attention_forward_tiled: same
+//   bindings, blocks of 8 query rows, after the backward below.)
 //
 // kv_store   k_cache[b, pos0 + t, :] = k[b*T + t, :], same for v (a kernel, not buffer
 //   copies: all of a forward stays one compute pass)
@@ -461,6 +463,99 @@ fn attention_backward_dkv(@builtin(local_invocation_index) lid: u32, @builtin(wo
             }
         }
     }
+}
+
+// ---------------------------------------------------------------------------- tiled forward
+// attention_forward_tiled: attention_forward's bindings, outputs and math, for whole
+// sequences and prompts (T > 1): one workgroup (256) per (sequence, block of AO query
+// rows, head), longest blocks first: B*ceil(T/AO)*H workgroups split over x, y. It walks
+// the key blocks of AS keys up to the block's last diagonal, so each k, v row is read
+// once per AO query rows (attention_forward reads them once per row). Thread (o, s)
+// computes score (o, s) over staged 32-dim chunks of q and k (as the backward's tiles),
+// the tile's row max and P go through workgroup memory, and thread (o, s) adds P v into
+// row o's dims 4s + 128e .. +3 (e < 2) with an online softmax over the blocks.
+fn af_vc4(o: u32, D: u32) -> vec4<f32> {   // v[o .. o+3], clamped to the row's last dim (D: dims left)
+    return vec4<f32>(vc[o], vc[o + min(1u, D - 1u)], vc[o + min(2u, D - 1u)], vc[o + min(3u, D - 1u)]);
+}
+
+@compute @workgroup_size(AO * AS)
+fn attention_forward_tiled(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>,
+                           @builtin(num_workgroups) nw: vec3<u32>) {
+    let p = af_p;
+    let D = p.d;
+    let nqb = (p.t + AO - 1u) / AO;
+    let kidx = wid.x + wid.y * nw.x;      // = (b * nqb + block) * H + h
+    if (kidx >= p.b * nqb * p.h) { return; }
+    let h = kidx % p.h;
+    let bq = kidx / p.h;
+    let b = bq / nqb;
+    let i0 = (nqb - 1u - bq % nqb) * AO;  // longest rows first
+    let nq = min(AO, p.t - i0);
+    let HD = p.h * D;
+    let W = p.hkv * D;
+    let qo = (b * p.t + i0) * HD + h * D;
+    let kvo = b * p.s * W + (h / (p.h / p.hkv)) * D;   // key 0 of this sequence and kv head
+    let o = lid / AS;                     // query row in the tile
+    let s = lid % AS;                     // key in the tile; dims 4s + 128e when accumulating
+    let i = i0 + o;
+    let pos0 = p.pos0 + kv_pos[0];        // the first query row's position
+    let nkeys = pos0 + i0 + nq;           // keys up to the block's last row's position
+    var m = NEG_BIG;
+    var l = 0.0;
+    var acc0 = vec4<f32>(0.0);
+    var acc1 = vec4<f32>(0.0);
+    let d0 = min(4u * s, D - 1u);         // clamped: sums past D are computed, never written
+    let d1 = min(4u * s + 128u, D - 1u);
+    for (var j0 = 0u; j0 < nkeys; j0 += AS) {
+        let nk = min(AS, nkeys - j0);
+        var sc = 0.0;
+        for (var c0 = 0u; c0 < D; c0 += AC) {
+            workgroupBarrier();           // the previous chunk (and tile) has been read
+            for (var e = lid; e < AS * AC; e += AO * AS) {
+                let r = e / AC;
+                let d = c0 + e % AC;
+                var kv = 0.0;
+                if (r < nk && d < D) { kv = kc[kvo + (j0 + r) * W + d]; }
+                at_stage(e, kv, 2u);
+                if (e < AO * AC) {
+                    var qv = 0.0;
+                    if (r < nq && d < D) { qv = q[qo + r * HD + d]; }
+                    at_stage(e, qv, 0u);
+                }
+            }
+            workgroupBarrier();
+            for (var c = 0u; c < AC / 4u; c++) { sc += dot(at_oa[o * AP + c], at_sa[s * AP + c]); }
+        }
+        let ok = j0 + s <= pos0 + i && i < p.t;   // causal; rows past T are never stored
+        sc = select(NEG_BIG, p.scale * sc, ok);
+        at_p[lid] = sc;
+        workgroupBarrier();
+        var mx = m;
+        for (var c = 0u; c < AS; c++) { mx = max(mx, at_p[o * AS + c]); }
+        let pj = select(0.0, exp(sc - mx), ok);
+        at_ds[lid] = pj;
+        workgroupBarrier();
+        let corr = exp(m - mx);
+        m = mx;
+        acc0 *= corr;
+        acc1 *= corr;
+        var psum = 0.0;
+        for (var jj = 0u; jj < nk; jj++) {
+            let pa = at_ds[o * AS + jj];
+            psum += pa;
+            let vo = kvo + (j0 + jj) * W;
+            acc0 += pa * af_vc4(vo + d0, D - d0);
+            if (D > 128u) { acc1 += pa * af_vc4(vo + d1, D - d1); }
+        }
+        l = l * corr + psum;
+    }
+    if (i >= p.t) { return; }
+    let r = qo + o * HD;
+    for (var c = 0u; c < 4u; c++) {
+        if (4u * s + c < D) { out[r + 4u * s + c] = acc0[c] / l; }
+        if (4u * s + 128u + c < D) { out[r + 4u * s + 128u + c] = acc1[c] / l; }
+    }
+    if (s == 0u) { lse[(b * p.t + i) * p.h + h] = m + log(l); }
 }
 
 // ---------------------------------------------------------------------------- CPU variants

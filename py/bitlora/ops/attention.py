@@ -3,7 +3,8 @@ the KV-cache store, and the backward over whole sequences. They check sizes, pac
 uniform and record dispatches; the math is in the shader header. On a CPU adapter
 (dev.kind "cpu") the forward and backward record the CPU variants where D % 4 == 0:
 `*_d32` (4 rows per invocation, a row in registers) where D <= 32, else the per-row
-`*_rows`; elsewhere the kernels shaped for GPUs.
+`*_rows`; elsewhere the kernels shaped for GPUs (the forward: blocks of query rows,
+attention_forward_tiled, where T > 1; one workgroup per query row when decoding).
 Browser-safe: standard library + bitlora only."""
 from __future__ import annotations
 
@@ -19,14 +20,18 @@ BACKWARD = Uniform("AttentionBackwardParams", "b:u32 t:u32 h:u32 hkv:u32 d:u32 s
 
 def kernel_specs(table_dtype: str = "f32", training: bool = False, kind: str | None = None) -> list:
     entries = ["attention_forward", "kv_store", "kv_advance"]   # the GPU kernels are the CPU's fallback (D % 4 != 0)
+    if kind in (None, "gpu"):
+        entries += ["attention_forward_tiled"]
     if training:
         entries += ["attention_backward_dq", "attention_backward_dkv"]
     if kind in (None, "cpu"):
-        entries += [e + v for v in ("_rows", "_d32") for e in entries if e not in ("kv_store", "kv_advance")]
+        entries += [e + v for v in ("_rows", "_d32") for e in entries
+                    if e not in ("kv_store", "kv_advance", "attention_forward_tiled")]
     return [(SHADER, e) for e in entries]
 
 
 ROWS_WG = 16   # invocations per workgroup of the CPU variants (AR in the shader)
+TILE_ROWS = 8  # query rows per workgroup of attention_forward_tiled and the backward (AO in the shader)
 D32_ROWS = 4   # rows per invocation of the *_d32 variants (AB in the shader)
 
 
@@ -75,9 +80,15 @@ def attention_forward(dev, q, k_cache, v_cache, out, lse, B: int, T: int, H: int
     if kv_pos is not None:
         need(kv_pos, 1, "kv_pos", "attention_forward")
     variant = _variant(dev, D)
+    params = FORWARD.pack(B, T, H, Hkv, D, S, pos0, D ** -0.5 if scale is None else scale)
+    pos = kv_pos if kv_pos is not None else zero_pos(dev)
+    if not variant and dev.kind != "cpu" and T > 1:   # whole sequences, prompts: blocks of query rows
+        dev.dispatch(dev.prepared(SHADER, "attention_forward_tiled"), [q, k_cache, v_cache, out, lse, pos],
+                     groups=B * -(-T // TILE_ROWS) * H, params=params)
+        return
     dev.dispatch(dev.prepared(SHADER, "attention_forward" + variant),
-                 [q, k_cache, v_cache, out, lse, kv_pos if kv_pos is not None else zero_pos(dev)], groups=_groups(variant, B, T, H) if variant else N * H,
-                 params=FORWARD.pack(B, T, H, Hkv, D, S, pos0, D ** -0.5 if scale is None else scale))
+                 [q, k_cache, v_cache, out, lse, pos], groups=_groups(variant, B, T, H) if variant else N * H,
+                 params=params)
 
 
 def kv_store(dev, k, v, k_cache, v_cache, B: int, T: int, S: int, W: int, pos0: int = 0) -> None:
@@ -111,7 +122,7 @@ def attention_backward(dev, dout, q, k, v, dq, dk, dv, stats, B: int, T: int, H:
         dev.dispatch(dev.prepared(SHADER, "attention_backward_dkv" + variant), [dout, q, k, v, stats, dk, dv],
                      groups=_groups(variant, B, T, Hkv), params=params)
         return
-    blocks = B * -(-T // 8)   # 8-row blocks, never straddling sequences
+    blocks = B * -(-T // TILE_ROWS)   # 8-row blocks, never straddling sequences
     dev.dispatch(dev.prepared(SHADER, "attention_backward_dq"), [dout, q, k, v, dq, stats],
                  groups=blocks * H, params=params)
     dev.dispatch(dev.prepared(SHADER, "attention_backward_dkv"), [dout, q, k, v, stats, dk, dv],
