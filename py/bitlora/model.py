@@ -555,6 +555,8 @@ class Model:
         and reuses its buffers while they are big enough)."""
         c = self._cache
         if c is None or c.B != B or c.S < S:
+            if c is not None:
+                self._free_decoding(c.k + c.v + [c.pos_buf])
             size = 4 * B * S * self.Hkv * self.D
             k = [self.dev.buffer(size, f"k_cache{i}") for i in range(self.L)]
             v = [self.dev.buffer(size, f"v_cache{i}") for i in range(self.L)]
@@ -565,6 +567,16 @@ class Model:
         self._rope(S)
         return c
 
+    def _free_decoding(self, bufs) -> None:
+        """Free decoding buffers that a bigger set replaces (a longer generation, more
+        rows, another adapter): what is recorded so far is submitted first (it may still
+        use them; submitted work keeps them alive), and the recorded steps that bind
+        them are dropped with them."""
+        self.dev.submit()
+        self.dev.destroy(*{id(b): b for b in bufs}.values())
+        self._steps.clear()
+        self._prompts_seen.clear()
+
     def _decoding(self, B: int, T: int, lora) -> Activations:
         """The decoding scratch for N = B*T rows (reallocated only when N, the LoRA rank
         or the set of adapted projections grows)."""
@@ -572,6 +584,8 @@ class Model:
         modules, R = (lora.modules, lora.R) if lora is not None else ((), 0)
         if a is None or a.N < B * T or a.R < R or not set(modules) <= set(a.modules):
             N = max(B * T, a.N if a is not None else 0)
+            if a is not None:
+                self._free_decoding(a.buffers())
             a = self._scratch = Activations(self, 1, N, modules or (a.modules if a else ()),
                                             max(R, a.R if a else 0), "decode")
         a.B, a.T = B, T
@@ -785,6 +799,8 @@ class Model:
             raise ValueError(f"{rows} logits rows need {need} bytes, over one binding's {self.max_binding}: "
                              f"ask for fewer rows at a time (alogits does)")
         if self._logits is None or self._logits.size < need:
+            if self._logits is not None:
+                self._free_decoding([self._logits])
             self._logits = self.dev.buffer(need, "logits")
         return self._logits
 
