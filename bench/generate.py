@@ -12,8 +12,10 @@ token, the weights' GB/s (every weight is read once per token), and the same wit
 LoRA adapter. Beside them, in the same process: transformers' BitNetForCausalLM
 generating the same way — on CUDA in bf16 where there is one (its decoder linears as
 online AutoBitLinear, as bench/train.py builds it), else on this CPU in float32 for
-models small enough (the demo's). `--profile` adds the GPU time of each kernel of one
-decoding step (each repeated in one submit) and the GB/s of the matrix-vector ones.
+models small enough (the demo's). `--profile` adds the GPU time of a decoding step
+(64 replayed into one submit), of each kernel of one decoding step and of the prompt's
+forward (a kernel's dispatches repeated in one submit) with the GB/s of the
+matrix-vector ones beside a buffer copy's in the same run.
 """
 from __future__ import annotations
 
@@ -27,7 +29,7 @@ from bitlora import gpu
 from bitlora.bitnet import SHAPES
 
 from .steps import case_bench_generate
-from .train import _online_bitnet, _sync, torch_device
+from .train import _online_bitnet, _sync, comparison_device
 
 
 async def _native(config, prompt, new, r, targets, profile, model_path, reps) -> dict:
@@ -101,23 +103,17 @@ def bench_generate(shape: str = "2b4t", prompt: int = 32, new: int = 128, lora_r
     targets = [m.strip() for m in target_modules.split(",") if m.strip()]
     res = {"shape": None if model else shape, "model": model, "prompt": prompt, "new": new, "lora_r": lora_r,
            "target_modules": targets, "backend": backend}
-    if compare_torch is not False:
-        try:
-            device = torch_device(config)
-        except ImportError:
-            if compare_torch:
-                raise
-            device = None
-        hf_folder = model is None or os.path.isdir(model)
-        if device is not None and hf_folder:
-            res.update(_bench_torch(config, prompt, new, device, model))
+    device = comparison_device(config, compare_torch)
+    if device is not None and (model is None or os.path.isdir(model)):   # transformers reads HF folders
+        res.update(_bench_torch(config, prompt, new, device, model))
     run = _browser if backend == "browser" else lambda *a: asyncio.run(_native(*a))
     res.update(run(config, prompt, new, lora_r, targets, profile, model, reps))
     what = f"model {model}" if model else f"{shape} shapes (random ternary weights)"
     print(f"Greedy generation, {what}, batch 1, prompt {prompt} + {new} new tokens, "
           f"on {res['adapter']} ({res['kind']} kernels)")
     mb = res["weight_bytes_per_token"] / 1e6
-    print(f"  bitlora: prompt {res['prefill_tokens_per_s']:.0f} tokens/s; decoding {res['decode_tokens_per_s']:.1f} "
+    print(f"  bitlora: prompt {res['prefill_tokens_per_s']:.0f} tokens/s replayed (host {res['prefill_host_ms']:.1f} ms; "
+          f"{res['prefill_first_tokens_per_s']:.0f} tokens/s the first time, not replayed); decoding {res['decode_tokens_per_s']:.1f} "
           f"tokens/s ({res['ms_per_token']:.2f} ms/token), {res['dispatches_per_token']:.0f} dispatches/token, "
           f"host {res['host_ms_per_token']:.2f} ms/token, weights {mb:.1f} MB/token = {res['weight_gb_per_s']:.1f} GB/s")
     print(f"  bitlora + LoRA r {lora_r} on {','.join(targets)}: decoding {res['lora_decode_tokens_per_s']:.1f} "
@@ -130,8 +126,17 @@ def bench_generate(shape: str = "2b4t", prompt: int = 32, new: int = 128, lora_r
               f"BitNetForCausalLM in {res['torch_dtype']}: prompt {res['torch_prefill_tokens_per_s']:.0f} tokens/s; "
               f"decoding {res['torch_decode_tokens_per_s']:.1f} tokens/s ({res['torch_ms_per_token']:.2f} ms/token); "
               f"bitlora / torch decoding = {res['ratio_vs_torch']:.2f}")
-    for name, ms, n, nbytes, gbs in res.get("profile", [])[:24]:
-        print(f"    {ms:9.4f} ms  {n:3d} x  {name}" + (f"  {nbytes / n / 1e6:.2f} MB a call, {gbs} GB/s" if gbs else ""))
+    if "gpu_ms_per_token" in res:
+        print(f"  GPU time of a decoding step (64 replayed in one submit): {res['gpu_ms_per_token']:.3f} ms "
+              f"(LoRA {res['lora_gpu_ms_per_token']:.3f}); host encoding {res['replay_host_ms']:.3f} ms; "
+              f"copy bandwidth {res['copy_gb_per_s']:.0f} GB/s (read + written; "
+              f"{res['copy_kernel_gb_per_s']:.0f} GB/s by a vec4 copy kernel)")
+    for title, key in (("decoding step", "profile"), ("prompt", "profile_prefill")):
+        if key in res:
+            print(f"  GPU time per kernel of the {title} (ms a call, calls, kernel; weight GB/s vs copy's):")
+        for name, ms, n, nbytes, gbs in res.get(key, [])[:24]:
+            print(f"    {ms:9.4f} ms  {n:3d} x  {name}" + (
+                f"  {nbytes / n / 1e6:.2f} MB a call, {gbs} GB/s = {gbs / res['copy_kernel_gb_per_s']:.2f} x copy" if gbs else ""))
     print("BENCH " + json.dumps(res))
     return res
 

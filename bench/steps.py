@@ -26,7 +26,7 @@ from bitlora.gpu import Programs
 from bitlora.formats.tensors import FloatTensor, TernaryTensor
 from bitlora.lora import Lora
 from bitlora.model import Model
-from bitlora.ops.sample import sample_token
+from bitlora.ops.sample import sample_token, sampler_state
 from bitlora.optim import AdamW
 
 # byte -> the same byte with every 2-bit code 3 turned into 1 (a zero weight)
@@ -75,19 +75,23 @@ def random_batch(B: int, T: int, V: int, seed: int) -> MicroBatch:
     return MicroBatch(B, T, ids, mask, [T] * B, list(range(B)), sum(mask))
 
 
-def _profile_name(dispatch) -> str:
+def _profile_name(kernel, params) -> str:
     """A dispatch's line in the profile: its kernel, and for the CPU ternary matmul (one
     kernel for both) which of the two it computes (CpuMatmulParams.divide: the forward)."""
-    kernel, params = dispatch[0], dispatch[3]
     if kernel.name.endswith("bitlinear_matmul_cpu") and params is not None:
         return kernel.name + (" (forward)" if struct.unpack_from("<I", params, 20)[0] else " (input gradient)")
     return kernel.name
 
 
-async def _profile(dev, record_step, reps: int = 3, batches: int = 3) -> list:
-    """GPU time per kernel over one step: the step's dispatches of each kernel recorded
-    again `reps` times in one submit and waited for (best of `batches`), so a kernel's
-    figure is its share of a step without the cost of waiting for each dispatch."""
+async def _profile(dev, record_step, reps: int = 5) -> tuple:
+    """GPU time per kernel over one step: each dispatch repeated `reps` times in one
+    submit and waited for (recording them not timed), less the time of an empty
+    submit, per call. Returns
+    ([name, ms per step, calls] by kernel, [name, groups, ms per step, calls] by kernel
+    and grid: the shapes that cost most)."""
+    times, counts = collections.Counter(), collections.Counter()
+    by_grid, grid_counts = collections.Counter(), collections.Counter()
+    plain = dev.dispatch
     pending = []
 
     def timed_dispatch(kernel, bindings, groups, params=None):
@@ -101,21 +105,23 @@ async def _profile(dev, record_step, reps: int = 3, batches: int = 3) -> list:
     dev.submit()
     await res[1].get()
     await dev.sync()
-    by_kernel = collections.defaultdict(list)
-    for d in pending:
-        by_kernel[_profile_name(d)].append(d)
-    times = {}
-    for name, calls in by_kernel.items():
-        best = float("inf")
-        for _ in range(batches):
-            t = time.perf_counter()
-            for _ in range(reps):
-                for kernel, bindings, groups, params in calls:
-                    dev.dispatch(kernel, bindings, groups, params)
-            await dev.sync()
-            best = min(best, (time.perf_counter() - t) / reps)
-        times[name] = best
-    return [[name, round(times[name] * 1e3, 3), len(by_kernel[name])] for name in sorted(times, key=times.get, reverse=True)]
+    t = time.perf_counter()
+    await dev.sync()
+    idle = time.perf_counter() - t
+    for kernel, bindings, groups, params in pending:   # the same dispatches again, one at a time
+        for _ in range(reps):
+            plain(kernel, bindings, groups, params)
+        t = time.perf_counter()   # recorded: time the submit and the wait only
+        await dev.sync()
+        sec = max(time.perf_counter() - t - idle, 0.0) / reps
+        name = _profile_name(kernel, params)
+        times[name] += sec
+        counts[name] += 1
+        key = (name, str(groups))
+        by_grid[key] += sec
+        grid_counts[key] += 1
+    return ([[name, round(sec * 1e3, 3), counts[name]] for name, sec in times.most_common()],
+            [[k[0], k[1], round(sec * 1e3, 3), grid_counts[k]] for k, sec in by_grid.most_common(40)])
 
 
 # CPU time of this thread (Pyodide has none: its wall time, in a worker that does nothing else)
@@ -158,7 +164,7 @@ async def case_bench_steps(dev, config: dict, B: int, T: int, steps: int, r: int
                       grad_accum=1, cutoff_len=T)
     lora = await Lora.create(model, cfg)
     acts = model.activations(B, T, lora, checkpointing=checkpointing)
-    opt = AdamW(dev, lora.arena, lr=1e-4, weight_decay=0.0, max_grad_norm=1.0)
+    opt = AdamW(dev, lora.arena, lr=1e-4, weight_decay=0.0, max_grad_norm=1.0, zero_grads=False)  # as the Trainer
     await opt.prepare()
     mbs = [random_batch(B, T, config["vocab_size"], s) for s in range(steps + 3)]
     programs = Programs(dev) if replay else None
@@ -168,7 +174,7 @@ async def case_bench_steps(dev, config: dict, B: int, T: int, steps: int, r: int
         t0, c0 = time.perf_counter(), _cpu_time()
         n0 = dev.dispatches
         dev.clear(acts.top.loss_sum)
-        model.train_micro(mbs[i].rows(), acts, lora, mbs[i].targets, step=i, programs=programs)
+        model.train_micro(mbs[i].rows(), acts, lora, mbs[i].targets, step=i, programs=programs, accumulate=False)
         if record_only:
             await opt.record_step(mbs[i].n_targets)
             dev.discard()
@@ -209,7 +215,7 @@ async def case_bench_steps(dev, config: dict, B: int, T: int, steps: int, r: int
                 "loss_last": struct.unpack("<f", await pending[-1][0].get())[0] / tokens,
                 "gpu_bytes_peak": dev.peak_allocated - base})
     if profile:   # dispatch by dispatch: recorded anew (a replay has no dispatch() calls to time)
-        out["profile"] = await _profile(dev, lambda: step(steps + 2, None))
+        out["profile"], out["profile_by_grid"] = await _profile(dev, lambda: step(steps + 2, None))
     return out
 
 
@@ -221,35 +227,117 @@ def weight_bytes_per_token(model) -> int:
     return proj + norms + sum(w.size for _, _, w in model.head)
 
 
-async def _kernel_times(dev, record, reps: int = 20) -> list:
-    """GPU time per kernel of what `record()` records: each dispatch repeated `reps` times
-    in one submit, less the time of an empty submit; [name, ms per call, calls, bytes of
-    the weights it reads (matrix-vector kernels), GB/s]."""
-    plain, seen = dev.dispatch, []
-    dev.dispatch = lambda kernel, bindings, groups, params=None: seen.append((kernel, bindings, groups, params))
+async def _idle_s(dev, n: int = 5) -> float:
+    """The time of an empty submit and wait (subtracted from the timings below)."""
+    await dev.sync()
+    best = float("inf")
+    for _ in range(n):
+        t = time.perf_counter()
+        await dev.sync()
+        best = min(best, time.perf_counter() - t)
+    return best
+
+
+async def _replay_s(dev, prog, idle: float, reps: int = 3) -> float:
+    """GPU seconds of a recorded program: encoded, then submitted and waited for (the
+    best of `reps`, less an empty submit's time)."""
+    best = float("inf")
+    for _ in range(reps):
+        dev.replay(prog)
+        t = time.perf_counter()
+        await dev.sync()
+        best = min(best, time.perf_counter() - t)
+    return max(best - idle, 1e-9)
+
+
+async def _kernel_times(dev, record, min_calls: int = 240) -> list:
+    """GPU time per kernel of what `record()` records: every dispatch of one kernel (e.g.
+    the 30 layers' q,k,v matrix-vector products: distinct weights, so no cache serves a
+    repeat) recorded in order, again and again up to `min_calls`, into a program that is
+    replayed and waited for; less an empty submit's time. [name, ms per call, calls in the
+    step, bytes of the weights it reads per step (matrix-vector kernels), GB/s]. The
+    cache's kv_advance is left out (repeated, it would move the positions)."""
+    plain, seen = dev.dispatch, collections.defaultdict(list)
+    dev.dispatch = lambda kernel, bindings, groups, params=None: seen[kernel.name].append(
+        (kernel, bindings, groups, params))
     try:
         record()
     finally:
         del dev.dispatch
-    dev.submit()
-    await dev.sync()
+    dev.discard()
+    idle = await _idle_s(dev)
+    out = []
+    for name, calls in seen.items():
+        entry = name.split(":")[1]
+        if entry == "kv_advance":
+            continue
+        reps = -(-min_calls // len(calls))
+        prog = dev.record(lambda: [plain(*c) for _ in range(reps) for c in calls])
+        await _replay_s(dev, prog, idle, 1)   # warm-up
+        sec = await _replay_s(dev, prog, idle) / reps
+        nbytes = 0
+        if "matvec" in entry:      # the weight binding: the head's is the second, the ternary ones' the third
+            nbytes = sum(c[1][1 if entry.startswith("dense") else 2].size for c in calls)
+        out.append([name, round(sec / len(calls) * 1e3, 4), len(calls), nbytes,
+                    round(nbytes / sec / 1e9, 1) if nbytes else None])
+    return sorted(out, key=lambda r: -r[1] * r[2])
+
+
+async def _copy_gb_per_s(dev, nbytes: int, reps: int = 8) -> float:
+    """Copy bandwidth, the reference for the kernels' GB/s: bytes read plus written per
+    second by `reps` buffer-to-buffer copies of nbytes in one submit."""
+    a, b = dev.buffer(nbytes, "copy_src"), dev.buffer(nbytes, "copy_dst")
+    try:
+        prog = dev.record(lambda: [dev.copy(a, b) if i % 2 == 0 else dev.copy(b, a) for i in range(reps)])
+        idle = await _idle_s(dev)
+        await _replay_s(dev, prog, idle, 1)
+        return 2 * nbytes * reps / await _replay_s(dev, prog, idle) / 1e9
+    finally:
+        dev.destroy(a, b)
+
+
+COPY_WGSL = """
+@group(0) @binding(0) var<storage, read> src: array<vec4<u32>>;
+@group(0) @binding(1) var<storage, read_write> dst: array<vec4<u32>>;
+@compute @workgroup_size(256)
+fn copy4(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>) {
+    let i = gid.x + gid.y * nw.x * 256u;
+    if (i < arrayLength(&dst)) { dst[i] = src[i]; }
+}
+"""
+
+
+async def _copy_kernel_gb_per_s(dev, nbytes: int, reps: int = 8) -> float:
+    """The same as _copy_gb_per_s through a compute kernel (16-byte loads and stores)."""
+    a, b = dev.buffer(nbytes, "copy_src"), dev.buffer(nbytes, "copy_dst")
+    try:
+        k = await dev.compile(COPY_WGSL, "copy4")
+        prog = dev.record(lambda: [dev.dispatch(k, [a, b] if i % 2 == 0 else [b, a], -(-nbytes // 16 // 256))
+                                   for i in range(reps)])
+        idle = await _idle_s(dev)
+        await _replay_s(dev, prog, idle, 1)
+        return 2 * nbytes * reps / await _replay_s(dev, prog, idle) / 1e9
+    finally:
+        dev.destroy(a, b)
+
+
+async def _decode_gpu_ms(model, ids, lora=None, steps: int = 64) -> tuple:
+    """(host ms, GPU ms) per token of `steps` decoding steps replayed into one submit
+    after the prompt: the host's encoding, then the GPU's run (submit to finish)."""
+    dev = model.dev
+    cache = model.kv_cache(1, len(ids) + steps + 1)
+    g = model._sampler(steps + 1)
+    dev.write(g.state, sampler_state())
+    sample_token(dev, model.forward(ids, lora=lora, cache=cache, logits="last"), g.state, g.tok, g.out, model.V)
+    model._decode_step(cache, lora, g)    # recorded here if new
+    idle = await _idle_s(dev)
     t = time.perf_counter()
+    for _ in range(steps):
+        model._decode_step(cache, lora, g)
+    t1 = time.perf_counter()
     await dev.sync()
-    idle = time.perf_counter() - t
-    times, counts, nbytes = collections.Counter(), collections.Counter(), collections.Counter()
-    for kernel, bindings, groups, params in seen:
-        t = time.perf_counter()
-        for _ in range(reps):
-            plain(kernel, bindings, groups, params)
-        await dev.sync()
-        times[kernel.name] += max(time.perf_counter() - t - idle, 0.0) / reps
-        counts[kernel.name] += 1
-        entry = kernel.name.split(":")[1]
-        if "matvec" in entry:      # the weight binding: ternary w is the third, the head's the second
-            nbytes[kernel.name] += bindings[2 if entry.startswith("ternary") else 1].size
-    return [[name, round(sec * 1e3, 4), counts[name], nbytes[name],
-             round(nbytes[name] / sec / 1e9, 1) if nbytes[name] and sec > 0 else None]
-            for name, sec in times.most_common()]
+    t2 = time.perf_counter()
+    return 1e3 * (t1 - t) / steps, 1e3 * max(t2 - t1 - idle, 0.0) / steps
 
 
 async def case_bench_generate(dev, config: dict, prompt: int, new: int, r: int = 8, targets=("q_proj", "v_proj"),
@@ -272,7 +360,7 @@ async def case_bench_generate(dev, config: dict, prompt: int, new: int, r: int =
     lora = await Lora.create(model, cfg)
     kinds = (("", None), ("lora_", lora))
     for _, ad in kinds:
-        await model.agenerate(ids, 4, lora=ad, eos=())          # warm-up: pipelines, scratch, cache
+        await model.agenerate(ids, 4, lora=ad, eos=())          # warm-up: pipelines, scratch, cache, recordings
     firsts, runs = {name: [] for name, _ in kinds}, {name: [] for name, _ in kinds}
     for _ in range(reps):                                        # base and adapted in turn: the same conditions
         for name, ad in kinds:
@@ -287,18 +375,32 @@ async def case_bench_generate(dev, config: dict, prompt: int, new: int, r: int =
                     name + "decode_tokens_per_s": steps / dt, name + "ms_per_token": 1e3 * dt / steps,
                     name + "dispatches_per_token": (g.dispatches - first.dispatches) / steps,
                     name + "host_ms_per_token": 1e3 * (g.host_s - first.host_s) / steps,
+                    name + "prefill_host_ms": 1e3 * first.host_s,
                     name + "weight_gb_per_s": out["weight_bytes_per_token"] * steps / dt / 1e9,
                     name + "ids": g.ids[:16]})
+    for k, (name, ad) in enumerate(kinds):   # a prompt length not seen before: run plainly
+        firsts_new = []                        # (replayed from its third time on)
+        for j in range(reps):
+            part = ids[:max(1, prompt - 1 - k * reps - j)]
+            firsts_new.append(len(part) / (await model.agenerate(part, 1, lora=ad, eos=())).total_s)
+        out[name + "prefill_first_tokens_per_s"] = max(firsts_new)
     out["lora_vs_base"] = out["lora_decode_tokens_per_s"] / out["decode_tokens_per_s"]
     out["gpu_bytes_peak"] = dev.peak_allocated - base
     if profile:
+        for name, ad in kinds:   # the decoding step's own GPU time: 64 steps in one submit
+            out[name + "replay_host_ms"], out[name + "gpu_ms_per_token"] = await _decode_gpu_ms(model, ids, ad)
+        nbytes = min((256 if dev.kind == "gpu" else 16) << 20, int(dev.limits.get("maxStorageBufferBindingSize", 1 << 27)))
+        out["copy_gb_per_s"] = await _copy_gb_per_s(dev, nbytes)
+        out["copy_kernel_gb_per_s"] = await _copy_kernel_gb_per_s(dev, nbytes)
         cache = model.kv_cache(1, prompt + 2)
-        model.forward(ids, cache=cache, logits="last")
-        await dev.sync()
         g = model._sampler(2)
-
-        def step():
-            logits = model.forward(g.tok, cache=cache, logits="last")
-            sample_token(dev, logits, g.state, g.tok, g.out, model.V)
+        prefill = lambda: sample_token(dev, model.forward(ids, cache=cache, logits="last"),  # noqa: E731
+                                       g.state, g.tok, g.out, model.V)
+        out["profile_prefill"] = await _kernel_times(dev, prefill, min_calls=8)
+        cache = model.kv_cache(1, prompt + 2)
+        prefill()
+        await dev.sync()
+        step = lambda: sample_token(dev, model.forward(g.tok, cache=cache, logits="last"),  # noqa: E731
+                                    g.state, g.tok, g.out, model.V)
         out["profile"] = await _kernel_times(dev, step)
     return out

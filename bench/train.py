@@ -88,6 +88,19 @@ def torch_device(config: dict) -> str | None:
     return "cpu" if L * (4 * C * C + 3 * C * F) + V * C <= TORCH_CPU_MAX_PARAMS else None
 
 
+def comparison_device(config: dict, compare_torch: bool | None) -> str | None:
+    """torch_device for a run asked to compare with torch (None: where torch is there;
+    True: torch must be there; False: never)."""
+    if compare_torch is False:
+        return None
+    try:
+        return torch_device(config)
+    except ImportError:
+        if compare_torch:
+            raise
+        return None
+
+
 def _sync(device: str) -> None:
     import torch
     if device == "cuda":
@@ -167,19 +180,13 @@ def bench_train(shape: str = "2b4t", micro_batch: int = 1, seq: int = 256, steps
            "steps": steps, "lora_r": lora_r,
            "target_modules": targets, "backend": backend, "gradient_checkpointing": checkpointing}
     dtypes = []
-    if compare_torch is not False:
-        try:
-            device = torch_device(config)
-        except ImportError:
-            if compare_torch:
-                raise
-            device = None
-        if device is not None:
-            dtypes = [d for d in (torch_dtypes or ("bf16" if device == "cuda" else "f32")).split(",") if d]
-        for dtype in dtypes:
-            got = _bench_torch(config, micro_batch, seq, steps, lora_r, targets, dtype, device, checkpointing)
-            res.update({f"{k}_{dtype}" if k.startswith("torch_") and k not in ("torch_dtype", "torch_device", "torch_threads") else k: v
-                        for k, v in got.items()})
+    device = comparison_device(config, compare_torch)
+    if device is not None:
+        dtypes = [d for d in (torch_dtypes or ("bf16" if device == "cuda" else "f32")).split(",") if d]
+    for dtype in dtypes:
+        got = _bench_torch(config, micro_batch, seq, steps, lora_r, targets, dtype, device, checkpointing)
+        res.update({f"{k}_{dtype}" if k.startswith("torch_") and k not in ("torch_dtype", "torch_device", "torch_threads") else k: v
+                    for k, v in got.items()})
     run = _browser_steps if backend == "browser" else lambda *a: asyncio.run(_native_steps(*a))
     res.update(run(config, micro_batch, seq, steps, lora_r, targets, profile, checkpointing, kind, int8, replay,
                    record_only))
@@ -209,8 +216,15 @@ def bench_train(shape: str = "2b4t", micro_batch: int = 1, seq: int = 256, steps
             line += f", {res[f'torch_gpu_bytes_peak_{dtype}'] / 2**30:.2f} GiB peak"
         res[f"ratio_vs_torch_{dtype}"] = res["tokens_per_s"] / res[f"torch_tokens_per_s_{dtype}"]
         print(line + f"; bitlora / torch tokens/s = {res[f'ratio_vs_torch_{dtype}']:.3f}")
-    for name, ms, n in res.get("profile", [])[:20]:
+    if "profile" in res:
+        print(f"  per kernel over one step (each dispatch repeated in one submit, less an empty submit's time; "
+              f"sum {sum(r[1] for r in res['profile']):.1f} ms):")
+    for name, ms, n in res.get("profile", [])[:25]:
         print(f"    {ms:9.2f} ms  {n:4d} x  {name}")
+    if "profile_by_grid" in res:
+        print("  by kernel and grid:")
+    for name, groups, ms, n in res.get("profile_by_grid", [])[:30]:
+        print(f"    {ms:9.2f} ms  {n:4d} x  {name} {groups}")
     print("BENCH " + json.dumps(res))
     return res
 

@@ -1,5 +1,6 @@
 // adamw.wgsl — torch.optim.AdamW over the flat parameter arena, in place, gradients
-// zeroed after use. Hyperparameters arrive in the params uniform (written every step,
+// zeroed after use (unless ZERO_G is false: a trainer whose first micro-batch writes
+// the gradients instead of adding saves those 4 bytes per parameter). Hyperparameters arrive in the params uniform (written every step,
 // so a scheduler may change lr without recompiling); the step counter, the gradient
 // multiplier and the skip flag live in the GPU state buffer that grad_norm.wgsl fills.
 //
@@ -21,7 +22,7 @@
 // adamw:       0 params AdamWParams | 1 p[n/4] | 2 g[n/4] | 3 m[n/4] | 4 v[n/4] vec4 read_write |
 //              5 state read                       ceil(n4/(256*PER)) workgroups, split over x, y
 //   Each invocation updates PER vec4s, WG apart (override; more loads in flight per thread).
-//   skip = 1: only g = 0. Zero padding stays zero (g = m = v = p = 0 gives p = 0).
+//   skip = 1: only g = 0 (nothing with ZERO_G false). Zero padding stays zero (g = m = v = p = 0 gives p = 0).
 
 struct AdamWParams {
     lr: f32, decay: f32, omb1: f32, b2: f32,
@@ -70,10 +71,11 @@ fn adamw_begin() {
 @group(0) @binding(5) var<storage, read> state: State;
 
 override PER: u32 = 1u;  // vec4s per invocation (ops/adamw.py PER_THREAD)
+override ZERO_G: bool = true;  // zero g after use (false: the next step's first backward writes it)
 
 fn adamw_one(i: u32) {
     if (state.skip != 0u) {
-        g[i] = vec4<f32>(0.0);
+        if (ZERO_G) { g[i] = vec4<f32>(0.0); }
         return;
     }
     let gr = g[i] * state.gmul;
@@ -89,7 +91,7 @@ fn adamw_one(i: u32) {
     p[i] = p[i] * hp.decay - state.step_size * (mm / denom);
     m[i] = mm;
     v[i] = vv;
-    g[i] = vec4<f32>(0.0);
+    if (ZERO_G) { g[i] = vec4<f32>(0.0); }
 }
 
 @compute @workgroup_size(WG)

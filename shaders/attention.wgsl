@@ -6,13 +6,20 @@
 // attention_forward   query row n = b*T + t (token t of sequence b, at position
 //   pos = pos0 + t) attends to cache positions 0..pos of sequence b. The new tokens'
 //   k, v must already be in the cache (kv_store); for a whole sequence at once pos0 = 0
-//   and S may equal T. lse[n, h] = log sum_j exp(s_j) is saved.
+//   and S may equal T. lse[n, h] = log sum_j exp(s_j) is saved. pos0 is the uniform's
+//   plus kv_pos[0], the cache's length kept on the GPU (kv_advance below): a decoding
+//   step's dispatches are then the same at every position (recorded once, replayed).
 //   0 params AttentionParams {B, T, H, Hkv, D, S, pos0, scale} | 1 q[N, H*D] read (post-RoPE) |
 //   2 k_cache[B, S, Hkv*D] read | 3 v_cache[B, S, Hkv*D] read | 4 out[N, H*D] write |
-//   5 lse[N, H] write
+//   5 lse[N, H] write | 6 kv_pos[1] u32 read
 //   dispatch: one workgroup (64) per (n, h): N*H workgroups split over x, y. D <= 256.
+//
+// kv_advance   kv_pos[0] += T: the cache grew by this forward's T tokens (one invocation).
+//   0 params KvAdvanceParams {T} | 1 kv_pos[1] u32 read_write
 //   Keys go 64 at a time: one score per thread, then every thread updates its
 //   (up to 4) output dims with the chunk's probabilities from workgroup memory.
+//   (Decoding, T = 1; whole sequences and prompts take attention_forward_tiled: same
+//   bindings, blocks of 8 query rows, after the backward below.)
 //
 // kv_store   k_cache[b, pos0 + t, :] = k[b*T + t, :], same for v (a kernel, not buffer
 //   copies: all of a forward stays one compute pass)
@@ -65,6 +72,7 @@ struct AttentionParams { b: u32, t: u32, h: u32, hkv: u32, d: u32, s: u32, pos0:
 @group(0) @binding(3) var<storage, read> vc: array<f32>;
 @group(0) @binding(4) var<storage, read_write> out: array<f32>;
 @group(0) @binding(5) var<storage, read_write> lse: array<f32>;
+@group(0) @binding(6) var<storage, read> kv_pos: array<u32>;   // every attention_forward variant
 var<workgroup> q_sh: array<f32, 256>;
 var<workgroup> p_sh: array<f32, WF>;
 
@@ -79,7 +87,7 @@ fn attention_forward(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(wor
     let n = g / p.h;
     let h = g % p.h;
     let b = n / p.t;
-    let pos = p.pos0 + n % p.t;
+    let pos = p.pos0 + kv_pos[0] + n % p.t;
     let kvh = h / (p.h / p.hkv);
     let D = p.d;
     let W = p.hkv * D;
@@ -95,7 +103,18 @@ fn attention_forward(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(wor
         if (j < nkeys) {
             let kb = (b * p.s + j) * W + kvh * D;
             var dot = 0.0;
-            for (var d = 0u; d < D; d++) { dot += q_sh[d] * kc[kb + d]; }
+            var d = 0u;
+            for (; d + 3u < D; d += 4u) {   // four loads in flight, added in order
+                let k0 = kc[kb + d];
+                let k1 = kc[kb + d + 1u];
+                let k2 = kc[kb + d + 2u];
+                let k3 = kc[kb + d + 3u];
+                dot += q_sh[d] * k0;
+                dot += q_sh[d + 1u] * k1;
+                dot += q_sh[d + 2u] * k2;
+                dot += q_sh[d + 3u] * k3;
+            }
+            for (; d < D; d++) { dot += q_sh[d] * kc[kb + d]; }
             sc = dot * p.scale;
         }
         let m_new = max(m, wg_max(lid, sc, WF));
@@ -112,16 +131,20 @@ fn attention_forward(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(wor
         let d1 = min(lid + WF, D - 1u);
         let d2 = min(lid + 2u * WF, D - 1u);
         let d3 = min(lid + 3u * WF, D - 1u);
-        for (var jj = 0u; jj < jend; jj++) {
-            let pj = p_sh[jj];
-            let vb = (b * p.s + j0 + jj) * W + kvh * D;
-            acc.x += pj * vc[vb + d0];
-            if (D > WF) { acc.y += pj * vc[vb + d1]; }
-            if (D > 2u * WF) {
-                acc.z += pj * vc[vb + d2];
-                acc.w += pj * vc[vb + d3];
-            }
+        let dd = vec4<u32>(d0, d1, d2, d3);
+        let vb0 = (b * p.s + j0) * W + kvh * D;
+        var jj = 0u;
+        for (; jj + 3u < jend; jj += 4u) {   // four keys' loads in flight, added in key order
+            let v0 = af_v(vb0 + jj * W, dd, D);
+            let v1 = af_v(vb0 + (jj + 1u) * W, dd, D);
+            let v2 = af_v(vb0 + (jj + 2u) * W, dd, D);
+            let v3 = af_v(vb0 + (jj + 3u) * W, dd, D);
+            acc += p_sh[jj] * v0;
+            acc += p_sh[jj + 1u] * v1;
+            acc += p_sh[jj + 2u] * v2;
+            acc += p_sh[jj + 3u] * v3;
         }
+        for (; jj < jend; jj++) { acc += p_sh[jj] * af_v(vb0 + jj * W, dd, D); }
         workgroupBarrier();
     }
     for (var e = 0u; e < 4u; e++) {
@@ -129,6 +152,25 @@ fn attention_forward(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(wor
         if (d < D) { out[n * p.h * D + h * D + d] = acc[e] / l; }
     }
     if (lid == 0u) { lse[n * p.h + h] = m + log(l); }
+}
+
+fn af_v(vb: u32, d: vec4<u32>, D: u32) -> vec4<f32> {   // v's dims d of the row at vb (those D has)
+    var v = vec4<f32>(vc[vb + d.x], 0.0, 0.0, 0.0);
+    if (D > WF) { v.y = vc[vb + d.y]; }
+    if (D > 2u * WF) {
+        v.z = vc[vb + d.z];
+        v.w = vc[vb + d.w];
+    }
+    return v;
+}
+
+struct KvAdvanceParams { t: u32 };
+@group(0) @binding(0) var<uniform> adv_p: KvAdvanceParams;
+@group(0) @binding(1) var<storage, read_write> adv_pos: array<u32>;
+
+@compute @workgroup_size(1)
+fn kv_advance() {
+    adv_pos[0] += adv_p.t;
 }
 
 struct KvStoreParams { b: u32, t: u32, s: u32, w: u32, pos0: u32 };
@@ -423,6 +465,99 @@ fn attention_backward_dkv(@builtin(local_invocation_index) lid: u32, @builtin(wo
     }
 }
 
+// ---------------------------------------------------------------------------- tiled forward
+// attention_forward_tiled: attention_forward's bindings, outputs and math, for whole
+// sequences and prompts (T > 1): one workgroup (256) per (sequence, block of AO query
+// rows, head), longest blocks first: B*ceil(T/AO)*H workgroups split over x, y. It walks
+// the key blocks of AS keys up to the block's last diagonal, so each k, v row is read
+// once per AO query rows (attention_forward reads them once per row). Thread (o, s)
+// computes score (o, s) over staged 32-dim chunks of q and k (as the backward's tiles),
+// the tile's row max and P go through workgroup memory, and thread (o, s) adds P v into
+// row o's dims 4s + 128e .. +3 (e < 2) with an online softmax over the blocks.
+fn af_vc4(o: u32, D: u32) -> vec4<f32> {   // v[o .. o+3], clamped to the row's last dim (D: dims left)
+    return vec4<f32>(vc[o], vc[o + min(1u, D - 1u)], vc[o + min(2u, D - 1u)], vc[o + min(3u, D - 1u)]);
+}
+
+@compute @workgroup_size(AO * AS)
+fn attention_forward_tiled(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>,
+                           @builtin(num_workgroups) nw: vec3<u32>) {
+    let p = af_p;
+    let D = p.d;
+    let nqb = (p.t + AO - 1u) / AO;
+    let kidx = wid.x + wid.y * nw.x;      // = (b * nqb + block) * H + h
+    if (kidx >= p.b * nqb * p.h) { return; }
+    let h = kidx % p.h;
+    let bq = kidx / p.h;
+    let b = bq / nqb;
+    let i0 = (nqb - 1u - bq % nqb) * AO;  // longest rows first
+    let nq = min(AO, p.t - i0);
+    let HD = p.h * D;
+    let W = p.hkv * D;
+    let qo = (b * p.t + i0) * HD + h * D;
+    let kvo = b * p.s * W + (h / (p.h / p.hkv)) * D;   // key 0 of this sequence and kv head
+    let o = lid / AS;                     // query row in the tile
+    let s = lid % AS;                     // key in the tile; dims 4s + 128e when accumulating
+    let i = i0 + o;
+    let pos0 = p.pos0 + kv_pos[0];        // the first query row's position
+    let nkeys = pos0 + i0 + nq;           // keys up to the block's last row's position
+    var m = NEG_BIG;
+    var l = 0.0;
+    var acc0 = vec4<f32>(0.0);
+    var acc1 = vec4<f32>(0.0);
+    let d0 = min(4u * s, D - 1u);         // clamped: sums past D are computed, never written
+    let d1 = min(4u * s + 128u, D - 1u);
+    for (var j0 = 0u; j0 < nkeys; j0 += AS) {
+        let nk = min(AS, nkeys - j0);
+        var sc = 0.0;
+        for (var c0 = 0u; c0 < D; c0 += AC) {
+            workgroupBarrier();           // the previous chunk (and tile) has been read
+            for (var e = lid; e < AS * AC; e += AO * AS) {
+                let r = e / AC;
+                let d = c0 + e % AC;
+                var kv = 0.0;
+                if (r < nk && d < D) { kv = kc[kvo + (j0 + r) * W + d]; }
+                at_stage(e, kv, 2u);
+                if (e < AO * AC) {
+                    var qv = 0.0;
+                    if (r < nq && d < D) { qv = q[qo + r * HD + d]; }
+                    at_stage(e, qv, 0u);
+                }
+            }
+            workgroupBarrier();
+            for (var c = 0u; c < AC / 4u; c++) { sc += dot(at_oa[o * AP + c], at_sa[s * AP + c]); }
+        }
+        let ok = j0 + s <= pos0 + i && i < p.t;   // causal; rows past T are never stored
+        sc = select(NEG_BIG, p.scale * sc, ok);
+        at_p[lid] = sc;
+        workgroupBarrier();
+        var mx = m;
+        for (var c = 0u; c < AS; c++) { mx = max(mx, at_p[o * AS + c]); }
+        let pj = select(0.0, exp(sc - mx), ok);
+        at_ds[lid] = pj;
+        workgroupBarrier();
+        let corr = exp(m - mx);
+        m = mx;
+        acc0 *= corr;
+        acc1 *= corr;
+        var psum = 0.0;
+        for (var jj = 0u; jj < nk; jj++) {
+            let pa = at_ds[o * AS + jj];
+            psum += pa;
+            let vo = kvo + (j0 + jj) * W;
+            acc0 += pa * af_vc4(vo + d0, D - d0);
+            if (D > 128u) { acc1 += pa * af_vc4(vo + d1, D - d1); }
+        }
+        l = l * corr + psum;
+    }
+    if (i >= p.t) { return; }
+    let r = qo + o * HD;
+    for (var c = 0u; c < 4u; c++) {
+        if (4u * s + c < D) { out[r + 4u * s + c] = acc0[c] / l; }
+        if (4u * s + 128u + c < D) { out[r + 4u * s + 128u + c] = acc1[c] / l; }
+    }
+    if (s == 0u) { lse[(b * p.t + i) * p.h + h] = m + log(l); }
+}
+
 // ---------------------------------------------------------------------------- CPU variants
 // For WebGPU on CPUs (Device.kind "cpu"), which run a workgroup as a loop on one thread,
 // SIMD across invocations: one invocation per output row and head, no barriers, no
@@ -444,7 +579,7 @@ fn attention_forward_rows(@builtin(global_invocation_id) gid: vec3<u32>, @builti
     if (g >= p.b * p.t * p.h) { return; }
     let n = g / p.h;
     let b = n / p.t;
-    let pos = p.pos0 + n % p.t;
+    let pos = p.pos0 + kv_pos[0] + n % p.t;
     let D4 = p.d / 4u;
     let W4 = p.hkv * D4;
     let qb = g * D4;
@@ -702,7 +837,7 @@ fn attention_forward_d32(@builtin(global_invocation_id) gid: vec3<u32>, @builtin
     let qs = p.h * D4;                            // from one query row to the next
     let q0 = ((b * p.t + t0) * p.h + h) * D4;
     let z = R8();
-    let l0 = p.pos0 + t0;
+    let l0 = p.pos0 + kv_pos[0] + t0;
     var r0 = row_new(r8_owned(ar_q8(q0, m4), D4), z, l0);
     var r1 = row_new(r8_owned(ar_q8(q0 + min(1u, e) * qs, m4), D4), z, l0 + 1u);
     var r2 = row_new(r8_owned(ar_q8(q0 + min(2u, e) * qs, m4), D4), z, l0 + 2u);

@@ -20,22 +20,25 @@
 //   dA[R, I] += du^T dropout(x)                      (lora_grad_a)
 //   dx[N, I] += keep(n, i) * keep_scale * (du A)     (lora_grad_x: adds into the layer
 //                                                     input gradient, base path included)
-// Trainable-parameter gradients accumulate (micro-batches); every output element has
-// exactly one writer; the sums over N are serial loops of one invocation (no atomics).
+// Trainable-parameter gradients accumulate (micro-batches) where params.acc = 1; with
+// acc = 0 (a step's first micro-batch) dA, dB are written, not read: the optimizer then
+// need not zero them. Every output element has exactly one writer, no atomics; on GPUs
+// the sums over N are split in slices (lora_grad_*_split + splitk_reduce, below).
 //
 // Entry points (all: 0 params uniform LoraParams, shared by the wrapper):
-//   params {N, I, O, R, scale, keep_threshold, keep_scale, seed}
+//   params {N, I, O, R, scale, keep_threshold, keep_scale, seed, per (rows per slice,
+//   the split kernels), acc (dA, dB: 1 +=, 0 =)}
 // The three that apply dropout (lora_down, lora_grad_a, lora_grad_x and their *_rows)
 // also bind 4 stream[1] u32 read: the dropout stream `step`.
 // lora_down:   1 x[N, I] read | 2 a[R, I] read | 3 u[N, R] write
 //              one workgroup (64) per (n, r): N*R workgroups split over x, y
 // lora_up:     1 u[N, R] read | 2 b[O, R] read | 3 y[N, O] read_write (+=)
 //              one invocation per (n, o): ceil(N*O / 256) workgroups
-// lora_grad_b: 1 dy[N, O] read | 2 u[N, R] read | 3 db[O, R] read_write (+=)
+// lora_grad_b: 1 dy[N, O] read | 2 u[N, R] read | 3 db[O, R] read_write (+= or =)
 //              one invocation per (r, o), loops over n: ceil(R*O / 256) workgroups
 // lora_grad_u: 1 dy[N, O] read | 2 b[O, R] read | 3 du[N, R] write
 //              one workgroup (64) per (n, r): N*R workgroups
-// lora_grad_a: 1 du[N, R] read | 2 x[N, I] read | 3 da[R, I] read_write (+=)
+// lora_grad_a: 1 du[N, R] read | 2 x[N, I] read | 3 da[R, I] read_write (+= or =)
 //              one invocation per (r, i), loops over n: ceil(R*I / 256) workgroups
 // lora_grad_x: 1 du[N, R] read | 2 a[R, I] read | 3 dx[N, I] read_write (+=)
 //              one invocation per (n, i): ceil(N*I / 256) workgroups
@@ -61,6 +64,7 @@
 struct LoraParams {
     n: u32, i: u32, o: u32, r: u32,
     scale: f32, keep_threshold: u32, keep_scale: f32, seed: u32,
+    per: u32, acc: u32,
 };
 
 const WR: u32 = 64u;  // workgroup of the reductions over I or O
@@ -135,7 +139,9 @@ fn lora_grad_b(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup
     var acc = 0.0;
     for (var n = 0u; n < p.n; n++) { acc += gb_dy[n * p.o + o] * gb_u[n * p.r + r]; }
     let j = o * p.r + r;
-    gb_db[j] = gb_db[j] + p.scale * acc;
+    var old = 0.0;
+    if (p.acc != 0u) { old = gb_db[j]; }
+    gb_db[j] = old + p.scale * acc;
 }
 
 @group(0) @binding(0) var<uniform> p_gu: LoraParams;
@@ -177,7 +183,9 @@ fn lora_grad_a(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup
         let idx = n * p.i + i;
         acc += ga_du[n * p.r + r] * ga_x[idx] * keep_factor(p, step, idx);
     }
-    ga_da[k] = ga_da[k] + acc;
+    var old = 0.0;
+    if (p.acc != 0u) { old = ga_da[k]; }
+    ga_da[k] = old + acc;
 }
 
 @group(0) @binding(0) var<uniform> p_gx: LoraParams;
@@ -200,6 +208,69 @@ fn lora_grad_x(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup
     var acc = 0.0;
     for (var r = 0u; r < p.r; r++) { acc += gx_du[n * p.r + r] * gx_a[r * p.i + i]; }
     gx_dx[k] = gx_dx[k] + f * acc;
+}
+
+// ---------------------------------------------------------------------------- split sums (GPU)
+// The dA, dB sums over N cut into slices of `per` rows (grid z), so that a big GPU gets
+// enough workgroups (one invocation per (r, column) looping over all N rows left
+// ~160 workgroups on 132 SMs at 2B-4T widths). Invocation: one column c and ranks
+// r0 .. r0+3 of one slice (dy or x read once for 4 ranks, the dropout hash once);
+// raw slice sums go to part[z * count + e] in the gradient's own layout, and
+// splitk_reduce adds the slices in order, scales (dB: by scale) and writes (= or +=).
+// lora_grad_b_split: 1 dy[N, O] read | 2 u[N, R] read | 3 part[slices, O*R] read_write   (e = o*R + r)
+// lora_grad_a_split: 1 du[N, R] read | 2 x[N, I] read | 3 part[slices, R*I] read_write   (e = r*I + i)
+//                    | 4 stream
+//   dispatch: (ceil(O or I / 256), ceil(R / 4), slices)
+
+@group(0) @binding(0) var<uniform> p_gbs: LoraParams;
+@group(0) @binding(1) var<storage, read> gbs_dy: array<f32>;
+@group(0) @binding(2) var<storage, read> gbs_u: array<f32>;
+@group(0) @binding(3) var<storage, read_write> gbs_part: array<f32>;
+
+@compute @workgroup_size(WG)
+fn lora_grad_b_split(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
+    let p = p_gbs;
+    let o = wid.x * WG + lid3.x;
+    if (o >= p.o) { return; }
+    let r0 = wid.y * 4u;
+    let last = p.n * p.r - 1u;       // u reads past rank R-1 are clamped inside the buffer, their sums unused
+    let n1 = min(p.n, (wid.z + 1u) * p.per);
+    var acc = vec4<f32>(0.0);
+    for (var n = wid.z * p.per; n < n1; n++) {
+        let b = n * p.r + r0;
+        let u = vec4<f32>(gbs_u[min(b, last)], gbs_u[min(b + 1u, last)], gbs_u[min(b + 2u, last)],
+                          gbs_u[min(b + 3u, last)]);
+        acc += gbs_dy[n * p.o + o] * u;
+    }
+    let base = wid.z * p.o * p.r + o * p.r + r0;
+    for (var k = 0u; k < 4u && r0 + k < p.r; k++) { gbs_part[base + k] = acc[k]; }
+}
+
+@group(0) @binding(0) var<uniform> p_gas: LoraParams;
+@group(0) @binding(1) var<storage, read> gas_du: array<f32>;
+@group(0) @binding(2) var<storage, read> gas_x: array<f32>;
+@group(0) @binding(3) var<storage, read_write> gas_part: array<f32>;
+@group(0) @binding(4) var<storage, read> gas_stream: array<u32>;
+
+@compute @workgroup_size(WG)
+fn lora_grad_a_split(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
+    let p = p_gas;
+    let step = gas_stream[0];
+    let i = wid.x * WG + lid3.x;
+    if (i >= p.i) { return; }
+    let r0 = wid.y * 4u;
+    let last = p.n * p.r - 1u;
+    let n1 = min(p.n, (wid.z + 1u) * p.per);
+    var acc = vec4<f32>(0.0);
+    for (var n = wid.z * p.per; n < n1; n++) {
+        let b = n * p.r + r0;
+        let du = vec4<f32>(gas_du[min(b, last)], gas_du[min(b + 1u, last)], gas_du[min(b + 2u, last)],
+                           gas_du[min(b + 3u, last)]);
+        let idx = n * p.i + i;
+        acc += du * (gas_x[idx] * keep_factor(p, step, idx));
+    }
+    let base = wid.z * p.r * p.i + r0 * p.i + i;
+    for (var k = 0u; k < 4u && r0 + k < p.r; k++) { gas_part[base + k * p.i] = acc[k]; }
 }
 
 // ---------------------------------------------------------------------------- CPU variants
@@ -337,10 +408,12 @@ fn lora_grad_b_rows(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_
         a0 += d.x * u; a1 += d.y * u; a2 += d.z * u; a3 += d.w * u;
     }
     let j = 4u * o4 * R4 + r4;
-    gbr_db[j] = gbr_db[j] + p.scale * a0;
-    gbr_db[j + R4] = gbr_db[j + R4] + p.scale * a1;
-    gbr_db[j + 2u * R4] = gbr_db[j + 2u * R4] + p.scale * a2;
-    gbr_db[j + 3u * R4] = gbr_db[j + 3u * R4] + p.scale * a3;
+    var o0 = vec4<f32>(0.0); var o1 = vec4<f32>(0.0); var o2 = vec4<f32>(0.0); var o3 = vec4<f32>(0.0);
+    if (p.acc != 0u) { o0 = gbr_db[j]; o1 = gbr_db[j + R4]; o2 = gbr_db[j + 2u * R4]; o3 = gbr_db[j + 3u * R4]; }
+    gbr_db[j] = o0 + p.scale * a0;
+    gbr_db[j + R4] = o1 + p.scale * a1;
+    gbr_db[j + 2u * R4] = o2 + p.scale * a2;
+    gbr_db[j + 3u * R4] = o3 + p.scale * a3;
 }
 
 // keep_factor of elements idx .. idx+3, with base = keep_base(p, step) (the hash's part
@@ -378,10 +451,11 @@ fn lora_grad_a_rows(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_
         let d = n * p.r;
         s0 += gar_du[d + r0] * x; s1 += gar_du[d + r1] * x; s2 += gar_du[d + r2] * x; s3 += gar_du[d + r3] * x;
     }
-    gar_da[r0 * I4 + i4] = gar_da[r0 * I4 + i4] + s0;
-    if (r0 + 1u < p.r) { gar_da[r1 * I4 + i4] = gar_da[r1 * I4 + i4] + s1; }
-    if (r0 + 2u < p.r) { gar_da[r2 * I4 + i4] = gar_da[r2 * I4 + i4] + s2; }
-    if (r0 + 3u < p.r) { gar_da[r3 * I4 + i4] = gar_da[r3 * I4 + i4] + s3; }
+    let acc = p.acc != 0u;
+    gar_da[r0 * I4 + i4] = select(vec4<f32>(0.0), gar_da[r0 * I4 + i4], acc) + s0;
+    if (r0 + 1u < p.r) { gar_da[r1 * I4 + i4] = select(vec4<f32>(0.0), gar_da[r1 * I4 + i4], acc) + s1; }
+    if (r0 + 2u < p.r) { gar_da[r2 * I4 + i4] = select(vec4<f32>(0.0), gar_da[r2 * I4 + i4], acc) + s2; }
+    if (r0 + 3u < p.r) { gar_da[r3 * I4 + i4] = select(vec4<f32>(0.0), gar_da[r3 * I4 + i4], acc) + s3; }
 }
 
 @group(0) @binding(0) var<uniform> p_gxr: LoraParams;
@@ -457,7 +531,18 @@ fn lora_down_parts(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workg
     if (k >= 3u * lp_p.r || lp_a(k / lp_p.r) == NONE) { return; }   // uniform per workgroup
     let ar = lp_a(k / lp_p.r) + (k % lp_p.r) * lp_p.i;
     var acc = 0.0;
-    for (var i = lid3.x; i < lp_p.i; i += WR) { acc += lp_x[i] * lp_ab[ar + i]; }
+    var i0 = lid3.x;
+    for (; i0 + 3u * WR < lp_p.i; i0 += 4u * WR) {   // four pairs of loads in flight, added in lora_down's order
+        let p0 = lp_x[i0] * lp_ab[ar + i0];
+        let p1 = lp_x[i0 + WR] * lp_ab[ar + i0 + WR];
+        let p2 = lp_x[i0 + 2u * WR] * lp_ab[ar + i0 + 2u * WR];
+        let p3 = lp_x[i0 + 3u * WR] * lp_ab[ar + i0 + 3u * WR];
+        acc += p0;
+        acc += p1;
+        acc += p2;
+        acc += p3;
+    }
+    for (var i = i0; i < lp_p.i; i += WR) { acc += lp_x[i] * lp_ab[ar + i]; }
     let total = wg_sum(lid3.x, acc, WR);
     if (lid3.x == 0u) { lp_u[k] = total; }
 }

@@ -40,6 +40,16 @@
 //   dispatch: ceil((O0 + O1 + O2) / (256 / MV_TPR)) workgroups split over x, y. MV_TPR
 //   threads share an output row: they stride over its vec4 words (adjacent threads read
 //   adjacent 16 bytes), and the row's partial sums meet in workgroup memory (no subgroups).
+// norm_matvec   rmsnorm_quant and ternary_matvec in one dispatch, for parts without LoRA
+//   (GPU kernels, whole vec4 words, C <= 8192): every workgroup norms and quantises the
+//   row itself — rmsnorm_quant's passes line for line, so the same bits — into workgroup
+//   memory, then multiplies its rows as ternary_matvec does. y (the normed row) is not
+//   written: only LoRA's down half reads it. One dispatch less per norm: a decoding step's
+//   cost on a GPU is mostly per dispatch (docs/PERFORMANCE.md). NQ_GATE as rmsnorm_quant's.
+//   0 params MatvecParams (c, eps: the norm's; no LoRA) | 1 x[C] read | 2 w[C] read (the
+//   norm's) | 3 w read (packed, as ternary_matvec's) | 4 y0 | 5 y1 | 6 y2 read_write |
+//   7 u[C] read (the gate's u; x when ungated)
+//   dispatch: as ternary_matvec.
 // ternary_matvec_rows   the same, one output row per invocation, one u32 word at a time, no
 //   barriers: for CPU adapters, and for rows that are not whole vec4 words (W % 4 != 0).
 //   Bindings as ternary_matvec with w as u32 words: W4 is then W, base_p in words.
@@ -161,6 +171,7 @@ struct MatvecParams {
     w4: u32, o0: u32, o1: u32, o2: u32, base1: u32, base2: u32,
     scale0: f32, scale1: f32, scale2: f32, accumulate: u32,
     r: u32, lora_scale: f32, b0: u32, b1: u32, b2: u32, rank4: u32,
+    c: u32, eps: f32,   // norm_matvec's norm (ternary_matvec: unused)
 };
 @group(0) @binding(0) var<uniform> mv_p: MatvecParams;
 @group(0) @binding(1) var<storage, read> mv_x: array<vec4<u32>>;
@@ -189,36 +200,49 @@ fn mv_locate(r: u32) -> vec3<u32> {
     return vec3<u32>(3u, 0u, 0u);
 }
 
-fn mv_store(part: u32, o: u32, sum: i32) {
+fn mv_value(part: u32, o: u32, sum: i32, s: f32, qsum: f32) -> f32 {   // y_p[o] (= or +=) the BitLinear
     let p = mv_p;
     var scale = p.scale0;
-    var b = p.b0;
-    if (part == 1u) { scale = p.scale1; b = p.b1; }
-    if (part == 2u) { scale = p.scale2; b = p.b2; }
-    let v = (f32(sum) - mv_qs[1]) * scale / mv_qs[0];
+    if (part == 1u) { scale = p.scale1; }
+    if (part == 2u) { scale = p.scale2; }
+    let v = (f32(sum) - qsum) * scale / s;
     var y = v;
     if (p.accumulate != 0u) {
         if (part == 0u) { y = mv_y0[o] + v; }
         if (part == 1u) { y = mv_y1[o] + v; }
         if (part == 2u) { y = mv_y2[o] + v; }
     }
-    if (b != 0xffffffffu) {
-        var acc = 0.0;
-        if (((p.rank4 >> part) & 1u) != 0u) {   // lora_up_rows' order: four ranks per dot
-            for (var r = 0u; r < p.r; r += 4u) {
-                let u = part * p.r + r;
-                let j = b + o * p.r + r;
-                acc += dot(vec4<f32>(mv_u[u], mv_u[u + 1u], mv_u[u + 2u], mv_u[u + 3u]),
-                           vec4<f32>(mv_ab[j], mv_ab[j + 1u], mv_ab[j + 2u], mv_ab[j + 3u]));
-            }
-        } else {
-            for (var r = 0u; r < p.r; r++) { acc += mv_u[part * p.r + r] * mv_ab[b + o * p.r + r]; }
-        }
-        y = y + p.lora_scale * acc;
-    }
+    return y;
+}
+
+fn mv_put(part: u32, o: u32, y: f32) {
     if (part == 0u) { mv_y0[o] = y; }
     if (part == 1u) { mv_y1[o] = y; }
     if (part == 2u) { mv_y2[o] = y; }
+}
+
+fn mv_lora(part: u32, o: u32, y: f32) -> f32 {   // y plus part's LoRA branch, where it has one
+    let p = mv_p;
+    var b = p.b0;
+    if (part == 1u) { b = p.b1; }
+    if (part == 2u) { b = p.b2; }
+    if (b == 0xffffffffu) { return y; }
+    var acc = 0.0;
+    if (((p.rank4 >> part) & 1u) != 0u) {   // lora_up_rows' order: four ranks per dot
+        for (var r = 0u; r < p.r; r += 4u) {
+            let u = part * p.r + r;
+            let j = b + o * p.r + r;
+            acc += dot(vec4<f32>(mv_u[u], mv_u[u + 1u], mv_u[u + 2u], mv_u[u + 3u]),
+                       vec4<f32>(mv_ab[j], mv_ab[j + 1u], mv_ab[j + 2u], mv_ab[j + 3u]));
+        }
+    } else {
+        for (var r = 0u; r < p.r; r++) { acc += mv_u[part * p.r + r] * mv_ab[b + o * p.r + r]; }
+    }
+    return y + p.lora_scale * acc;
+}
+
+fn mv_store(part: u32, o: u32, sum: i32) {
+    mv_put(part, o, mv_lora(part, o, mv_value(part, o, sum, mv_qs[0], mv_qs[1])));
 }
 
 @compute @workgroup_size(MV_WG)
@@ -253,6 +277,62 @@ fn ternary_matvec_rows(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(n
     var acc = 0;
     for (var k = 0u; k < mv_p.w4; k++) { acc += word_dot(mvr_w[at.z + k], mv_x[k]); }
     mv_store(at.x, at.y, acc);
+}
+
+// ---------------------------------------------------------------------------- norm_matvec
+@group(0) @binding(1) var<storage, read> nm_x: array<f32>;
+@group(0) @binding(2) var<storage, read> nm_w: array<f32>;
+@group(0) @binding(7) var<storage, read> nm_u: array<f32>;
+var<workgroup> nm_xq: array<vec4<u32>, 512>;   // the row's packed int8, C <= 8192
+
+fn nm_in(c: u32) -> f32 {   // rmsnorm_quant's nq_in through these bindings
+    if (NQ_GATE == 0u) { return nm_x[c]; }
+    return gating(NQ_GATE, nm_x[c], nm_u[c]);
+}
+
+fn nm_q(col: u32, r: f32, s: f32) -> i32 {   // rmsnorm_quant's nq_q
+    if (col >= mv_p.c) { return 0; }
+    return i32(clamp(round(nm_w[col] * (nm_in(col) * r) * s), -128.0, 127.0));
+}
+
+@compute @workgroup_size(MV_WG)
+fn norm_matvec(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>,
+               @builtin(num_workgroups) nw: vec3<u32>) {
+    let lid = lid3.x;
+    let C = mv_p.c;
+    // rmsnorm_quant's three passes, line for line (the same bits), into workgroup memory
+    var acc = 0.0;
+    for (var c = lid; c < C; c += MV_WG) { let v = nm_in(c); acc += v * v; }
+    let r = inverseSqrt(wg_sum(lid, acc, MV_WG) / f32(C) + mv_p.eps);
+    var m = 0.0;
+    for (var c = lid; c < C; c += MV_WG) { m = max(m, abs(nm_w[c] * (nm_in(c) * r))); }
+    let s = 127.0 / max(wg_max(lid, m, MV_WG), 1e-5);
+    var qsum = 0;
+    for (var e = lid; e < 4u * ((C + 15u) / 16u); e += MV_WG) {
+        let c0 = 16u * (e / 4u) + e % 4u;
+        let q = vec4<i32>(nm_q(c0, r, s), nm_q(c0 + 4u, r, s), nm_q(c0 + 8u, r, s), nm_q(c0 + 12u, r, s));
+        nm_xq[e / 4u][e % 4u] = pack4xI8(q);
+        qsum += q.x + q.y + q.z + q.w;
+    }
+    let total = wg_sum(lid, f32(qsum), MV_WG);   // its barriers also publish nm_xq
+    // ternary_matvec's rows, the activations from workgroup memory
+    let lane = lid % MV_TPR;
+    let at = mv_locate((wid.x + wid.y * nw.x) * (MV_WG / MV_TPR) + lid / MV_TPR);
+    var dot = 0;
+    if (at.x < 3u) {
+        for (var k = lane; k < mv_p.w4; k += MV_TPR) {
+            let w = mv_w[at.z + k];
+            dot += word_dot(w.x, nm_xq[4u * k]) + word_dot(w.y, nm_xq[4u * k + 1u])
+                 + word_dot(w.z, nm_xq[4u * k + 2u]) + word_dot(w.w, nm_xq[4u * k + 3u]);
+        }
+    }
+    mv_part[lid] = dot;
+    workgroupBarrier();
+    if (lane == 0u && at.x < 3u) {
+        var sum = 0;
+        for (var l = 0u; l < MV_TPR; l++) { sum += mv_part[lid + l]; }
+        mv_put(at.x, at.y, mv_value(at.x, at.y, sum, s, total));
+    }
 }
 
 // ---------------------------------------------------------------------------- dense_matvec

@@ -70,10 +70,13 @@ fn rope_backward(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgrou
 // rope_kv_store   a forward over a KV cache (decoding): RoPE on q in place and on k as
 //   it goes into the cache, v copied beside it — rope_forward on q and k, then
 //   attention.wgsl's kv_store, in one dispatch with the same arithmetic (the same bits).
-//   Row n = b*T + t is at position pos0 + t; k_cache[b, pos0 + t, :] = rope(k[n, :]).
+//   Row n = b*T + t is at position pos0 + t; k_cache[b, pos0 + t, :] = rope(k[n, :]);
+//   pos0 is the uniform's plus kv_pos[0], the cache's length on the GPU (attention.wgsl
+//   kv_advance), so a decoding step records the same dispatch at every position.
 //   0 params RopeKvParams {B, T, H, Hkv, D, S, pos0} | 1 q[N, H*D] read_write |
 //   2 k[N, Hkv*D] read | 3 v[N, Hkv*D] read | 4 k_cache[B, S, Hkv*D] read_write |
-//   5 v_cache[B, S, Hkv*D] read_write | 6 cos[P, D/2] read | 7 sin[P, D/2] read
+//   5 v_cache[B, S, Hkv*D] read_write | 6 cos[P, D/2] read | 7 sin[P, D/2] read |
+//   8 kv_pos[1] u32 read
 //   dispatch: ceil(N*(H + Hkv)*D/2 / 256) workgroups split over x, y; an invocation
 //   rotates one pair (j, j + D/2) of a q or k head, and a k head's also copies v's pair.
 struct RopeKvParams { b: u32, t: u32, h: u32, hkv: u32, d: u32, s: u32, pos0: u32 };
@@ -85,6 +88,7 @@ struct RopeKvParams { b: u32, t: u32, h: u32, hkv: u32, d: u32, s: u32, pos0: u3
 @group(0) @binding(5) var<storage, read_write> rk_vc: array<f32>;
 @group(0) @binding(6) var<storage, read> rk_cos: array<f32>;
 @group(0) @binding(7) var<storage, read> rk_sin: array<f32>;
+@group(0) @binding(8) var<storage, read> rk_pos: array<u32>;
 
 @compute @workgroup_size(256)
 fn rope_kv_store(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>,
@@ -97,7 +101,7 @@ fn rope_kv_store(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgrou
     let j = i % half;
     let n = i / half / heads;
     let h = (i / half) % heads;
-    let pos = p.pos0 + n % p.t;
+    let pos = p.pos0 + rk_pos[0] + n % p.t;
     let c = rk_cos[pos * half + j];
     let s = rk_sin[pos * half + j];
     if (h < p.h) {

@@ -46,7 +46,18 @@ fn sample_token(@builtin(local_invocation_id) lid3: vec3<u32>) {
     // the largest logit, first index among equals
     var best = NEG_BIG;
     var bi = 0u;
-    for (var i = lid; i < V; i += SP_WG) {
+    var i0 = lid;
+    for (; i0 + 3u * SP_WG < V; i0 += 4u * SP_WG) {   // four loads in flight, compared in column order
+        let v0 = sp_logits[i0];
+        let v1 = sp_logits[i0 + SP_WG];
+        let v2 = sp_logits[i0 + 2u * SP_WG];
+        let v3 = sp_logits[i0 + 3u * SP_WG];
+        if (v0 > best || i0 == lid) { best = v0; bi = i0; }
+        if (v1 > best) { best = v1; bi = i0 + SP_WG; }
+        if (v2 > best) { best = v2; bi = i0 + 2u * SP_WG; }
+        if (v3 > best) { best = v3; bi = i0 + 3u * SP_WG; }
+    }
+    for (var i = i0; i < V; i += SP_WG) {
         let v = sp_logits[i];
         if (v > best || i == lid) { best = v; bi = i; }
     }

@@ -321,7 +321,8 @@ def test_rmsnorm_backward(run_case, N, C, acc, kind):
                                               (17, 33, 40, True, 3), (70, 270, 100, False, 4),
                                               (9, 15, 7, True, None), (4, 2100, 3, False, None),
                                               (13, 70, 36, True, None), (9, 300, 8, False, None),
-                                              (20, 17, 4, True, None), (65, 48, 132, False, None)])
+                                              (20, 17, 4, True, None), (65, 48, 132, False, None),
+                                              (150, 130, 40, True, 2)])
 def test_bitlinear_backward_input(run_case, N, I, O, acc, split, kind):
     rng = np.random.default_rng(N * I * O)
     t = rng.integers(-1, 2, size=(O, I))

@@ -31,6 +31,8 @@ def test_norm_quant_matvec_same_bits(run_case, C, Os, acc, kind):
     r = run_case("decode_cases", "case_norm_quant_matvec", x=L(x), w=L(w), C=C, eps=1e-5, parts=parts,
                  accumulate=acc, kind=kind)
     assert r["y"] == r["old_y"]
+    assert ("fused_out" in r) == (kind == "gpu" and C % 64 == 0)
+    assert r.get("fused_out", r["out"]) == r["out"]     # norm_matvec (GPU kind, whole vec4 words)
     y = f32(r["y"])
     s = f32(r["qs"][0])
     assert s == f32(127.0 / max(np.abs(y).max(), 1e-5))
@@ -61,6 +63,7 @@ def test_gated_norm_quant_same_bits(run_case, C, act, kind):
                  accumulate=True, kind=kind, act=act, u=L(u))
     assert r["y"] == r["old_y"]
     assert r["out"] == r["old_out"]
+    assert r.get("fused_out", r["out"]) == r["out"]
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -126,6 +129,10 @@ def test_sample_greedy_first_max(run_case, kind):
     logits[[513, 700, 999]] = 2.0                      # ties: the first index, as torch.argmax
     r = run_case("decode_cases", "case_sample", logits=L(logits), seed=0, temperature=0.0, top_p=1.0, kind=kind)
     assert r["out"] == [513]
+    logits = np.zeros(6000, dtype=np.float32)
+    logits[[1500, 1756, 5999]] = 2.0                   # ties in one thread's unrolled run of loads, and past it
+    r = run_case("decode_cases", "case_sample", logits=L(logits), seed=0, temperature=0.0, top_p=1.0, kind=kind)
+    assert r["out"] == [1500]
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -162,4 +169,4 @@ def test_rope_kv_store_same_bits(run_case, B, T, H, Hkv, D, S, pos0):
     q, k, v = (f32(rng.normal(size=(B * T, h * D))) for h in (H, Hkv, Hkv))
     r = run_case("decode_cases", "case_rope_kv_store", q=L(q), k=L(k), v=L(v), B=B, T=T, H=H, Hkv=Hkv, D=D, S=S,
                  pos0=pos0)
-    assert r["new"] == r["old"]
+    assert r["new"] == r["old"] == r["buf"]

@@ -111,10 +111,13 @@ def test_linear_forward(run_case, N, I, O, chunk, row0, step, kind, w_dtype):
                                                 (3, 17, 4, 2, 32, 0, 17), (1, 70, 6, 3, 128, 0, 70),
                                                 (2, 9, 3, 1, 4, 0, 9), (2, 11, 6, 2, 12, 0, 11),
                                                 (2, 1, 4, 2, 32, 37, 50), (1, 5, 2, 1, 16, 9, 20),
-                                                (2, 3, 4, 2, 128, 4, 8), (1, 10, 3, 3, 8, 6, 16)])
+                                                (2, 3, 4, 2, 128, 4, 8), (1, 10, 3, 3, 8, 6, 16),
+                                                (1, 41, 2, 1, 200, 30, 75), (2, 1, 4, 2, 256, 90, 100)])
 def test_attention_forward(run_case, B, T, H, Hkv, D, pos0, S, kind):
-    """GPU kernel: every head dim a thread may own (lid + 64e, e < 4), keys in several
-    chunks of 64. CPU kind: the CPU kernels where D % 4 == 0 (D <= 32: blocks of 4 query
+    """GPU kernels: T = 1 one workgroup per query row (every head dim a thread may own,
+    lid + 64e, e < 4; keys in chunks of 64); T > 1 blocks of 8 query rows (T not a
+    multiple of 8, dims 4s + 128e, keys in several blocks of 32, after pos0 cached
+    ones). CPU kind: the CPU kernels where D % 4 == 0 (D <= 32: blocks of 4 query
     rows, T not a multiple of 4; N*H not a multiple of the 16-invocation workgroup), the
     GPU one otherwise. pos0 > 0: T new tokens over a KV cache of S positions whose
     entries past pos0 + T - 1 must be ignored (decoding)."""

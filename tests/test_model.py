@@ -195,12 +195,25 @@ def test_generate_adapted_same_tokens(run_case, folders, name, kind):
     assert r["generate"] != r["base"]
 
 
+def test_generate_frees_what_it_outgrows(run_case, folders):
+    """A longer generation replaces the KV cache, scratch and logits it outgrows instead
+    of keeping both (the model holds what its longest generation needs, no more), and
+    gives the tokens a fresh model gives."""
+    r = run_case("model_cases", "case_generate_grows", files=files_of(folders["online_f32"]))
+    assert r["long_ids"] == r["fresh_long_ids"]
+    grown = [r["long"][i] - r["loaded"][i] for i in range(2)]
+    assert grown == r["fresh_long_growth"], (r, grown)       # as if the short run had never been
+    # the scratch with LoRA rows replaced the plain one: only its extra buffers are new
+    assert r["adapted"][0] - r["lora_made"][0] == r["scratch_after"] - r["scratch_before"], r
+
+
 def test_generate_streams_and_stops(run_case, folders):
     r = run_case("model_cases", "case_generate_stream", files=files_of(folders["online_f32"]), prompt="Hello",
                  max_new_tokens=12, stop_after=3)
     assert [t for t, _ in r["seen"]] == r["ids"] and [n for _, n in r["seen"]] == list(range(1, len(r["ids"]) + 1))
     assert r["stopped"] and r["cut"] == r["ids"][:3] and r["seen_async"] == r["ids"][:3]
     assert r["again"] == r["ids"]
+    assert r["steps_recorded"] == 2    # the prompt's step and a token's, each recorded once for all three runs
     assert 0 < r["first_token_s"] < r["total_s"] and r["tokens_per_s"] > 0 and r["dispatches"] > 0
 
 

@@ -139,6 +139,19 @@ def test_step1_gradients_match_peft(tiny):
         assert np.abs(mine - g).max() <= 1e-4 * gmax, f"{k}: max |diff| {np.abs(mine - g).max()}, max|g| {gmax}"
 
 
+@pytest.mark.parametrize("kind", ["gpu", "cpu"])
+def test_first_micro_batch_writes_gradients(tiny, kind):
+    """The Trainer's step: micro-batch 0 writes the LoRA gradients over whatever the
+    arena holds (AdamW does not zero them), later ones add: the same values as adding
+    every micro-batch into zeroed gradients, with either kernel kind."""
+    got = run_native_case("train_cases", "case_first_micro_writes", model_files=tiny["model_files"],
+                          adapter_files=tiny["adapter_files"], records=RECORDS,
+                          config=dict(BASE, micro_batch_size=1, grad_accum=2), kind=kind)
+    assert got["micro_batches"] == 2
+    for k, want in got["added"].items():
+        assert got["written"][k] == want, k
+
+
 @pytest.mark.parametrize("backend", ["native", pytest.param("browser", marks=pytest.mark.browser)])
 def test_adapted_decoding_over_kv_cache(tiny, backend, request):
     """Generation with the adapter runs the model's KV-cached loop with the LoRA hook:

@@ -260,6 +260,10 @@ class Dataset:
         """Tokens of the longest example: the most a micro-batch pads to."""
         return max(len(ids) for _, ids, _ in self.examples)
 
+    def shortest_cutoff(self) -> int:
+        """The shortest cutoff that keeps every example's prompt and one answer token."""
+        return max(mask.index(1) + 1 for _, _, mask in self.examples)
+
     @property
     def pad_id(self) -> int:
         pad = getattr(self.tok, "pad_id", None)

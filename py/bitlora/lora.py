@@ -77,12 +77,13 @@ class Lora:
         A, B = self._ab(li, mod, self.arena.params)
         lora_forward(self.dev, self._shape(li, mod, N, train), x, A, B, u, y, stream)
 
-    def apply_backward(self, li: int, mod: str, dy, x, u, dx, du, N: int, stream):
-        """Record the branch's backward: dA, dB += (into arena.grads), dx[N, I] += its input
-        gradient; du[N, R] is scratch. `stream` must be the forward's."""
+    def apply_backward(self, li: int, mod: str, dy, x, u, dx, du, N: int, stream, accumulate: bool = True):
+        """Record the branch's backward: dA, dB += (into arena.grads; = with accumulate
+        False), dx[N, I] += its input gradient; du[N, R] is scratch. `stream` must be the
+        forward's."""
         A, B = self._ab(li, mod, self.arena.params)
         dA, dB = self._ab(li, mod, self.arena.grads)
-        lora_backward(self.dev, self._shape(li, mod, N, True), dy, x, A, B, u, dA, dB, du, stream, dx)
+        lora_backward(self.dev, self._shape(li, mod, N, True), dy, x, A, B, u, dA, dB, du, stream, dx, accumulate)
 
     def decode_parts(self, li: int, mods) -> tuple:
         """For a one-token forward's fused branches (ops.lora.lora_down_parts and

@@ -54,7 +54,8 @@ from . import demo, gpu, ops
 from .bitnet import FULL, MODULES, NORMS
 from .formats import open_checkpoint, peft, source_name
 from .ops import bitlinear, linear, matvec
-from .ops.attention import attention_backward, attention_forward
+from .ops import lora as lora_ops
+from .ops.attention import attention_backward, attention_forward, kv_advance
 from .ops.bitlinear import bitlinear_backward_input, bitlinear_forward
 from .ops.cross_entropy import cross_entropy_forward_backward, cross_entropy_sum
 from .ops.embedding import embedding_forward
@@ -206,11 +207,14 @@ class Generation:
 @dataclass
 class KVCache:
     """k, v[B, S, KV] per layer; `pos` positions of each sequence are filled (forward
-    with this cache writes the next T and advances it)."""
+    with this cache writes the next T and advances it). The GPU keeps the same count in
+    pos_buf[1] u32, which the kernels read and a forward advances (ops.attention.kv_advance):
+    a decoding step's dispatches are the same at every position, so one recording serves all."""
     B: int
     S: int
     k: list
     v: list
+    pos_buf: object
     pos: int = 0
 
 
@@ -364,6 +368,8 @@ class Model:
         self._cache: KVCache | None = None
         self._logits = None        # decoding logits[rows, V], sized for the most rows asked
         self._gen = None           # the sampler's buffers (_sampler)
+        self._steps = gpu.Programs(dev, limit=8)   # recorded generation steps (_decode_step)
+        self._prompts_seen: set = set()            # their keys for prompts run once, not recorded
 
     def dims(self, N: int, R: int = 0) -> dict:
         """The legend's sizes for N rows (and LoRA rank R)."""
@@ -427,7 +433,7 @@ class Model:
                [b for _, _, b in self.embed] + ([b for _, _, b in self.head] if self.head is not self.embed else [])
         bufs += [b for b in (self.norm, self.cos, self.sin, self._logits) if b is not None]
         if self._cache is not None:
-            bufs += self._cache.k + self._cache.v
+            bufs += self._cache.k + self._cache.v + [self._cache.pos_buf]
         if self._scratch is not None:
             bufs += self._scratch.buffers()
         if self._gen is not None:
@@ -436,6 +442,8 @@ class Model:
         self.dev.destroy(*{id(b): b for b in bufs}.values())
         self.layers, self.embed, self.head, self.norm, self.cos, self.sin, self.P = [], RowTable(), RowTable(), None, None, None, 0
         self._scratch = self._cache = self._logits = self._gen = None
+        self._steps.clear()
+        self._prompts_seen.clear()
 
     async def prepare(self, training: bool, lora_r: int | None = None) -> None:
         """Compile every kernel the forward (and with `training`, the loss and backward)
@@ -553,17 +561,18 @@ class Model:
         parts = {"weights": self.weight_bytes,
                  "activations": sum(b for _, b in plan),
                  "lora + adamw": sum(arena.values()) + AdamW.state_bytes(len(shapes)),
-                 "split-k": buffer_bytes(4 * self.splitk_floats(N))}
+                 "split-k": buffer_bytes(4 * self.splitk_floats(N, cfg.lora_r if modules else 0))}
         largest = max([b for _, b in plan] + [arena["params"]])
         return {"total": sum(parts.values()), "largest": largest, "parts": parts}
 
-    def splitk_floats(self, N: int) -> int:
-        """The split-K scratch a training step of N rows grows to (floats) on this
-        model's device (none on a CPU: its kernels split nothing)."""
+    def splitk_floats(self, N: int, R: int = 0) -> int:
+        """The split-K scratch a training step of N rows (LoRA rank R) grows to (floats)
+        on this model's device (none on a CPU: its kernels split nothing)."""
         sizes = {(p.I, p.O) for lay in self.layers for p in lay.proj.values()}
         kind = self.dev.kind
         return max([bitlinear.scratch_floats(N, I, O, kind) for I, O in sizes]
-                   + [linear.scratch_floats(N, self.C, rows, kind) for _, rows, _ in self.head])
+                   + [linear.scratch_floats(N, self.C, rows, kind) for _, rows, _ in self.head]
+                   + ([lora_ops.scratch_floats(N, sizes, R)] if R and kind != "cpu" else []))
 
     # -- caches and scratch ----------------------------------------------------------
     def kv_cache(self, B: int, S: int) -> KVCache:
@@ -571,13 +580,27 @@ class Model:
         and reuses its buffers while they are big enough)."""
         c = self._cache
         if c is None or c.B != B or c.S < S:
+            if c is not None:
+                self._free_decoding(c.k + c.v + [c.pos_buf])
             size = 4 * B * S * self.Hkv * self.D
             k = [self.dev.buffer(size, f"k_cache{i}") for i in range(self.L)]
             v = [self.dev.buffer(size, f"v_cache{i}") for i in range(self.L)]
-            c = self._cache = KVCache(B, S, k, v)
+            c = self._cache = KVCache(B, S, k, v, self.dev.buffer(4, "kv_pos"))
+        else:
+            self.dev.write(c.pos_buf, bytes(4))   # lands before the next submit runs
         c.pos = 0
         self._rope(S)
         return c
+
+    def _free_decoding(self, bufs) -> None:
+        """Free decoding buffers that a bigger set replaces (a longer generation, more
+        rows, another adapter): what is recorded so far is submitted first (it may still
+        use them; submitted work keeps them alive), and the recorded steps that bind
+        them are dropped with them."""
+        self.dev.submit()
+        self.dev.destroy(*{id(b): b for b in bufs}.values())
+        self._steps.clear()
+        self._prompts_seen.clear()
 
     def _decoding(self, B: int, T: int, lora) -> Activations:
         """The decoding scratch for N = B*T rows (reallocated only when N, the LoRA rank
@@ -586,6 +609,8 @@ class Model:
         modules, R = (lora.modules, lora.R) if lora is not None else ((), 0)
         if a is None or a.N < B * T or a.R < R or not set(modules) <= set(a.modules):
             N = max(B * T, a.N if a is not None else 0)
+            if a is not None:
+                self._free_decoding(a.buffers())
             a = self._scratch = Activations(self, 1, N, modules or (a.modules if a else ()),
                                             max(R, a.R if a else 0), "decode")
         a.B, a.T = B, T
@@ -634,7 +659,7 @@ class Model:
         else:
             ids_buf = acts.io(0)[0]
             self.dev.write(ids_buf, array.array("I", flat))   # lands before this forward's submit
-        self._forward(acts, lora, cache, B, T, pos0, ids_buf)
+        self._forward(acts, lora, cache, B, T, 0 if cache is not None else pos0, ids_buf)
         if cache is not None:
             cache.pos += T
         if logits == "all":
@@ -657,12 +682,15 @@ class Model:
 
     def _forward(self, acts, lora, cache, B, T, pos0, ids_buf=None) -> None:
         """Record embedding (of ids_buf, default the micro-batch's ids), every layer and
-        the final norm (into acts.top.xf)."""
+        the final norm (into acts.top.xf). With a cache, positions start at cache.pos_buf's
+        count (on the GPU; pos0 is added) and the forward advances it by T."""
         N, top = B * T, acts.top
         ids_buf = acts.io(acts.micro)[0] if ids_buf is None else ids_buf
         embedding_forward(self.dev, ids_buf, self.embed, acts.layer(0).x, N, self.C)
         for li in range(self.L):
             self._layer_forward(li, acts, lora, cache, B, T, pos0)
+        if cache is not None:
+            kv_advance(self.dev, cache.pos_buf, T)
         rmsnorm_forward(self.dev, top.x_out, self.norm, top.xf, top.rstd_out, N, self.C, self.eps)
 
     # -- a training micro-batch: host data, then recorded (or replayed) dispatches ----
@@ -698,22 +726,24 @@ class Model:
         return top.logits
 
     def train_micro(self, ids, acts: Activations, lora, targets, micro: int = 0, step: int = 0,
-                    programs=None) -> None:
+                    programs=None, accumulate: bool = True) -> None:
         """One micro-batch of a training step: its inputs written (train_inputs), then
-        forward, loss and backward recorded. With `programs` (a gpu.Programs), the
-        dispatches are recorded once per (B, T, micro) and replayed after that in one
-        backend call: only the writes cost the host anything per step. (The device's
-        kernel choices, kind and int8_dot, are in the key too: tests switch them.)"""
+        forward, loss and backward recorded; the LoRA gradients added into the arena, or
+        with accumulate=False written (a step's first micro-batch when the optimizer does
+        not zero them: AdamW(zero_grads=False)). With `programs` (a gpu.Programs), the
+        dispatches are recorded once per (B, T, micro, accumulate) and replayed after that
+        in one backend call: only the writes cost the host anything per step. (The
+        device's kernel choices, kind and int8_dot, are in the key too: tests switch them.)"""
         B, T = self.train_inputs(ids, acts, targets, micro, step)
 
         def record():
             self.train_forward(acts, lora)
-            self.backward(acts, lora)
+            self.backward(acts, lora, accumulate)
 
         if programs is None:
             record()
         else:
-            programs.run(("train", B, T, micro, self.dev.kind, self.dev.int8_dot), record)
+            programs.run(("train", B, T, micro, accumulate, self.dev.kind, self.dev.int8_dot), record)
 
     def _norm_proj(self, li, norm, x, n, rstd, width, mods, outs, acts, lora, accumulate=False, gate=None):
         """n = norm(x), then BitLinear(n) of projections `mods` of layer li into `outs` (=
@@ -721,20 +751,25 @@ class Model:
         when adapted. gate = (g, u): x = act(g) * u first (the MLP's gating).
         A one-token forward (decoding, N = 1) fuses the gating, the norm and the
         quantisation and multiplies the group in one dispatch (ops.matvec), the group's
-        LoRA branches in one more (their up half inside the matvec): the same bits."""
+        LoRA branches in one more (their up half inside the matvec): the same bits. On a
+        GPU a group without LoRA is one dispatch in all (norm_matvec; n is not kept)."""
         dev, N, top = self.dev, acts.B * acts.T, acts.top
         w, projs = self.layers[li].norms[norm], [self.layers[li].proj[m] for m in mods]
         if N == 1 and not acts.training:
+            base = projs[0].buf.offset
+            wp, parts = projs[0].buf.buffer.view(base), [((p.buf.offset - base) // 4, p.O, p.scale, y)
+                                                         for p, y in zip(projs, outs)]
+            adapted = lora is not None and any(lora.adapts(m) for m in mods)
+            if not adapted and matvec.fusable(dev, parts, width):   # norm and product: one dispatch
+                matvec.norm_matvec(dev, x, w, self.eps, wp, parts, width, accumulate, gate and (self.act, *gate))
+                return
             rmsnorm_quant(dev, x, w, n, top.xq4, top.qs, width, self.eps, gate and (self.act, *gate))
             fused = None
-            if lora is not None and any(lora.adapts(m) for m in mods):   # the branch: one dispatch + in the matvec
+            if adapted:   # the branch: one dispatch + in the matvec
                 ab, offs = lora.decode_parts(li, mods)
                 lora_down_parts(dev, n, ab, [None if o is None else o[0] for o in offs], top.lora_ups, width, lora.R)
                 fused = (top.lora_ups, ab, lora.R, lora.scale, [None if o is None else o[1] for o in offs])
-            base = projs[0].buf.offset
-            ternary_matvec(dev, top.xq4, top.qs, projs[0].buf.buffer.view(base),
-                           [((p.buf.offset - base) // 4, p.O, p.scale, y) for p, y in zip(projs, outs)], width,
-                           accumulate, fused)
+            ternary_matvec(dev, top.xq4, top.qs, wp, parts, width, accumulate, fused)
             return
         if gate is not None:
             gating_forward(dev, self.act, gate[0], gate[1], x, N * width)
@@ -754,13 +789,13 @@ class Model:
                         (a.q, a.k, a.v), acts, lora)
         if cache is not None:     # rope on q, and on k on its way into the cache: one dispatch
             rope_kv_store(dev, a.q, a.k, a.v, cache.k[li], cache.v[li], self.cos, self.sin, B, T, H, Hkv, D,
-                          cache.S, pos0)
-            k, v, S = cache.k[li], cache.v[li], cache.S
+                          cache.S, pos0, cache.pos_buf)
+            k, v, S, kv_pos = cache.k[li], cache.v[li], cache.S, cache.pos_buf
         else:
             rope_forward(dev, a.q, self.cos, self.sin, N, T, H, D, pos0)
             rope_forward(dev, a.k, self.cos, self.sin, N, T, Hkv, D, pos0)
-            k, v, S = a.k, a.v, T
-        attention_forward(dev, a.q, k, v, a.att, a.lse, B, T, H, Hkv, D, S, pos0)
+            k, v, S, kv_pos = a.k, a.v, T, None
+        attention_forward(dev, a.q, k, v, a.att, a.lse, B, T, H, Hkv, D, S, pos0, kv_pos=kv_pos)
         if a.x_mid is not a.x:
             dev.copy(a.x, a.x_mid, 4 * N * C)
         self._norm_proj(li, "self_attn.attn_sub_norm", a.att, a.an, a.rstd_a, C, ("o_proj",), (a.x_mid,),
@@ -775,23 +810,31 @@ class Model:
     def head_rows(self, rows: int, row0: int = 0, step: int = 1):
         """logits[rows, V] of final hidden-state rows row0 + r*step of the last decoding
         forward (lm_head over every vocabulary chunk). Returns the logits buffer."""
-        need = 4 * rows * self.V
-        if need > self.max_binding:
-            raise ValueError(f"{rows} logits rows need {need} bytes, over one binding's {self.max_binding}: "
-                             f"ask for fewer rows at a time (alogits does)")
-        if self._logits is None or self._logits.size < need:
-            self._logits = self.dev.buffer(need, "logits")
+        self._logits_rows(rows)
         if rows == 1:
             dense_matvec(self.dev, self._scratch.top.xf, self.head, self._logits, self.C, self.V, row0)
         else:
             linear_forward(self.dev, self._scratch.top.xf, self.head, self._logits, rows, self.C, self.V, row0, step)
         return self._logits
 
+    def _logits_rows(self, rows: int):
+        """The decoding logits buffer, grown to hold logits[rows, V]."""
+        need = 4 * rows * self.V
+        if need > self.max_binding:
+            raise ValueError(f"{rows} logits rows need {need} bytes, over one binding's {self.max_binding}: "
+                             f"ask for fewer rows at a time (alogits does)")
+        if self._logits is None or self._logits.size < need:
+            if self._logits is not None:
+                self._free_decoding([self._logits])
+            self._logits = self.dev.buffer(need, "logits")
+        return self._logits
+
     # -- backward -------------------------------------------------------------------
-    def backward(self, acts: Activations, lora) -> None:
+    def backward(self, acts: Activations, lora, accumulate: bool = True) -> None:
         """Record the backward of the last training forward on `acts` (whose logits hold
-        dlogits) down to every LoRA gradient, added into lora.arena.grads. The frozen
-        weights get input gradients only: exact reverse of forward, one layer at a time."""
+        dlogits) down to every LoRA gradient, added into lora.arena.grads (written, not
+        added, with accumulate=False). The frozen weights get input gradients only: exact
+        reverse of forward, one layer at a time."""
         dev, N, C = self.dev, acts.B * acts.T, self.C
         top, g = acts.top, acts.grad
         for ci, (v0, rows, w) in enumerate(self.head):   # dxf = dlogits E, per vocabulary chunk
@@ -802,26 +845,27 @@ class Model:
         for li in range(self.L - 1, -1, -1):
             if acts.mode == "checkpoint":   # refill the shared set: the same kernels, inputs and
                 self._layer_forward(li, acts, lora, None, acts.B, acts.T, 0, out=top.x_out)   # masks
-            self._layer_backward(li, acts, lora)
+            self._layer_backward(li, acts, lora, accumulate)
 
-    def _proj_back(self, li, mod, dy, x, dx, accumulate, acts, lora):
+    def _proj_back(self, li, mod, dy, x, dx, accumulate, acts, lora, grads_accumulate=True):
         """dx (= or +=) the input gradient of projection `mod` from dy, plus its LoRA
-        branch's (whose A, B gradients accumulate into the arena); dx None: the LoRA
-        gradients only."""
+        branch's (whose A, B gradients go into the arena, += or = by grads_accumulate); dx
+        None: the LoRA gradients only."""
         p, N = self.layers[li].proj[mod], acts.B * acts.T
         if dx is not None:
             bitlinear_backward_input(self.dev, dy, p.buf, p.scale, dx, N, p.I, p.O, accumulate)
         if lora is not None and lora.adapts(mod):
             lora.apply_backward(li, mod, dy, x, acts.lora_u(li, mod), dx, acts.grad.du_lora, N,
-                                acts.io(acts.micro)[2])
+                                acts.io(acts.micro)[2], grads_accumulate)
 
-    def _layer_backward(self, li, acts, lora):
+    def _layer_backward(self, li, acts, lora, grads_accumulate=True):
         """The backward of one layer; g.dh holds the gradient of its output on entry and of
         its input on return."""
         dev, C, F, H, Hkv, D = self.dev, self.C, self.F, self.H, self.Hkv, self.D
         B, T, N = acts.B, acts.T, acts.B * acts.T
         W, a, g = self.layers[li].norms, acts.layer(li), acts.grad
-        back = lambda mod, dy, x, dx, acc: self._proj_back(li, mod, dy, x, dx, acc, acts, lora)  # noqa: E731
+        back = lambda mod, dy, x, dx, acc: self._proj_back(li, mod, dy, x, dx, acc, acts, lora,  # noqa: E731
+                                                           grads_accumulate)
         # FFN: x_out = x_mid + down(ffn_sub_norm(act(gate(n2)) * up(n2)))
         back("down_proj", g.dh, a.fn, g.d_fn, False)
         rmsnorm_backward(dev, g.d_fn, a.hf, W["mlp.ffn_sub_norm"], a.rstd_f, g.d_hf, N, F)
@@ -885,6 +929,38 @@ class Model:
             g.out = self.dev.buffer(4 * max(max_new_tokens, 64), "sampler_out")
         return g
 
+    def _decode_step(self, cache: KVCache, lora, g: _Set, ids=None) -> None:
+        """Put one generation step into the current submit: the forward of the ids in g.tok[B]
+        (or of the prompt `ids`, a list, B = 1) at the cache's next positions, then the
+        sampler (g, `_sampler`) choosing the next id from the last row. Nothing in it depends
+        on the position (the GPU holds it: KVCache.pos_buf), so a step is recorded once per
+        token count and set of buffers and replayed after that: one backend call a token
+        (and a prompt of a length seen before costs the host a write and that call).
+        The key names every buffer the recording binds that the model may reallocate."""
+        B, T = (cache.B, 1) if ids is None else (1, len(ids))
+        if cache.B != B or cache.pos + T > cache.S:
+            raise ValueError(f"decoding: the cache holds B={cache.B}, S={cache.S}; asked B={B}, "
+                             f"positions {cache.pos}..{cache.pos + T - 1}")
+        acts, logits = self._decoding(B, T, lora), self._logits_rows(B)
+        src = g.tok
+        if ids is not None:
+            src = acts.io(0)[0]
+            self.dev.write(src, array.array("I", self._check_ids(ids)[2]))   # lands before this submit
+        lkey = None if lora is None else (lora.arena.params.uid, lora.R, lora.scale, tuple(lora.modules))
+        key = (B, T, lkey, src.uid, cache.pos_buf.uid, cache.k[0].uid, self.cos.uid, acts.layers[0].x.uid,
+               logits.uid, g.state.uid, g.tok.uid, g.out.uid, self.dev.kind, self.dev.int8_dot)
+
+        def record():
+            self._forward(acts, lora, cache, B, T, 0, src)
+            sample_token(self.dev, self.head_rows(B, T - 1, T), g.state, g.tok, g.out, self.V)
+
+        if ids is not None and key not in self._steps and key not in self._prompts_seen:
+            self._prompts_seen.add(key)   # a prompt length seen once runs plainly: recording costs
+            record()                      # the host more than that, and pays only when it comes back
+        else:
+            self._steps.run(key, record)
+        cache.pos += T
+
     async def agenerate(self, prompt, max_new_tokens: int = 64, temperature: float = 0.0, top_p: float = 1.0,
                         seed: int = 0, lora=None, on_token=None, should_stop=None, eos=None) -> Generation:
         """Continue `prompt` (text, encoded with the tokenizer's BOS template; or a list
@@ -892,7 +968,9 @@ class Model:
         greedy; otherwise nucleus sampling (top_p) from `seed` (ops.sample: on the GPU,
         reproducible). With `lora`, the adapted model.
 
-        The prompt runs once, then one token per step over the KV cache. Each step's token
+        The prompt runs once, then one token per step over the KV cache, each step (and a
+        prompt of a length seen before) recorded dispatches replayed (_decode_step: one
+        backend call). Each step's token
         is chosen on the GPU and becomes the next step's input there, so steps are
         submitted AHEAD of the one whose id is read back (4 bytes); an EOS is seen a few
         steps late and the steps after it are dropped. on_token(id, ids so far) is called
@@ -917,8 +995,7 @@ class Model:
         while True:
             h = time.perf_counter()
             while recorded < max_new_tokens and len(pending) <= self.AHEAD and not done:
-                logits = self.forward(ids if recorded == 0 else g.tok, lora=lora, cache=cache, logits="last")
-                sample_token(dev, logits, g.state, g.tok, g.out, self.V)
+                self._decode_step(cache, lora, g, ids if recorded == 0 else None)   # recorded, replayed
                 pending.append(dev.read_later(g.out, 4 * recorded, 4))
                 dev.submit()
                 recorded += 1

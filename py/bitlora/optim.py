@@ -162,12 +162,15 @@ class StepResult:
 class AdamW:
     """torch.optim.AdamW + clip_grad_norm_ over a ParamArena, on the GPU.
     Attributes (lr, betas, eps, weight_decay, max_grad_norm) may change between steps;
-    `per_thread` (vec4s per invocation of the update kernel) changes speed only."""
+    `per_thread` (vec4s per invocation of the update kernel) changes speed only.
+    `zero_grads` False: the fused step leaves the gradients as they are (a trainer whose
+    first micro-batch of each step writes them, Model.train_micro(accumulate=False),
+    saves 4 of AdamW's 32 bytes per parameter); the seed's adam_update zeroes them always."""
 
     def __init__(self, dev: Device, arena: ParamArena, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8,
                  weight_decay: float = 1e-2, max_grad_norm: float | None = 1.0,
-                 per_thread: int = adamw_ops.PER_THREAD):
-        self.dev, self.arena, self.per_thread = dev, arena, per_thread
+                 per_thread: int = adamw_ops.PER_THREAD, zero_grads: bool = True):
+        self.dev, self.arena, self.per_thread, self.zero_grads = dev, arena, per_thread, zero_grads
         self.lr, self.betas, self.eps, self.weight_decay = lr, tuple(betas), eps, weight_decay
         self.max_grad_norm = max_grad_norm
         self.state = dev.buffer(gn.STATE_BYTES, "optim.state")
@@ -177,7 +180,8 @@ class AdamW:
 
     def kernel_specs(self) -> list:
         """The kernels this optimizer runs (sumsq_blocks for the arena's block length)."""
-        return gn.kernel_specs(self.arena.block4) + adamw_ops.kernel_specs(self.per_thread)
+        return (gn.kernel_specs(self.arena.block4) + adamw_ops.kernel_specs(self.per_thread)
+                + (adamw_ops.kernel_specs(self.per_thread, False)[1:] if not self.zero_grads else []))
 
     async def prepare(self) -> None:
         """Compile the optimizer's kernels (once per device; a no-op after that). The
@@ -211,15 +215,16 @@ class AdamW:
             gn.sumsq_per_tensor(dev, a.partial, a.tensors, self.tsumsq, a.nt)
         adamw_ops.adamw_begin(dev, self.state, self.lr, self.betas, plain=False)
         adamw_ops.adamw(dev, a.params, a.grads, a.m, a.v, self.state, a.n, self.lr, self.betas,
-                        self.eps, self.weight_decay, self.per_thread)
+                        self.eps, self.weight_decay, self.per_thread, self.zero_grads)
         if per_tensor:
             tensor_rb = dev.read_later(self.tsumsq, 0, 4 * a.nt)
         return StepResult(dev.read_later(self.state, 0, 32), tensor_rb, [s.name for s in a.slots])
 
     async def step(self, num_target_tokens: int, per_tensor: bool = False) -> StepResult:
         """Normalise by 1/num_target_tokens, clip the mean gradient's global norm, AdamW,
-        zero the gradients: one submit. Returns at once; `await` the result for the
-        pre-clip norm (of the mean gradient), the clip factor and the skip counter."""
+        zero the gradients (unless zero_grads is False): one submit. Returns at once;
+        `await` the result for the pre-clip norm (of the mean gradient), the clip factor
+        and the skip counter."""
         res = await self.record_step(num_target_tokens, per_tensor)
         self.dev.submit()
         return res

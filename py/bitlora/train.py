@@ -13,7 +13,8 @@ This is also the notebook API's `bitlora.Trainer`.
 One optimizer step (step semantics pinned by the issue): every micro-batch of the
 step runs forward and backward on the GPU (recorded once per micro-batch shape, then
 replayed: `Model.train_micro` with the trainer's `gpu.Programs`), adding raw (unnormalised) cross-entropy
-gradient sums into the arena's gradients and the summed loss into a GPU scalar;
+gradient sums into the arena's gradients (the first micro-batch writes them, so AdamW
+need not zero them: AdamW(zero_grads=False)) and the summed loss into a GPU scalar;
 then `AdamW.step(n_targets)` divides by the step's target-token count, clips the
 mean gradient by global norm and updates — one submit. The loss and the pre-clip
 norm are read back a step late, so the GPU never waits for Python.
@@ -38,6 +39,7 @@ from . import gpu
 from .formats import peft as adapter_io
 from .formats import state as checkpoint_state
 from .config import TrainConfig
+from .fit import as_flags, changes, fit_settings, smallest
 from .data import Dataset, format_prompt, load_records
 from .lora import Lora
 from .optim import AdamW
@@ -155,7 +157,7 @@ class Trainer:
                 acts = self.model.activations(cfg.micro_batch_size, min(self.dataset.max_len(), self.cutoff_len),
                                               lora, cfg.grad_accum, cfg.gradient_checkpointing)
                 opt = AdamW(dev, lora.arena, lr=cfg.lr, betas=(cfg.adam_beta1, cfg.adam_beta2), eps=cfg.adam_eps,
-                            weight_decay=cfg.weight_decay, max_grad_norm=cfg.max_grad_norm)
+                            weight_decay=cfg.weight_decay, max_grad_norm=cfg.max_grad_norm, zero_grads=False)
         except gpu.OutOfMemory as e:
             failed_at = dev.allocated
             for b in bufs:                      # give back what this set-up got; the model stays usable
@@ -181,25 +183,17 @@ class Trainer:
         free = (dev.memory_limit or failed_at) - others
         need = lambda c: self.memory_estimate(c)["total"] - self.model.weight_bytes  # noqa: E731
         mb = lambda n: f"{n / 2**20:.1f} MiB"  # noqa: E731
-        tries, ckpt = [], [False, True] if not cfg.gradient_checkpointing else [True]
-        for mbs in sorted({cfg.micro_batch_size >> k for k in range(8)} - {0}, reverse=True):
-            for gc in ckpt:
-                tries.append({"micro_batch_size": mbs, "grad_accum": cfg.grad_accum * cfg.micro_batch_size // mbs,
-                              "gradient_checkpointing": gc})
-        for gc in ckpt:
-            for cut in (cfg.cutoff_len >> k for k in range(1, 4)):
-                if 16 <= cut < self.dataset.max_len():   # a cutoff above the longest example changes nothing
-                    tries.append({"micro_batch_size": 1, "grad_accum": cfg.grad_accum * cfg.micro_batch_size,
-                                  "gradient_checkpointing": gc, "cutoff_len": cut})
-        fits = []
-        for t in tries:
-            c = TrainConfig.from_dict({**cfg.to_dict(), **t})
-            if need(c) <= free and c.to_dict() != cfg.to_dict():
-                changed = {k: v for k, v in t.items() if getattr(cfg, k) != v}
-                fits.append(", ".join(f"{k}={v}" for k, v in changed.items()) + f" (needs {mb(need(c))})")
-        advice = ("Settings that fit: " + "; ".join(fits[:3]) + "." if fits else
-                  "No smaller setting tried fits (micro_batch_size 1, gradient checkpointing, shorter "
-                  "cutoff_len): free GPU memory or use a smaller model.")
+        floor = self.dataset.shortest_cutoff()
+        keep = bool(cfg.resume)            # a resumed run keeps its adapter's shape
+        fit = fit_settings(cfg, lambda c: need(c) <= free, floor, keep_adapter=keep)
+        if fit is not None:
+            advice = f"Settings that fit: {as_flags(changes(cfg, fit))} (needs {mb(need(fit))})."
+        else:
+            least = smallest(cfg, floor, keep_adapter=keep)
+            advice = (f"Nothing fits: even micro_batch_size=1, cutoff_len={least.cutoff_len} (the shortest that "
+                      f"keeps every prompt), gradient checkpointing and LoRA rank {least.lora_r} on "
+                      f"{','.join(least.target_modules)} need {mb(need(least))}: free GPU memory or use a "
+                      "smaller model.")
         room = (f"about {mb(max(free, 0))} are free" if dev.memory_limit else
                 f"about {mb(max(free, 0))} were in use when an allocation failed")
         return f"Out of GPU memory: {e}. This run needs {mb(need(cfg))} besides the model's weights and {room}. {advice}"
@@ -276,7 +270,7 @@ class Trainer:
                 if self.control.stopped:       # stop() came while an async on_micro was awaited
                     return False
             self.model.train_micro(mb.rows(), self.acts, self.lora, mb.targets, micro=j, step=step.index,
-                                   programs=self.programs if self.replay else None)
+                                   programs=self.programs if self.replay else None, accumulate=j > 0)
             done += len(mb.ids)
             if self.on_micro is not None:
                 await self.model.dev.sync()

@@ -158,7 +158,7 @@ def data_report() -> dict:
             preview.append({"index": i, **{k: str(rec.get(k) if rec.get(k) is not None else "")
                                            for k in ("instruction", "input", "output")}})
     S.longest = max(lengths) if lengths else None
-    S.shortest = max(mask.index(1) + 1 for _, _, mask in ds.examples) if lengths else None
+    S.shortest = ds.shortest_cutoff() if lengths else None
     return {"type": "data-info", "name": S.data_name, "source": S.data_source, "total": len(records),
             "valid": len(records) - len(invalid), "invalid": invalid[:1000], "preview": preview,
             "histogram": _histogram(lengths) if lengths else None}
@@ -361,53 +361,6 @@ def shortest_cutoff(model) -> int:
     return mask.index(1) + 1
 
 
-# LoRA targets to fall back on, each within the configured ones: attention only, the
-# query and value projections (LoRA's own choice), the query alone.
-_FEWER = (("q_proj", "k_proj", "v_proj", "o_proj"), ("q_proj", "v_proj"), ("q_proj",))
-
-
-def _adapters(cfg) -> list:
-    """(lora_r, lora_alpha, target_modules) from the configured adapter down: the rank
-    halved (alpha with it: the update's scale alpha/r stays), then fewer targets."""
-    targets = [list(cfg.target_modules)]
-    for keep in _FEWER + ((cfg.target_modules[0],),):
-        t = [m for m in cfg.target_modules if m in keep]
-        if t and t not in targets:
-            targets.append(t)
-    out = []
-    for t in targets:
-        r = cfg.lora_r
-        while r >= 1:
-            out.append((r, cfg.lora_alpha * r / cfg.lora_r, t))
-            r //= 2
-    return out
-
-
-def fit_settings(model, cfg, budget):
-    """Settings that fit: gradient checkpointing first (the same batches, one more
-    forward), then the micro-batch halved (gradient accumulation raised to keep the
-    sequences per step), then the cutoff halved down to the shortest sensible one;
-    when even micro-batch 1 at that cutoff does not fit, the same with a smaller LoRA
-    adapter (_adapters). None if nothing does."""
-    import dataclasses
-    batch, floor = cfg.micro_batch_size * cfg.grad_accum, min(shortest_cutoff(model), cfg.cutoff_len)
-    cuts = [c for c in (cfg.cutoff_len >> k for k in range(16)) if c > floor] + [floor]
-    for r, alpha, targets in _adapters(cfg):
-        base = dataclasses.replace(cfg, gradient_checkpointing=True, lora_r=r, lora_alpha=alpha,
-                                   target_modules=targets)
-        if not _fits(model, dataclasses.replace(base, micro_batch_size=1, grad_accum=batch, cutoff_len=floor), budget):
-            continue                       # not even the smallest batch: a smaller adapter
-        for cut in cuts:
-            mb = cfg.micro_batch_size
-            while mb >= 1:
-                trial = dataclasses.replace(base, micro_batch_size=mb, grad_accum=max(1, -(-batch // mb)),
-                                            cutoff_len=cut)
-                if _fits(model, trial, budget):
-                    return trial
-                mb //= 2
-    return None
-
-
 def _mb(x: int) -> str:
     return f"{x / 2**20:.0f} MB" if x >= 10 * 2**20 else f"{x / 2**20:.2f} MB"
 
@@ -425,8 +378,9 @@ def _setting(key: str, value) -> str:
 def estimate_message(model, cfg, budget: int | None = None) -> dict:
     """The `estimate` message: the model's exact estimate of the run's GPU bytes (at the
     dataset's longest example when one is loaded), whether it fits the device's largest
-    buffer and the user's memory budget, and if not, settings that do (`proposal`)."""
-    import dataclasses
+    buffer and the user's memory budget, and if not, settings that do (`proposal`: the
+    changes fit.fit_settings proposes)."""
+    from .fit import changes, fit_settings, smallest
     est = _estimate(model, cfg)
     total, largest, limit = est["total"], est["largest"], _limit(model)
     fits = _fits(model, cfg, budget)
@@ -438,22 +392,19 @@ def estimate_message(model, cfg, budget: int | None = None) -> dict:
         why = (f"its largest buffer ({_mb(largest)}) is over the device's {_mb(limit)}" if largest > limit
                else f"{_mb(total)} is over your budget of {_mb(budget)}")
         text += f" Too big: {why}."
-        fit = fit_settings(model, cfg, budget)
+        floor = shortest_cutoff(model)
+        fit = fit_settings(cfg, lambda c: _fits(model, c, budget), floor)
         if fit is None:
-            r, alpha, targets = _adapters(cfg)[-1]
-            least = dataclasses.replace(cfg, gradient_checkpointing=True, micro_batch_size=1, lora_r=r,
-                                        lora_alpha=alpha, target_modules=targets,
-                                        cutoff_len=min(shortest_cutoff(model), cfg.cutoff_len))
+            least = smallest(cfg, floor)
             small = _estimate(model, least)
             text += (f" Nothing fits: even micro-batch 1, cutoff length {least.cutoff_len} (the shortest that "
-                     f"keeps every prompt), gradient checkpointing and LoRA rank {r} on {' '.join(targets)} "
-                     f"need {_mb(small['total'])} (the model's weights alone {_mb(model.weight_bytes)}): "
+                     f"keeps every prompt), gradient checkpointing and LoRA rank {least.lora_r} on "
+                     f"{' '.join(least.target_modules)} need {_mb(small['total'])} (the model's weights alone "
+                     f"{_mb(model.weight_bytes)}): "
                      + ("raise the budget, or choose a smaller model." if budget and small["total"] > budget
                         else "this device cannot train this model."))
         else:
-            keys = ("gradient_checkpointing", "micro_batch_size", "grad_accum", "cutoff_len", "lora_r", "lora_alpha",
-                    "target_modules")
-            out["proposal"] = {k: getattr(fit, k) for k in keys if getattr(fit, k) != getattr(cfg, k)}
+            out["proposal"] = changes(cfg, fit)
             words = ", ".join(_setting(k, v) for k, v in out["proposal"].items())
             smaller = " (a smaller adapter: nothing else fits)" if "lora_r" in out["proposal"] or \
                 "target_modules" in out["proposal"] else ""

@@ -81,6 +81,10 @@ async def case_norm_quant_matvec(dev, x, w, C, eps, parts, accumulate, kind, lor
         matvec.ternary_matvec(dev, xq, qs, wbuf, [(o // 4, O, sc, yb) for o, (_, O, sc, _), yb in zip(offs, parts, ys)],
                               C, accumulate, fused)
         out["y"] = await _get(dev, y, C)
+        wparts = [(o // 4, O, sc, _buf(dev, "f", y0, f"fy{j}")) for j, (o, (_, O, sc, y0)) in enumerate(zip(offs, parts))]
+        if not any(loras) and matvec.fusable(dev, wparts, C):   # norm and product in one dispatch
+            matvec.norm_matvec(dev, bx, bw, eps, wbuf, wparts, C, accumulate, (act, bx, bu) if act else None)
+            out["fused_out"] = [await _get(dev, yb, O) for _, O, _, yb in wparts]
         out["xq"] = await _get(dev, xq, matvec.xq_words(C), "I")
         out["qs"] = await _get(dev, qs, 2)
         out["out"] = [await _get(dev, yb, O) for yb, (_, O, _, _) in zip(ys, parts)]
@@ -141,7 +145,8 @@ async def case_sample(dev, logits, seed, temperature, top_p, n0=0, steps=1, kind
 
 async def case_rope_kv_store(dev, q, k, v, B, T, H, Hkv, D, S, pos0):
     """q after RoPE and both caches, through ops.rope.rope_kv_store and through
-    rope_forward (q, k) + ops.attention.kv_store; caches start filled with 7."""
+    rope_forward (q, k) + ops.attention.kv_store; caches start filled with 7. "buf": the
+    new kernel with pos0 from its kv_pos buffer (decoding's), the uniform's 0."""
     from bitlora.ops.attention import kv_store
     from bitlora.ops.rope import rope_forward, rope_kv_store, rope_tables
     await dev.prepare(ops.kernel_specs("f32"))
@@ -149,11 +154,13 @@ async def case_rope_kv_store(dev, q, k, v, B, T, H, Hkv, D, S, pos0):
     bc, bs = _buf(dev, "f", cos, "cos"), _buf(dev, "f", sin, "sin")
     W = Hkv * D
     out = {}
-    for key in ("new", "old"):
+    for key in ("new", "old", "buf"):
         bq, bk, bv = _buf(dev, "f", q, "q"), _buf(dev, "f", k, "k"), _buf(dev, "f", v, "v")
         kc, vc = _buf(dev, "f", [7.0] * (B * S * W), "kc"), _buf(dev, "f", [7.0] * (B * S * W), "vc")
         if key == "new":
             rope_kv_store(dev, bq, bk, bv, kc, vc, bc, bs, B, T, H, Hkv, D, S, pos0)
+        elif key == "buf":
+            rope_kv_store(dev, bq, bk, bv, kc, vc, bc, bs, B, T, H, Hkv, D, S, 0, _buf(dev, "I", [pos0], "kv_pos"))
         else:
             rope_forward(dev, bq, bc, bs, B * T, T, H, D, pos0)
             rope_forward(dev, bk, bc, bs, B * T, T, Hkv, D, pos0)

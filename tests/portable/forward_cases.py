@@ -158,7 +158,8 @@ async def case_linear_forward(dev, x, w_chunks, N, I, O, x_row0, x_step, kind="g
 async def case_attention_forward(dev, q, k, v, B, T, H, Hkv, D, kind="gpu", pos0=0, S=None):
     """Causal GQA attention of T new tokens per sequence at positions pos0.. over a cache
     k, v[B, S, Hkv*D] (default S = T, pos0 = 0: a whole sequence batch): out and lse,
-    with the kernels of `kind` ("gpu", or "cpu": the CPU variant where D % 4 == 0)."""
+    with the kernels of `kind` ("gpu", or "cpu": the CPU variant where D % 4 == 0).
+    pos0 arrives split: half in the uniform, the rest in the kv_pos buffer (decoding's)."""
     await _prepare(dev)
     from bitlora.ops.attention import attention_forward
     N = B * T
@@ -166,7 +167,7 @@ async def case_attention_forward(dev, q, k, v, B, T, H, Hkv, D, kind="gpu", pos0
     kind0, dev.kind = dev.kind, kind
     try:
         attention_forward(dev, _buf(dev, "f", q, "q"), _buf(dev, "f", k, "k"), _buf(dev, "f", v, "v"), out, lse,
-                          B, T, H, Hkv, D, S or T, pos0)
+                          B, T, H, Hkv, D, S or T, pos0 // 2, kv_pos=_buf(dev, "I", [pos0 - pos0 // 2], "kv_pos"))
     finally:
         dev.kind = kind0
     return {"out": await _get(dev, out, N * H * D), "lse": await _get(dev, lse, N * H)}

@@ -110,6 +110,37 @@ async def case_generate_paths(dev, files, prompt, max_new_tokens, kind, lora_tar
         dev.kind = kind0
 
 
+async def case_generate_grows(dev, files):
+    """A short generation, then a longer one (a bigger KV cache and scratch), then one
+    with a LoRA adapter (the scratch grows its LoRA rows): each replaces the buffers it
+    outgrows. Returns the device's buffer count and bytes after each, the long run's
+    ids, and the same long run on a model that ran nothing else."""
+    from bitlora.config import TrainConfig
+    from bitlora.lora import Lora
+    m = await _load(dev, files)
+    await m.prepare(training=False)
+    out = {"loaded": [dev.live_buffers, dev.allocated]}
+    await m.agenerate("Hi", 3)
+    out["short"] = [dev.live_buffers, dev.allocated]
+    long_prompt = "The quick brown fox jumps over the lazy dog " * 2
+    out["long_ids"] = (await m.agenerate(long_prompt, 24)).ids
+    out["long"] = [dev.live_buffers, dev.allocated]
+    out["scratch_before"] = len(m._scratch.buffers())
+    lora = await Lora.create(m, TrainConfig(lora_r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]))
+    out["lora_made"] = [dev.live_buffers, dev.allocated]
+    await m.agenerate("Hi", 3, lora=lora)
+    out["adapted"] = [dev.live_buffers, dev.allocated]
+    out["scratch_after"] = len(m._scratch.buffers())
+    m.close()
+    fresh = await _load(dev, files)
+    await fresh.prepare(training=False)
+    base = [dev.live_buffers, dev.allocated]
+    out["fresh_long_ids"] = (await fresh.agenerate(long_prompt, 24)).ids
+    out["fresh_long_growth"] = [dev.live_buffers - base[0], dev.allocated - base[1]]
+    fresh.close()
+    return out
+
+
 async def case_generate_stream(dev, files, prompt, max_new_tokens, stop_after):
     """on_token sees every id as it arrives; should_stop ends the generation there."""
     m = await _load(dev, files)
@@ -122,5 +153,5 @@ async def case_generate_stream(dev, files, prompt, max_new_tokens, stop_after):
     cut = await m.agenerate(prompt, max_new_tokens, on_token=slow, should_stop=lambda: len(seen_async) >= stop_after)
     again = await m.agenerate(prompt, max_new_tokens)   # nothing left over from the stopped one
     return {"ids": full.ids, "seen": seen, "cut": cut.ids, "stopped": cut.stopped, "seen_async": seen_async,
-            "again": again.ids, "first_token_s": full.first_token_s, "total_s": full.total_s,
+            "again": again.ids, "steps_recorded": m._steps.recorded, "first_token_s": full.first_token_s, "total_s": full.total_s,
             "tokens_per_s": full.tokens_per_s(), "dispatches": full.dispatches, "host_s": full.host_s}

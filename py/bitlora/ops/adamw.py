@@ -22,8 +22,12 @@ PARAMS = Uniform("AdamWParams", "lr:f32 decay:f32 omb1:f32 b2:f32 omb2:f32 eps:f
 PER_THREAD = 1  # vec4s per invocation of `adamw` (the PER override); see docs/PERFORMANCE.md
 
 
-def kernel_specs(per_thread: int = PER_THREAD) -> list:
-    return [(SHADER, "adamw_begin"), (SHADER, "adamw", {"PER": per_thread})]
+def kernel_specs(per_thread: int = PER_THREAD, zero_grads: bool = True) -> list:
+    return [(SHADER, "adamw_begin"), (SHADER, "adamw", _constants(per_thread, zero_grads))]
+
+
+def _constants(per_thread: int, zero_grads: bool) -> dict:
+    return {"PER": per_thread} if zero_grads else {"PER": per_thread, "ZERO_G": False}
 
 
 def hyper(n: int, lr: float, betas: tuple[float, float], eps: float, weight_decay: float, plain: bool) -> bytes:
@@ -42,14 +46,14 @@ def adamw_begin(dev, state, lr: float, betas: tuple[float, float], plain: bool) 
 
 
 def adamw(dev, p, g, m, v, state, n: int, lr: float, betas: tuple[float, float], eps: float,
-          weight_decay: float, per_thread: int = PER_THREAD) -> None:
-    """Record the AdamW update of p[n], m[n], v[n] from g[n] * state.gmul; zero g[n].
-    Each invocation updates `per_thread` vec4s."""
+          weight_decay: float, per_thread: int = PER_THREAD, zero_grads: bool = True) -> None:
+    """Record the AdamW update of p[n], m[n], v[n] from g[n] * state.gmul; zero g[n]
+    unless zero_grads is False. Each invocation updates `per_thread` vec4s."""
     if n % 4:
         raise ValueError(f"adamw: n = {n} is not a multiple of 4")
     for buf, what in ((p, "p"), (g, "g"), (m, "m"), (v, "v")):
         need(buf, n, what, "adamw")
     views = [b.view(0, 4 * n) for b in (p, g, m, v)]
-    dev.dispatch(dev.prepared(SHADER, "adamw", {"PER": per_thread}), views + [state.view(0, STATE_BYTES)],
-                 groups=-(-n // (1024 * per_thread)),
+    kernel = dev.prepared(SHADER, "adamw", _constants(per_thread, zero_grads))
+    dev.dispatch(kernel, views + [state.view(0, STATE_BYTES)], groups=-(-n // (1024 * per_thread)),
                  params=hyper(n, lr, betas, eps, weight_decay, False))

@@ -3,7 +3,8 @@ the KV-cache store, and the backward over whole sequences. They check sizes, pac
 uniform and record dispatches; the math is in the shader header. On a CPU adapter
 (dev.kind "cpu") the forward and backward record the CPU variants where D % 4 == 0:
 `*_d32` (4 rows per invocation, a row in registers) where D <= 32, else the per-row
-`*_rows`; elsewhere the kernels shaped for GPUs.
+`*_rows`; elsewhere the kernels shaped for GPUs (the forward: blocks of query rows,
+attention_forward_tiled, where T > 1; one workgroup per query row when decoding).
 Browser-safe: standard library + bitlora only."""
 from __future__ import annotations
 
@@ -13,25 +14,29 @@ from ._uniform import Uniform
 SHADER = "attention.wgsl"
 FORWARD = Uniform("AttentionParams", "b:u32 t:u32 h:u32 hkv:u32 d:u32 s:u32 pos0:u32 scale:f32")
 KV_STORE = Uniform("KvStoreParams", "b:u32 t:u32 s:u32 w:u32 pos0:u32")
+KV_ADVANCE = Uniform("KvAdvanceParams", "t:u32")
 BACKWARD = Uniform("AttentionBackwardParams", "b:u32 t:u32 h:u32 hkv:u32 d:u32 scale:f32")
 
 
 def kernel_specs(table_dtype: str = "f32", training: bool = False, kind: str | None = None,
                  shapes: dict | None = None) -> list:
-    """The GPU kernels (the CPU's fallback where D % 4 != 0) and the CPU variants; with
-    `shapes`, the one variant its D picks."""
+    """The GPU kernels (the CPU's fallback where D % 4 != 0; the tiled forward unless kind is
+    "cpu") and the CPU variants; with `shapes`, the one CPU variant its D picks."""
     entries = ["attention_forward"] + (["attention_backward_dq", "attention_backward_dkv"] if training else [])
+    always = ["kv_store", "kv_advance"]
     saved = ["attention_backward_dq_d32s"] if training else []   # the model's: with out and lse
     if shapes is not None and shapes["D"] % 4 == 0:
         if shapes["D"] <= 32:
-            return [(SHADER, e) for e in ["kv_store", "attention_forward_d32"] +
+            return [(SHADER, e) for e in always + ["attention_forward_d32"] +
                     (["attention_backward_dkv_d32"] + saved if training else [])]
-        return [(SHADER, "kv_store")] + [(SHADER, e + "_rows") for e in entries]
+        return [(SHADER, e) for e in always + [e + "_rows" for e in entries]]
+    tiled = ["attention_forward_tiled"] if kind in (None, "gpu") else []
     cpu = [e + v for v in ("_rows", "_d32") for e in entries] + saved if kind in (None, "cpu") else []
-    return [(SHADER, e) for e in entries + ["kv_store"] + cpu]
+    return [(SHADER, e) for e in entries + always + tiled + cpu]
 
 
 ROWS_WG = 16   # invocations per workgroup of the CPU variants (AR in the shader)
+TILE_ROWS = 8  # query rows per workgroup of attention_forward_tiled and the backward (AO in the shader)
 D32_ROWS = 4   # rows per invocation of the *_d32 variants (AB in the shader)
 
 
@@ -50,10 +55,26 @@ def _groups(variant: str, B: int, T: int, heads: int):
     return -(-B * T * heads // ROWS_WG)
 
 
+def zero_pos(dev):
+    """A 4-byte buffer holding 0: the kv_pos bound where positions come from pos0 alone."""
+    buf = getattr(dev, "_zero_kv_pos", None)
+    if buf is None:
+        buf = dev._zero_kv_pos = dev.buffer(4, "zero_kv_pos")
+    return buf
+
+
+def kv_advance(dev, kv_pos, T: int) -> None:
+    """kv_pos[0] += T on the GPU (a KV cache's length after a forward of T tokens)."""
+    need(kv_pos, 1, "kv_pos", "kv_advance")
+    dev.dispatch(dev.prepared(SHADER, "kv_advance"), [kv_pos], groups=1, params=KV_ADVANCE.pack(T))
+
+
 def attention_forward(dev, q, k_cache, v_cache, out, lse, B: int, T: int, H: int, Hkv: int, D: int,
-                      S: int, pos0: int = 0, scale: float | None = None) -> None:
+                      S: int, pos0: int = 0, scale: float | None = None, kv_pos=None) -> None:
     """q[N, H*D] (post-RoPE, N = B*T), k_cache, v_cache[B, S, Hkv*D] holding positions
-    0..pos0+T-1 -> out[N, H*D], lse[N, H]. scale defaults to D**-0.5 (HF)."""
+    0..pos0+T-1 -> out[N, H*D], lse[N, H]. scale defaults to D**-0.5 (HF). kv_pos: a
+    GPU buffer whose u32 [0] is added to pos0 as the kernel runs (decoding: the cache's
+    length, so one recorded step serves every position); the caller keeps pos0 + it + T <= S."""
     N = B * T
     if D > 256 or H % Hkv or pos0 + T > S:
         raise ValueError(f"attention_forward: need D <= 256, H % Hkv == 0, pos0 + T <= S "
@@ -61,10 +82,18 @@ def attention_forward(dev, q, k_cache, v_cache, out, lse, B: int, T: int, H: int
     for b, n, what in ((q, N * H * D, "q"), (k_cache, B * S * Hkv * D, "k_cache"),
                        (v_cache, B * S * Hkv * D, "v_cache"), (out, N * H * D, "out"), (lse, N * H, "lse")):
         need(b, n, what, "attention_forward")
+    if kv_pos is not None:
+        need(kv_pos, 1, "kv_pos", "attention_forward")
     variant = _variant(dev, D)
+    params = FORWARD.pack(B, T, H, Hkv, D, S, pos0, D ** -0.5 if scale is None else scale)
+    pos = kv_pos if kv_pos is not None else zero_pos(dev)
+    if not variant and dev.kind != "cpu" and T > 1:   # whole sequences, prompts: blocks of query rows
+        dev.dispatch(dev.prepared(SHADER, "attention_forward_tiled"), [q, k_cache, v_cache, out, lse, pos],
+                     groups=B * -(-T // TILE_ROWS) * H, params=params)
+        return
     dev.dispatch(dev.prepared(SHADER, "attention_forward" + variant),
-                 [q, k_cache, v_cache, out, lse], groups=_groups(variant, B, T, H) if variant else N * H,
-                 params=FORWARD.pack(B, T, H, Hkv, D, S, pos0, D ** -0.5 if scale is None else scale))
+                 [q, k_cache, v_cache, out, lse, pos], groups=_groups(variant, B, T, H) if variant else N * H,
+                 params=params)
 
 
 def kv_store(dev, k, v, k_cache, v_cache, B: int, T: int, S: int, W: int, pos0: int = 0) -> None:
@@ -105,7 +134,7 @@ def attention_backward(dev, dout, q, k, v, dq, dk, dv, stats, B: int, T: int, H:
         dev.dispatch(dev.prepared(SHADER, "attention_backward_dkv" + variant), [dout, q, k, v, stats, dk, dv],
                      groups=_groups(variant, B, T, Hkv), params=params)
         return
-    blocks = B * -(-T // 8)   # 8-row blocks, never straddling sequences
+    blocks = B * -(-T // TILE_ROWS)   # 8-row blocks, never straddling sequences
     dev.dispatch(dev.prepared(SHADER, "attention_backward_dq"), [dout, q, k, v, dq, stats],
                  groups=blocks * H, params=params)
     dev.dispatch(dev.prepared(SHADER, "attention_backward_dkv"), [dout, q, k, v, stats, dk, dv],

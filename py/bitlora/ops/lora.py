@@ -6,34 +6,41 @@ the shader header. Browser-safe: standard library + bitlora only.
 Shapes: x[N, I] (the projection's input, before activation quantisation), a[R, I],
 b[O, R], u[N, R] (saved by forward), y/dy[N, O], da[R, I], db[O, R], du[N, R],
 dx[N, I], stream[1] u32 (the dropout stream of the micro-batch: a buffer the host
-writes each step, so a recorded step replays unchanged). Gradients of a, b and the dx
-contribution accumulate (+=).
+writes each step, so a recorded step replays unchanged). The dx contribution adds
+(+=); the gradients of a, b add too, or with accumulate=False are written (=): a
+step's first micro-batch then needs no zeroed gradients.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from . import splitk
 from ._check import need
 from ._uniform import Uniform
 
 SHADER = "lora.wgsl"
-PARAMS = Uniform("LoraParams", "n:u32 i:u32 o:u32 r:u32 scale:f32 keep_threshold:u32 keep_scale:f32 seed:u32")
+PARAMS = Uniform("LoraParams", "n:u32 i:u32 o:u32 r:u32 scale:f32 keep_threshold:u32 keep_scale:f32 seed:u32 "
+                               "per:u32 acc:u32")
 WG = 256
 FORWARD_ENTRIES = ("lora_down", "lora_up")
 BACKWARD_ENTRIES = ("lora_grad_b", "lora_grad_u", "lora_grad_a", "lora_grad_x")
-DROPOUT_ENTRIES = ("lora_down", "lora_grad_a", "lora_grad_x")   # these also bind stream
+SPLIT_ENTRIES = ("lora_grad_b_split", "lora_grad_a_split")
+DROPOUT_ENTRIES = ("lora_down", "lora_grad_a", "lora_grad_x", "lora_grad_a_split")   # these also bind stream
 LR = 16  # invocations per workgroup of the CPU variants (lora.wgsl LR)
+SPLIT_GROUPS = 1024   # the split dA, dB sums: slices until the grid has about this many workgroups
+SPLIT_MIN_ROWS = 32   # ... but at least this many rows per slice
 
 
 def kernel_specs(table_dtype: str = "f32", training: bool = False, kind: str | None = None,
                  shapes: dict | None = None) -> list:
     """The GPU kernels (on a CPU they are the fallback where I, O or R % 4 != 0: not with
     `shapes` whose widths and rank are multiples of 4), the CPU variants (*_rows) unless
-    kind is "gpu"."""
+    kind is "gpu", the split gradient sums unless it is "cpu"."""
     from . import quads
     entries = FORWARD_ENTRIES + ("lora_down_parts",) + (BACKWARD_ENTRIES if training else ())
     gpu = [] if quads(shapes, "C", "F", "KV", "R") else [(SHADER, e) for e in entries]
-    return gpu + ([(SHADER, e + "_rows") for e in entries] if kind != "gpu" else [])
+    split = [(SHADER, e) for e in SPLIT_ENTRIES] + splitk.kernel_specs() if training and kind != "cpu" else []
+    return gpu + ([(SHADER, e + "_rows") for e in entries] if kind != "gpu" else []) + split
 
 
 @dataclass(frozen=True)
@@ -50,12 +57,13 @@ class LoraShape:
     p: float = 0.0
     seed: int = 0
 
-    def params(self) -> bytes:
+    def params(self, per: int = 0, accumulate: bool = True) -> bytes:
         if not 0.0 <= self.p < 1.0:
             raise ValueError(f"lora dropout p={self.p} must be in [0, 1)")
         thr = min(int(self.p * 4294967296.0), 0xFFFFFFFF)
         keep_scale = 1.0 / (1.0 - self.p)
-        return PARAMS.pack(self.N, self.I, self.O, self.R, self.scale, thr, keep_scale, self.seed & 0xFFFFFFFF)
+        return PARAMS.pack(self.N, self.I, self.O, self.R, self.scale, thr, keep_scale, self.seed & 0xFFFFFFFF,
+                           per, int(accumulate))
 
 
 def cpu_rows(dev, *widths: int) -> bool:
@@ -65,7 +73,7 @@ def cpu_rows(dev, *widths: int) -> bool:
     return dev.kind == "cpu" and all(w % 4 == 0 for w in widths)
 
 
-def _run(dev, entry: str, s: LoraShape, bufs: list, stream) -> None:
+def _run(dev, entry: str, s: LoraShape, bufs: list, stream, accumulate: bool = True) -> None:
     """Record `entry`, or on a CPU (dev.kind) its *_rows variant where its vec4 widths
     (I or O, and R for the four that read u, b, du or db as vec4) are multiples of 4; the
     dropout entries also bind `stream`."""
@@ -85,7 +93,33 @@ def _run(dev, entry: str, s: LoraShape, bufs: list, stream) -> None:
         entry, groups = entry + "_rows", -(-cpu_items // LR)
     else:
         groups = gpu_groups
-    dev.dispatch(dev.prepared(SHADER, entry), bufs, groups=groups, params=s.params())
+    dev.dispatch(dev.prepared(SHADER, entry), bufs, groups=groups, params=s.params(accumulate=accumulate))
+
+
+def split_plan(N: int, cols: int, R: int) -> tuple[int, int]:
+    """(slices, rows per slice) of a split dA or dB sum over N rows, `cols` columns."""
+    tiles = -(-cols // WG) * -(-R // 4)
+    slices = max(1, min(-(-SPLIT_GROUPS // tiles), N // SPLIT_MIN_ROWS))
+    per = -(-N // slices)
+    return -(-N // per), per
+
+
+def scratch_floats(N: int, sizes, R: int) -> int:
+    """The split-K scratch (floats) the split dA, dB sums of projections `sizes` [(I, O)] need."""
+    return max([split_plan(N, c, R)[0] * c * R for I, O in sizes for c in (I, O)], default=1)
+
+
+def _grad_split(dev, entry: str, s: LoraShape, a_in, b_in, out, stream, cols: int, scale: float,
+                accumulate: bool) -> None:
+    """The split sum of dB (entry lora_grad_b_split, cols = O) or dA (cols = I), then
+    splitk_reduce into `out` (= or +=)."""
+    slices, per = split_plan(s.N, cols, s.R)
+    count = cols * s.R
+    part = splitk.scratch(dev, slices * count)
+    bufs = [a_in, b_in, part] + ([stream] if entry in DROPOUT_ENTRIES else [])
+    dev.dispatch(dev.prepared(SHADER, entry), bufs, groups=(-(-cols // WG), -(-s.R // 4), slices),
+                 params=s.params(per, accumulate))
+    splitk.reduce(dev, part, None, out, count, slices, 1, scale, accumulate)
 
 
 def lora_forward(dev, s: LoraShape, x, a, b, u, y, stream) -> None:
@@ -98,17 +132,25 @@ def lora_forward(dev, s: LoraShape, x, a, b, u, y, stream) -> None:
     _run(dev, "lora_up", s, [u, b, y], stream)
 
 
-def lora_backward(dev, s: LoraShape, dy, x, a, b, u, da, db, du, stream, dx=None) -> None:
-    """Record db += scale dy^T u; du = scale dy b; da += du^T dropout(x);
-    and, unless dx is None, dx[N, I] += mask * keep_scale * (du a). `stream` as the
-    forward's."""
+def lora_backward(dev, s: LoraShape, dy, x, a, b, u, da, db, du, stream, dx=None, accumulate: bool = True) -> None:
+    """Record db += scale dy^T u; du = scale dy b; da += du^T dropout(x) (da, db = instead
+    of += with accumulate False); and, unless dx is None, dx[N, I] += mask * keep_scale *
+    (du a). `stream` as the forward's. On GPUs the sums over N of da, db run split
+    (lora_grad_*_split + splitk_reduce)."""
     for buf, n, what in ((dy, s.N * s.O, "dy"), (x, s.N * s.I, "x"), (a, s.R * s.I, "a"),
                          (b, s.O * s.R, "b"), (u, s.N * s.R, "u"), (da, s.R * s.I, "da"),
                          (db, s.O * s.R, "db"), (du, s.N * s.R, "du"), (stream, 1, "stream")):
         need(buf, n, what, "lora_backward")
-    _run(dev, "lora_grad_b", s, [dy, u, db], stream)
+    split = dev.kind != "cpu"
+    if split:
+        _grad_split(dev, "lora_grad_b_split", s, dy, u, db, stream, s.O, s.scale, accumulate)
+    else:
+        _run(dev, "lora_grad_b", s, [dy, u, db], stream, accumulate)
     _run(dev, "lora_grad_u", s, [dy, b, du], stream)
-    _run(dev, "lora_grad_a", s, [du, x, da], stream)
+    if split:
+        _grad_split(dev, "lora_grad_a_split", s, du, x, da, stream, s.I, 1.0, accumulate)
+    else:
+        _run(dev, "lora_grad_a", s, [du, x, da], stream, accumulate)
     if dx is not None:
         need(dx, s.N * s.I, "dx", "lora_backward")
         _run(dev, "lora_grad_x", s, [du, a, dx], stream)

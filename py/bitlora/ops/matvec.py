@@ -17,7 +17,7 @@ SHADER = "matvec.wgsl"
 NORM_QUANT = Uniform("NormQuantParams", "c:u32 eps:f32")
 MATVEC = Uniform("MatvecParams", "w4:u32 o0:u32 o1:u32 o2:u32 base1:u32 base2:u32 "
                                  "scale0:f32 scale1:f32 scale2:f32 accumulate:u32 r:u32 lora_scale:f32 b0:u32 b1:u32 b2:u32 "
-                                 "rank4:u32")
+                                 "rank4:u32 c:u32 eps:f32")
 DENSE = Uniform("DenseParams", "c:u32 oc:u32 v0:u32 x0:u32")
 WG, TPR, ROWS = 256, 16, 16    # matvec.wgsl MV_WG, MV_TPR (default), MV_ROWS
 MAX_PARTS = 3
@@ -52,6 +52,7 @@ def kernel_specs(table_dtype: str = "f32", training: bool = False, kind: str | N
     specs += [(SHADER, "ternary_matvec_rows"), (SHADER, "dense_matvec_rows", c)]
     if kind in (None, "gpu"):
         specs += [(SHADER, "ternary_matvec"), (SHADER, "dense_matvec", c)]
+        specs += [(SHADER, "norm_matvec", _gate_constants(a)) for a in (None, *GATES)]
     return specs
 
 
@@ -121,13 +122,49 @@ def ternary_matvec(dev, xq, qs, w, parts, I: int, accumulate: bool = False, lora
     # bit p: part p's LoRA sum in lora_up_rows' order (where lora.lora_up would run it)
     rank4 = sum(1 << j for j, (_, O, _, _) in enumerate(parts) if cpu_rows(dev, O, R)) if lora else 0
     params = MATVEC.pack(words // unit, o0, o1, o2, b1 // unit, b2 // unit, s0, s1, s2, int(accumulate),
-                         R, lscale, *bs, rank4)
+                         R, lscale, *bs, rank4, 0, 0.0)
     if vec4:
         dev.dispatch(dev.prepared(SHADER, "ternary_matvec"), [xq, qs, w, y0, y1, y2, u, ab],
                      groups=-(-rows // (WG // TPR)), params=params)
     else:
         dev.dispatch(dev.prepared(SHADER, "ternary_matvec_rows"), [xq, qs, w, y0, y1, y2, u, ab],
                      groups=-(-rows // ROWS), params=params)
+
+
+MAX_FUSED = 8192   # norm_matvec's widest row (matvec.wgsl nm_xq)
+
+
+def fusable(dev, parts, I: int) -> bool:
+    """Whether norm_matvec takes these parts [(word offset, ...), ...] of I inputs: the
+    GPU kernels, whole vec4 words, I <= MAX_FUSED (and no LoRA: the caller's to know)."""
+    words = -(-I // 16)
+    return dev.kind == "gpu" and I <= MAX_FUSED and words % 4 == 0 and all(p[0] % 4 == 0 for p in parts)
+
+
+def norm_matvec(dev, x, w, eps: float, wp, parts, I: int, accumulate: bool = False, gate=None) -> None:
+    """rmsnorm_quant and ternary_matvec (no LoRA) in one dispatch: y_p (= or +=) BitLinear
+    of projection p of norm(x[I]) (w[I] the norm's weight; gate = (act, g[I], u[I]): the
+    row is act(g) * u), the same bits, the normed row itself not kept. wp, parts as
+    ternary_matvec's; `fusable` must hold."""
+    if not 1 <= len(parts) <= MAX_PARTS:
+        raise ValueError(f"norm_matvec: 1 to {MAX_PARTS} parts, got {len(parts)}")
+    if not fusable(dev, parts, I):
+        raise ValueError(f"norm_matvec: needs the GPU kernels, I <= {MAX_FUSED} in whole vec4 words (I={I})")
+    if parts[0][0] != 0:
+        raise ValueError("norm_matvec: the first part must start at word 0 of w")
+    words = -(-I // 16)
+    act, g, u = gate if gate is not None else (None, x, x)
+    for b, n, what in ((g, I, "x"), (w, I, "w"), (u, I, "u")):
+        need(b, n, what, "norm_matvec")
+    for j, (off, O, _, y) in enumerate(parts):
+        need(wp, off + O * words, f"w (part {j})", "norm_matvec")
+        need(y, O, f"y{j}", "norm_matvec")
+    full = list(parts) + [(0, 0, 0.0, spare(dev, j)) for j in range(len(parts), MAX_PARTS)]
+    (_, o0, s0, y0), (b1, o1, s1, y1), (b2, o2, s2, y2) = full
+    params = MATVEC.pack(words // 4, o0, o1, o2, b1 // 4, b2 // 4, s0, s1, s2, int(accumulate), 0, 0.0,
+                         NONE, NONE, NONE, 0, I, eps)
+    dev.dispatch(dev.prepared(SHADER, "norm_matvec", _gate_constants(act)), [g, w, wp, y0, y1, y2, u],
+                 groups=-(-(o0 + o1 + o2) // (WG // TPR)), params=params)
 
 
 def dense_matvec(dev, x, chunks, y, C: int, V: int, x_row0: int = 0) -> None:

@@ -9,6 +9,7 @@ import struct
 
 from ._check import need
 from ._uniform import Uniform
+from .attention import zero_pos
 
 SHADER = "rope.wgsl"
 FORWARD = Uniform("RopeParams", "n:u32 t:u32 h:u32 d:u32 pos0:u32")
@@ -75,10 +76,12 @@ def rope_backward(dev, g, cos, sin, N: int, T: int, H: int, D: int) -> None:
 
 
 def rope_kv_store(dev, q, k, v, k_cache, v_cache, cos, sin, B: int, T: int, H: int, Hkv: int, D: int, S: int,
-                  pos0: int = 0) -> None:
+                  pos0: int = 0, kv_pos=None) -> None:
     """A forward over a KV cache: RoPE on q[N, H*D] in place, and k, v[N, Hkv*D] into
     k_cache, v_cache[B, S, Hkv*D] at positions pos0.. (k rotated on the way): rope_forward
-    on q and k, then ops.attention.kv_store, in one dispatch (k itself is left as it was)."""
+    on q and k, then ops.attention.kv_store, in one dispatch (k itself is left as it was).
+    kv_pos: a GPU buffer whose u32 [0] is added to pos0 as the kernel runs (as in
+    attention_forward); the caller keeps the positions inside S and the tables."""
     N, W = B * T, Hkv * D
     if D % 2:
         raise ValueError(f"rope_kv_store: head dim D={D} must be even")
@@ -88,5 +91,7 @@ def rope_kv_store(dev, q, k, v, k_cache, v_cache, cos, sin, B: int, T: int, H: i
                        (v_cache, B * S * W, "v_cache"), (cos, (pos0 + T) * D // 2, "cos"),
                        (sin, (pos0 + T) * D // 2, "sin")):
         need(b, n, what, "rope_kv_store")
-    dev.dispatch(dev.prepared(SHADER, "rope_kv_store"), [q, k, v, k_cache, v_cache, cos, sin],
+    if kv_pos is not None:
+        need(kv_pos, 1, "kv_pos", "rope_kv_store")
+    dev.dispatch(dev.prepared(SHADER, "rope_kv_store"), [q, k, v, k_cache, v_cache, cos, sin, kv_pos if kv_pos is not None else zero_pos(dev)],
                  groups=-(-N * (H + Hkv) * D // 2 // 256), params=KV.pack(B, T, H, Hkv, D, S, pos0))
