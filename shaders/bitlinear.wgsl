@@ -541,8 +541,9 @@ fn bitlinear_matmul_cpu(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(
 }
 
 fn cm_put(i: u32, c: u32, v: f32) {   // y[i] (= or +=) v where column c < C
-    if (c >= cm_p.c) { return; }
-    if (cm_p.accumulate != 0u) { cm_y[i] = cm_y[i] + v; } else { cm_y[i] = v; }
+    // a select, not an if: SwiftShader runs both sides of a branch (masked), and this
+    // one load and store ran its K = 64 / 128 calls 4-16 % faster than the if / else
+    if (c < cm_p.c) { cm_y[i] = select(v, cm_y[i] + v, cm_p.accumulate != 0u); }
 }
 
 fn cm_put4(i: u32, c: u32, w: vec4<f32>) {   // y[i .. i+3] of columns c .. c+3

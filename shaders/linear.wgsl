@@ -341,7 +341,7 @@ fn lc_bstore(n: u32, c: u32, acc: mat4x4<f32>) {   // columns c .. c+15 of dx ro
         if (i < ln_p.i) {
             let j = n * ln_p.i + i;
             let g = ln_p.scale * acc[k / 4u][k % 4u];
-            if (ln_p.accumulate != 0u) { ln_dx[j] = ln_dx[j] + g; } else { ln_dx[j] = g; }
+            ln_dx[j] = select(g, ln_dx[j] + g, ln_p.accumulate != 0u);   // no branch: see bitlinear.wgsl cm_put
         }
     }
 }

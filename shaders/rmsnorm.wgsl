@@ -157,6 +157,6 @@ fn rmsnorm_backward_rows(@builtin(global_invocation_id) gid: vec3<u32>, @builtin
     let k = r * r * (acc.x + acc.y + acc.z + acc.w) / f32(rb_p.c);
     for (var c = 0u; c < C4; c++) {
         let g = r * (rb_w[c] * rb_dy[base + c] - rb_x[base + c] * k);
-        if (rb_p.accumulate != 0u) { rb_dx[base + c] = rb_dx[base + c] + g; } else { rb_dx[base + c] = g; }
+        rb_dx[base + c] = select(g, rb_dx[base + c] + g, rb_p.accumulate != 0u);   // no branch: see bitlinear.wgsl cm_put
     }
 }
