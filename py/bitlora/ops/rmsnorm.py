@@ -37,7 +37,7 @@ def rmsnorm_forward(dev, x, w, y, rstd, N: int, C: int, eps: float) -> None:
         need(b, n, what, "rmsnorm_forward")
     rows = _rows(dev, C)
     dev.dispatch(dev.prepared(SHADER, "rmsnorm_forward_rows" if rows else "rmsnorm_forward"), [x, w, y, rstd],
-                 groups=-(-N // RR) if rows else N, params=FORWARD.pack(N, C, eps))
+                 groups=-(-N // (4 * RR)) if rows else N, params=FORWARD.pack(N, C, eps))
 
 
 def rmsnorm_backward(dev, dy, x, w, rstd, dx, N: int, C: int, accumulate: bool = False) -> None:
@@ -46,7 +46,7 @@ def rmsnorm_backward(dev, dy, x, w, rstd, dx, N: int, C: int, accumulate: bool =
         need(b, n, what, "rmsnorm_backward")
     rows = _rows(dev, C)
     dev.dispatch(dev.prepared(SHADER, "rmsnorm_backward_rows" if rows else "rmsnorm_backward"),
-                 [dy, x, w, rstd, dx], groups=-(-N // RR) if rows else N,
+                 [dy, x, w, rstd, dx], groups=-(-N // (4 * RR)) if rows else N,
                  params=BACKWARD.pack(N, C, int(accumulate)))
 
 
