@@ -39,10 +39,3 @@ def kernel_specs(table_dtype: str = "f32", training: bool = False, kind: str | N
             specs.append(spec)
     return specs
 
-
-def quads(shapes: dict | None, *names: str, by: int = 4) -> bool:
-    """Whether `shapes` (kernel_specs') are given and its widths `names` are all multiples of
-    `by`: then a CPU adapter runs only a family's CPU variants (the GPU kernels are their
-    fallback for other widths)."""
-    return shapes is not None and all(shapes[n] is not None and shapes[n] % by == 0 for n in names)
-

@@ -1,7 +1,14 @@
-"""The size check every op wrapper uses (browser-safe)."""
+"""The size check every op wrapper uses, and the widths test of kernel_specs' `shapes` (browser-safe)."""
 
 
 def need(b, n: int, what: str, op: str) -> None:
     """Raise unless buffer (or view) `b` holds at least n 32-bit words."""
     if b.size < 4 * n:
         raise ValueError(f"{op}: {what} holds {b.size // 4} words, needs {n}")
+
+
+def quads(shapes: dict | None, *names: str, by: int = 4) -> bool:
+    """Whether `shapes` (kernel_specs') are given and its widths `names` are all multiples of
+    `by`: then a CPU adapter runs only a family's CPU variants (the GPU kernels are their
+    fallback for other widths)."""
+    return shapes is not None and all(shapes[n] is not None and shapes[n] % by == 0 for n in names)

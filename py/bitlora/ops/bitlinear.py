@@ -10,7 +10,7 @@ Browser-safe: standard library + bitlora only."""
 from __future__ import annotations
 
 from . import splitk
-from ._check import need
+from ._check import need, quads
 from ._uniform import Uniform
 
 SHADER = "bitlinear.wgsl"
@@ -32,7 +32,6 @@ def kernel_specs(table_dtype: str = "f32", training: bool = False, kind: str | N
     multiples of 4, the quantiser's CPU variant only); the tiled GPU kernels unless kind
     is "cpu", the CPU variants unless kind is "gpu" (on a CPU, the rows kernel is the
     forward's fallback where I % 4 != 0)."""
-    from . import quads
     specs = [(SHADER, e) for e in (("bitlinear_forward_rows",) if quads(shapes, "C", "F") else
                                    ("actquant_forward", "bitlinear_forward_rows"))]
     if kind in (None, "gpu"):

@@ -8,7 +8,7 @@ already shifted to the next token), losses[N] f32, loss_sum[1] f32.
 """
 from __future__ import annotations
 
-from ._check import need
+from ._check import need, quads
 from ._uniform import Uniform
 
 SHADER = "cross_entropy.wgsl"
@@ -21,7 +21,6 @@ def kernel_specs(table_dtype: str = "f32", training: bool = False, kind: str | N
                  shapes: dict | None = None) -> list:
     """The GPU kernels (on a CPU the fallback where V % 4 != 0: not with such `shapes`), the
     CPU variants unless kind is "gpu"."""
-    from . import quads
     if not training:
         return []
     cpu = ["cross_entropy_forward_backward_rows", "cross_entropy_sum_serial"] if kind != "gpu" else []

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from . import splitk
-from ._check import need
+from ._check import need, quads
 from ._uniform import Uniform
 
 SHADER = "lora.wgsl"
@@ -36,7 +36,6 @@ def kernel_specs(table_dtype: str = "f32", training: bool = False, kind: str | N
     """The GPU kernels (on a CPU they are the fallback where I, O or R % 4 != 0: not with
     `shapes` whose widths and rank are multiples of 4), the CPU variants (*_rows) unless
     kind is "gpu", the split gradient sums unless it is "cpu"."""
-    from . import quads
     entries = FORWARD_ENTRIES + ("lora_down_parts",) + (BACKWARD_ENTRIES if training else ())
     gpu = [] if quads(shapes, "C", "F", "KV", "R") else [(SHADER, e) for e in entries]
     split = [(SHADER, e) for e in SPLIT_ENTRIES] + splitk.kernel_specs() if training and kind != "cpu" else []

@@ -8,7 +8,7 @@ record the one-row-per-invocation variants (`*_rows`, `*_cpu`).
 Browser-safe: standard library + bitlora only."""
 from __future__ import annotations
 
-from ._check import need
+from ._check import need, quads
 from .lora import cpu_rows
 from .relu2 import gating_forward
 from ._uniform import Uniform
@@ -45,7 +45,6 @@ def kernel_specs(table_dtype: str = "f32", training: bool = False, kind: str | N
     GPU kernels unless kind is "cpu", the CPU norm unless kind is "gpu"; the GPU norm plain
     and gated by either activation (on a CPU its fallback where C % 4 != 0: not with
     `shapes` whose C and F are multiples of 4)."""
-    from . import quads
     c = _dense_constants(table_dtype)
     specs = [] if quads(shapes, "C", "F") else [(SHADER, "rmsnorm_quant", _gate_constants(a)) for a in (None, *GATES)]
     specs += [(SHADER, "rmsnorm_quant_cpu")] if kind in (None, "cpu") else []

@@ -4,7 +4,7 @@ backward, act relu^2 (hidden_act "relu2") or SiLU ("silu"). `gating_forward` /
 bitlora only."""
 from __future__ import annotations
 
-from ._check import need
+from ._check import need, quads
 from ._uniform import Uniform
 
 SHADER = "relu2.wgsl"
@@ -17,7 +17,6 @@ def kernel_specs(table_dtype: str = "f32", training: bool = False, kind: str | N
     """Both activations' entries (with `shapes`, its activation's): the GPU kernels (on a
     CPU the fallback where count % 4 != 0: not with `shapes` whose F is a multiple of 4),
     the CPU variants (*_cpu) unless kind is "gpu"."""
-    from . import quads
     acts = [shapes["act"]] if shapes is not None else ACTS
     entries = [f"{a}_gating_forward" for a in acts] + ([f"{a}_gating_backward" for a in acts] if training else [])
     gpu = [] if quads(shapes, "F") else [(SHADER, e) for e in entries]

@@ -5,7 +5,7 @@ the shader header. Browser-safe: standard library + bitlora only."""
 from __future__ import annotations
 
 from . import bitlinear
-from ._check import need
+from ._check import need, quads
 from ._uniform import Uniform
 
 SHADER = "rmsnorm.wgsl"
@@ -19,7 +19,6 @@ def kernel_specs(table_dtype: str = "f32", training: bool = False, kind: str | N
                  shapes: dict | None = None) -> list:
     """The GPU kernels (on a CPU they are the fallback where C % 4 != 0: not with `shapes`
     whose C and F are multiples of 4), the CPU variants (*_rows) unless kind is "gpu"."""
-    from . import quads
     entries = ["rmsnorm_forward"] + (["rmsnorm_backward"] if training else [])
     fused = [] if kind == "cpu" else ["rmsnorm_quant_forward"]
     gpu = [] if quads(shapes, "C", "F") else entries

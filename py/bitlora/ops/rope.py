@@ -7,7 +7,7 @@ import array
 import math
 import struct
 
-from ._check import need
+from ._check import need, quads
 from ._uniform import Uniform
 from .attention import zero_pos
 
@@ -21,7 +21,6 @@ def kernel_specs(table_dtype: str = "f32", training: bool = False, kind: str | N
                  shapes: dict | None = None) -> list:
     """The GPU kernels (on a CPU the fallback where D % 8 != 0: not with such `shapes`),
     the CPU variants (*_cpu) unless kind is "gpu"."""
-    from . import quads
     entries = ["rope_forward"] + (["rope_backward"] if training else [])
     gpu = [] if quads(shapes, "D", by=8) else [(SHADER, e) for e in entries]
     return gpu + [(SHADER, "rope_kv_store")] + ([(SHADER, e + "_cpu") for e in entries] if kind != "gpu" else [])
