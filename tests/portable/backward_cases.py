@@ -4,7 +4,6 @@ records the op, and returns the outputs as lists. The pytest side (tests/test_ba
 builds the inputs and compares with numpy / torch. Standard library + bitlora only.
 """
 import array
-import contextlib
 
 from bitlora import ops
 from bitlora.ops import attention, bitlinear, linear, lora, relu2, rmsnorm, rope
@@ -34,23 +33,13 @@ async def _get(dev, buf, n):
     return list(out)
 
 
-@contextlib.contextmanager
-def _kind(dev, kind):
-    """Record with dev.kind = kind ("gpu" or "cpu": the ops pick their variant from it)."""
-    kind0, dev.kind = dev.kind, kind
-    try:
-        yield
-    finally:
-        dev.kind = kind0
-
-
 async def case_cross_entropy(dev, logits, targets, N, V, grad_scale, loss_sum0=0.0, kind="gpu"):
     await _prepare(dev)
     lg = _f32(dev, logits, "logits")
     tg = _i32(dev, targets, "targets")
     ls = dev.buffer(4 * N, "losses")
     sm = _f32(dev, [loss_sum0], "loss_sum")
-    with _kind(dev, kind):
+    with dev.kind_as(kind):
         ce.cross_entropy_forward_backward(dev, lg, tg, ls, N, V, grad_scale)
         ce.cross_entropy_sum(dev, ls, sm, N)
     return {"dlogits": await _get(dev, lg, N * V), "losses": await _get(dev, ls, N),
@@ -64,7 +53,7 @@ async def case_lora(dev, x, a, b, dy, y0, da0, db0, dx0, N, I, O, R, scale, p=0.
     bx, ba, bb, bdy = _f32(dev, x, "x"), _f32(dev, a, "a"), _f32(dev, b, "b"), _f32(dev, dy, "dy")
     by, bda, bdb, bdx = _f32(dev, y0, "y"), _f32(dev, da0, "da"), _f32(dev, db0, "db"), _f32(dev, dx0, "dx")
     bu, bdu = dev.buffer(4 * N * R, "u"), dev.buffer(4 * N * R, "du")
-    with _kind(dev, kind):
+    with dev.kind_as(kind):
         lora.lora_forward(dev, s, bx, ba, bb, bu, by, stream)
         lora.lora_backward(dev, s, bdy, bx, ba, bb, bu, bda, bdb, bdu, stream, bdx)
     return {"y": await _get(dev, by, N * O), "u": await _get(dev, bu, N * R), "da": await _get(dev, bda, R * I),
@@ -74,22 +63,10 @@ async def case_lora(dev, x, a, b, dy, y0, da0, db0, dx0, N, I, O, R, scale, p=0.
 async def case_rmsnorm_backward(dev, dy, x, w, rstd, dx0, N, C, accumulate, kind="gpu"):
     await _prepare(dev)
     bdx = _f32(dev, dx0, "dx")
-    with _kind(dev, kind):
+    with dev.kind_as(kind):
         rmsnorm.rmsnorm_backward(dev, _f32(dev, dy, "dy"), _f32(dev, x, "x"), _f32(dev, w, "w"),
                                  _f32(dev, rstd, "rstd"), bdx, N, C, accumulate)
     return await _get(dev, bdx, N * C)
-
-
-class _Kind:
-    """`with _Kind(dev, kind):` records the ops' variants for device kind "gpu" or "cpu"."""
-    def __init__(self, dev, kind):
-        self.dev, self.kind = dev, kind
-
-    def __enter__(self):
-        self.old, self.dev.kind = self.dev.kind, self.kind
-
-    def __exit__(self, *exc):
-        self.dev.kind = self.old
 
 
 async def case_bitlinear_backward_input(dev, dy, packed, scale, dx0, N, I, O, accumulate, split=None, kind="gpu"):
@@ -99,7 +76,7 @@ async def case_bitlinear_backward_input(dev, dy, packed, scale, dx0, N, I, O, ac
     bdy, bw = _f32(dev, dy, "dy"), _u32(dev, packed, "w_packed")
     out = {}
     bdx = _f32(dev, dx0, "dx")
-    with _Kind(dev, kind):
+    with dev.kind_as(kind):
         bitlinear.bitlinear_backward_input(dev, bdy, bw, scale, bdx, N, I, O, accumulate, split=split)
     out["op"] = await _get(dev, bdx, N * I)
     for name, c in ([("default", None)] + list(bitlinear.CPU_TILES) if kind == "cpu" else []):
@@ -112,7 +89,7 @@ async def case_bitlinear_backward_input(dev, dy, packed, scale, dx0, N, I, O, ac
 async def case_linear_backward_input(dev, dy, w, dx0, N, I, O, scale, accumulate, split=None, kind="gpu"):
     await _prepare(dev)
     bdx = _f32(dev, dx0, "dx")
-    with _Kind(dev, kind):
+    with dev.kind_as(kind):
         linear.linear_backward_input(dev, _f32(dev, dy, "dy"), _f32(dev, w, "w"), bdx, N, I, O, scale, accumulate,
                                      split=split)
     return await _get(dev, bdx, N * I)
@@ -133,7 +110,7 @@ async def case_gating(dev, act, dh, g, u, kind="gpu"):
     n = len(dh)
     bh, bdg, bdu = dev.buffer(4 * n, "h"), dev.buffer(4 * n, "dg"), dev.buffer(4 * n, "du")
     bg, bu = _f32(dev, g, "g"), _f32(dev, u, "u")
-    with _kind(dev, kind):
+    with dev.kind_as(kind):
         relu2.gating_forward(dev, act, bg, bu, bh, n)
         relu2.gating_backward(dev, act, _f32(dev, dh, "dh"), bg, bu, bdg, bdu, n)
     return {"h": await _get(dev, bh, n), "dg": await _get(dev, bdg, n), "du": await _get(dev, bdu, n)}
@@ -142,7 +119,7 @@ async def case_gating(dev, act, dh, g, u, kind="gpu"):
 async def case_rope_backward(dev, dy, cos, sin, N, T, H, D, kind="gpu"):
     await _prepare(dev)
     bg = _f32(dev, dy, "g")
-    with _kind(dev, kind):
+    with dev.kind_as(kind):
         rope.rope_backward(dev, bg, _f32(dev, cos, "cos"), _f32(dev, sin, "sin"), N, T, H, D)
     return await _get(dev, bg, N * H * D)
 
@@ -151,7 +128,7 @@ async def case_rope_forward(dev, x, cos, sin, N, T, H, D, pos0, kind="gpu"):
     """x rotated in place at positions pos0 + n % T (cos, sin[P, D/2], P >= pos0 + T)."""
     await _prepare(dev)
     bx = _f32(dev, x, "x")
-    with _kind(dev, kind):
+    with dev.kind_as(kind):
         rope.rope_forward(dev, bx, _f32(dev, cos, "cos"), _f32(dev, sin, "sin"), N, T, H, D, pos0)
     return await _get(dev, bx, N * H * D)
 
@@ -260,7 +237,7 @@ async def case_head_backward(dev, logits, targets, h, w_norm, rstd, emb, N, C, V
     lg, tg, ls = _f32(dev, logits, "logits"), _i32(dev, targets, "targets"), dev.buffer(4 * N, "losses")
     total = dev.buffer(4, "loss_sum")
     d_hn, dh = dev.buffer(4 * N * C, "d_hn"), dev.buffer(4 * N * C, "dh")
-    with _kind(dev, kind):
+    with dev.kind_as(kind):
         ce.cross_entropy_forward_backward(dev, lg, tg, ls, N, V, grad_scale)
         ce.cross_entropy_sum(dev, ls, total, N)
         linear.linear_backward_input(dev, lg, _f32(dev, emb, "emb"), d_hn, N, C, V)
@@ -280,7 +257,7 @@ async def case_linear_backward_chunked(dev, dy, w_words, N, I, O, chunk, w_dtype
         oc = min(chunk, O - v0)
         dyv = bdy.view(4 * v0, 4 * ((N - 1) * O + oc))
         wv = bw_.view(v0 * row_bytes, -(-oc * row_bytes // 4) * 4)
-        with _Kind(dev, kind):
+        with dev.kind_as(kind):
             linear.linear_backward_input(dev, dyv, wv, bdx, N, I, oc, 1.0, accumulate=v0 > 0, ld_dy=O,
                                          w_dtype=w_dtype)
     return await _get(dev, bdx, N * I)

@@ -22,17 +22,6 @@ async def _get(dev, buf, n, code="f"):
     return list(out)
 
 
-class _Kind:
-    def __init__(self, dev, kind):
-        self.dev, self.kind = dev, kind
-
-    def __enter__(self):
-        self.old, self.dev.kind = self.dev.kind, self.kind
-
-    def __exit__(self, *exc):
-        self.dev.kind = self.old
-
-
 async def case_norm_quant_matvec(dev, x, w, C, eps, parts, accumulate, kind, loras=None, R=0, lora_scale=0.0,
                                  act=None, u=None):
     """parts = [[packed words, O, scale, y0], ...] (1-3 projections of C inputs), laid in
@@ -67,7 +56,7 @@ async def case_norm_quant_matvec(dev, x, w, C, eps, parts, accumulate, kind, lor
         ab_offs.append(pair)
     arena = _buf(dev, "f", flat, "arena")
     out = {}
-    with _Kind(dev, kind):
+    with dev.kind_as(kind):
         y, xq, qs = dev.buffer(4 * C, "y"), dev.buffer(4 * matvec.xq_words(C), "xq"), dev.buffer(8, "qs")
         bu = _buf(dev, "f", u, "u") if act else None
         h = dev.buffer(4 * C, "h_new") if act else bx       # where a CPU adapter puts act(x) * u
@@ -118,7 +107,7 @@ async def case_dense_matvec(dev, x, w_chunks, C, V, row0, bf16, kind):
     bx = _buf(dev, "f", x, "x")
     chunks = RowTable([(v0, n, _buf(dev, "I", words, f"w{v0}")) for v0, n, words in w_chunks], dtype)
     out = {}
-    with _Kind(dev, kind):
+    with dev.kind_as(kind):
         y = dev.buffer(4 * V, "y")
         matvec.dense_matvec(dev, bx, chunks, y, C, V, row0)
         out["new"] = await _get(dev, y, V)
@@ -136,7 +125,7 @@ async def case_sample(dev, logits, seed, temperature, top_p, n0=0, steps=1, kind
     lb = _buf(dev, "f", logits, "logits")
     state = dev.buffer(16, "state", data=sample.sampler_state(seed, temperature, top_p, n0))
     tok, out = dev.buffer(4, "tok"), dev.buffer(4 * (n0 + steps), "out")
-    with _Kind(dev, kind):
+    with dev.kind_as(kind):
         for _ in range(steps):
             sample.sample_token(dev, lb, state, tok, out, V)
     n, s, t, p = struct.unpack("<IIff", await dev.read(state))

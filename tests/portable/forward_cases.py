@@ -5,7 +5,6 @@ with numpy and with each other; and for the row-wise forward kernels (RMSNorm, t
 activation quantiser) per kernel variant. Standard library + bitlora only.
 """
 import array
-import contextlib
 
 from bitlora import ops
 from bitlora.ops import bitlinear, linear
@@ -173,22 +172,12 @@ async def case_attention_forward(dev, q, k, v, B, T, H, Hkv, D, kind="gpu", pos0
     return {"out": await _get(dev, out, N * H * D), "lse": await _get(dev, lse, N * H)}
 
 
-@contextlib.contextmanager
-def _kind(dev, kind):
-    """Record with dev.kind = kind ("gpu" or "cpu": the ops pick their variant from it)."""
-    kind0, dev.kind = dev.kind, kind
-    try:
-        yield
-    finally:
-        dev.kind = kind0
-
-
 async def case_rmsnorm_forward(dev, x, w, N, C, eps, kind):
     """y[N, C] and rstd[N] of ops.rmsnorm.rmsnorm_forward with the `kind` variant."""
     await _prepare(dev)
     from bitlora.ops.rmsnorm import rmsnorm_forward
     y, rstd = dev.buffer(4 * N * C, "y"), dev.buffer(4 * N, "rstd")
-    with _kind(dev, kind):
+    with dev.kind_as(kind):
         rmsnorm_forward(dev, _buf(dev, "f", x, "x"), _buf(dev, "f", w, "w"), y, rstd, N, C, eps)
     return {"y": await _get(dev, y, N * C), "rstd": await _get(dev, rstd, N)}
 
@@ -198,7 +187,7 @@ async def case_actquant_forward(dev, x, N, I, kind):
     (unpacked where it wrote packed int8: "packed" says so)."""
     await _prepare(dev)
     xq, s = dev.buffer(4 * N * max(I, bitlinear.xq_floats(I, True)), "xq"), dev.buffer(4 * N, "s")
-    with _kind(dev, kind):
+    with dev.kind_as(kind):
         packed = bitlinear.packed_xq(dev, N)
         bitlinear.actquant_forward(dev, _buf(dev, "f", x, "x"), xq, s, N, I)
     return {"xq": await _xq(dev, xq, N, I, packed), "s": await _get(dev, s, N), "packed": packed}
@@ -224,7 +213,7 @@ async def case_rmsnorm_quant_forward(dev, x, w, N, C, eps, kind, int8=True):
         for key in ("fused", "two_ops"):
             y, rstd, s = dev.buffer(4 * N * C, "y"), dev.buffer(4 * N, "rstd"), dev.buffer(4 * N, "s")
             xq = dev.buffer(4 * N * max(C, bitlinear.xq_floats(C, True)), "xq")
-            with _kind(dev, kind):
+            with dev.kind_as(kind):
                 packed = bitlinear.packed_xq(dev, N)
                 if key == "fused":
                     rmsnorm_quant_forward(dev, bx, bw, y, rstd, xq, s, N, C, eps)

@@ -332,6 +332,17 @@ class Device:
                              if gone.isdisjoint(uid for uid, _, _ in k[1])}
 
     @contextlib.contextmanager
+    def kind_as(self, kind: str | None):
+        """Ops recorded inside the block pick the kernel variants of device kind `kind`
+        ("gpu" or "cpu"; None: this device's own), as the tests and benchmarks do to run
+        either family on any adapter."""
+        old, self.kind = self.kind, kind or self.kind
+        try:
+            yield
+        finally:
+            self.kind = old
+
+    @contextlib.contextmanager
     def collect(self, into: list):
         """Buffers made inside the block are also appended to `into`, so their owner
         (a Trainer) can free them all: after a failed set-up, or when it is done."""
