@@ -240,7 +240,11 @@ def train_with_display(trainer, mode: str | None = None, every: int | None = Non
     try:
         job = pool.submit(asyncio.run, trainer.atrain())
         try:
-            return job.result()
+            while True:
+                try:   # in short waits: a SIGINT the OS handed to the training thread only sets
+                    return job.result(timeout=0.2)   # Python's flag; this thread must wake to act on it
+                except concurrent.futures.TimeoutError:
+                    pass
         except KeyboardInterrupt:
             trainer.stop()
             job.result()
