@@ -142,6 +142,7 @@ def test_interrupt_stops_at_a_step_boundary(tmp_path):
     script.write_text(
         "import asyncio, os, signal, threading, types\n"
         "from bitlora import notebook\n"
+        "signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal, also where CI ignores it\n"
         "tr = types.SimpleNamespace(total_steps=100, metrics=[], on_step=None, stopped=False)\n"
         "tr.stop = lambda: setattr(tr, 'stopped', True)\n"
         "async def atrain():\n"
