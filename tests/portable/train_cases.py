@@ -34,16 +34,22 @@ async def case_train(dev, model_files, adapter_files, records, config):
     return {"metrics": tr.metrics, "adapter": {k: list(v[1]) for k, v in final.items()}}
 
 
-async def case_step1_grads(dev, model_files, adapter_files, records, config):
-    """The mean-loss gradient of optimizer step 1 (raw GPU sums / target tokens)."""
-    m = await _model(dev, model_files)
+async def _first_step(dev, model_files, adapter_files, records, config):
+    """The model, its adapter (from adapter_files), optimizer step 1 of the records and
+    activations for it."""
     from bitlora.formats import peft as adapter_io
+    m = await _model(dev, model_files)
     cfg = TrainConfig.from_dict(config)
     _, init = adapter_io.load_adapter(_write_adapter(adapter_files, "/tmp/bitlora-init-adapter"))
     lora = await Lora.create(m, cfg, init=init)
     ds = Dataset(records, m.tokenizer, cfg.cutoff_len, cfg.train_on_inputs)
     step = next(iter(ds.steps_for(cfg)))
-    acts = m.activations(cfg.micro_batch_size, ds.max_len(), lora, cfg.grad_accum)
+    return m, lora, step, m.activations(cfg.micro_batch_size, ds.max_len(), lora, cfg.grad_accum)
+
+
+async def case_step1_grads(dev, model_files, adapter_files, records, config):
+    """The mean-loss gradient of optimizer step 1 (raw GPU sums / target tokens)."""
+    m, lora, step, acts = await _first_step(dev, model_files, adapter_files, records, config)
     for j, mb in enumerate(step.micro_batches):
         m.forward(mb.rows(), acts, lora, targets=mb.targets, micro=j, step=0)
         m.backward(acts, lora)
@@ -58,26 +64,16 @@ async def case_first_micro_writes(dev, model_files, adapter_files, records, conf
     """One step's LoRA gradients two ways, with the `kind` kernels: every micro-batch
     adding into zeroed gradients, and micro-batch 0 writing them over stale values
     (what the Trainer does, its AdamW leaving them unzeroed). Returns both."""
-    m = await _model(dev, model_files)
-    from bitlora.formats import peft as adapter_io
-    cfg = TrainConfig.from_dict(config)
-    _, init = adapter_io.load_adapter(_write_adapter(adapter_files, "/tmp/bitlora-init-adapter"))
-    lora = await Lora.create(m, cfg, init=init)
-    ds = Dataset(records, m.tokenizer, cfg.cutoff_len, cfg.train_on_inputs)
-    step = next(iter(ds.steps_for(cfg)))
-    acts = m.activations(cfg.micro_batch_size, ds.max_len(), lora, cfg.grad_accum)
-    kind0, dev.kind = dev.kind, kind
-    await m.prepare(training=True)
+    m, lora, step, acts = await _first_step(dev, model_files, adapter_files, records, config)
     out = {}
-    try:
+    with dev.kind_as(kind):
+        await m.prepare(training=True)
         for name, first_writes in (("added", False), ("written", True)):
             dev.write(lora.arena.grads, array.array("f", [0.0 if not first_writes else 7.5] * lora.arena.n))
             for j, mb in enumerate(step.micro_batches):
                 m.forward(mb.rows(), acts, lora, targets=mb.targets, micro=j, step=0)
                 m.backward(acts, lora, accumulate=j > 0 or not first_writes)
             out[name] = {k: list(v) for k, v in (await lora.arena.read(lora.arena.grads)).items()}
-    finally:
-        dev.kind = kind0
     out["micro_batches"] = len(step.micro_batches)
     return out
 
