@@ -2,7 +2,8 @@
 forced split-K slice counts, against numpy for correctness. Native only (numpy).
 
     python -m bitlora.bench.matmul [--shapes 256x2560x2560,256x2560x6912,256x6912x2560]
-        [--kernels fwd,fwd_i8,bwd] [--variants FILE.wgsl --fwd-variants E:ROWS:COLS:UNIT,...]
+        [--kernels fwd,fwd_i8,bwd] [--variants FILE.wgsl --fwd-variants E:ROWS:COLS:UNIT,...
+        --bwd-variants E:ROWS:COLS:UNIT,...]
         [--peak GROUPS] [--reps 20]
 
 A shape is NxIxO (rows x inputs x outputs). Kernels: fwd (bitlinear_forward, f32 sums
@@ -10,9 +11,10 @@ of the int8 activations), fwd_i8 (bitlinear_forward_i8: packed int8 activations 
 dot4I8Packed, where the device has it), bwd (bitlinear_backward_input). Variants are
 entry points of a WGSL file (the prelude appended) with bitlinear_forward_i8's bindings
 (names ending in "i8" read packed activations) and tiles of ROWS x COLS, staging UNIT
-words. Prints ms per call (min over repeated batches of `reps` dispatches in one
-submit) and effective TMAC/s; --peak first times in-register f32 fma and dot4I8Packed
-(the rates that "% of peak" refers to).
+words, or with bitlinear_backward_input's (tiles of ROWS x COLS input columns, UNIT
+outputs per step: bench/bwd_variants.wgsl). Prints ms per call (min over repeated
+batches of `reps` dispatches in one submit) and effective TMAC/s; --peak first times
+in-register f32 fma and dot4I8Packed (the rates that "% of peak" refers to).
 """
 from __future__ import annotations
 
@@ -134,6 +136,10 @@ async def main(args):
             entry, rows, cols, unit = v.split(":")
             kernels.append(("fwd", entry, await dev.compile(variants, entry, label=entry), int(rows), int(cols),
                             int(unit), entry.endswith("i8") or "_i8_" in entry))
+        for v in filter(None, args.bwd_variants.split(",")):
+            entry, rows, cols, unit = v.split(":")
+            kernels.append(("bwd", entry, await dev.compile(variants, entry, label=entry), int(rows), int(cols),
+                            int(unit), False))
         for kind, entry, k, tile_r, tile_c, unit, packed in kernels:
             K = words if kind == "fwd" else O
             cols = O if kind == "fwd" else I
@@ -184,6 +190,7 @@ if __name__ == "__main__":
     ap.add_argument("--variants", default=None)
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--fwd-variants", default="", help="ENTRY:ROWS:COLS:UNIT,... of forward kernels in --variants")
+    ap.add_argument("--bwd-variants", default="", help="ENTRY:ROWS:COLS:UNIT,... of input-gradient kernels in --variants")
     ap.add_argument("--peak", type=int, default=0, metavar="GROUPS",
                     help="first time in-register f32 fma and dot4I8Packed over GROUPS workgroups (8192 on an H200)")
     ap.add_argument("--splits", type=lambda v: [None if x == "auto" else int(x) for x in v.split(",")],
