@@ -288,3 +288,44 @@ fn fwd_i8_kc16(@builtin(local_invocation_id) l: vec3<u32>, @builtin(workgroup_id
     v_store(n0 + ty, o0 + tx, a0, wid.z); v_store(n0 + ty + 16u, o0 + tx, a1, wid.z);
     v_store(n0 + ty + 32u, o0 + tx, a2, wid.z); v_store(n0 + ty + 48u, o0 + tx, a3, wid.z);
 }
+
+// ---------------------------------------------------------------- prefetching
+// fwd_i8_pf      bitlinear_forward_i8's tile with the next chunk's activations and weight
+//                words loaded into registers while the current chunk is multiplied (as
+//                bitlinear_backward_input does since it paid 20-28 % there). H200, best
+//                split, 2B-4T widths at 256 and 1024 rows: within -3 % .. +1 % of the kept
+//                kernel (the int8 kernel's chunks are short: 8 words); not kept.
+var<workgroup> pf_x: array<array<vec4<u32>, 64>, 8>;
+var<workgroup> pf_t: array<array<vec4<u32>, 64>, 8>;
+
+@compute @workgroup_size(16, 16)
+fn fwd_i8_pf(@builtin(local_invocation_id) l: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
+    let tx = l.x; let ty = l.y; let lid = ty * 16u + tx;
+    let G = (vp.i + 15u) / 16u;
+    let n0 = wid.y * 64u; let o0 = wid.x * 64u;
+    let wbeg = wid.z * vp.kw;
+    let wend = min(G, (wid.z + 1u) * vp.kw);
+    // staging slots e = lid and lid + 256: row / output e / 8, word e % 8
+    let r0 = lid / 8u; let r1 = r0 + 32u; let k = lid % 8u;
+    var x0 = v_xload(n0 + r0, wbeg + k, wend, G); var x1 = v_xload(n0 + r1, wbeg + k, wend, G);
+    var w0 = v_wload(o0 + r0, wbeg + k, wend, G); var w1 = v_wload(o0 + r1, wbeg + k, wend, G);
+    var a0 = vec4<i32>(0); var a1 = vec4<i32>(0); var a2 = vec4<i32>(0); var a3 = vec4<i32>(0);
+    for (var c = wbeg; c < wend; c += 8u) {
+        pf_x[k][r0] = x0; pf_x[k][r1] = x1;
+        pf_t[k][r0] = v_tern(w0); pf_t[k][r1] = v_tern(w1);
+        workgroupBarrier();
+        let c1 = c + 8u;
+        x0 = v_xload(n0 + r0, c1 + k, wend, G); x1 = v_xload(n0 + r1, c1 + k, wend, G);
+        w0 = v_wload(o0 + r0, c1 + k, wend, G); w1 = v_wload(o0 + r1, c1 + k, wend, G);
+        for (var kk = 0u; kk < 8u; kk++) {
+            let t0 = pf_t[kk][tx]; let t1 = pf_t[kk][tx + 16u]; let t2 = pf_t[kk][tx + 32u]; let t3 = pf_t[kk][tx + 48u];
+            a0 += v_dots(pf_x[kk][ty], t0, t1, t2, t3);
+            a1 += v_dots(pf_x[kk][ty + 16u], t0, t1, t2, t3);
+            a2 += v_dots(pf_x[kk][ty + 32u], t0, t1, t2, t3);
+            a3 += v_dots(pf_x[kk][ty + 48u], t0, t1, t2, t3);
+        }
+        workgroupBarrier();
+    }
+    v_store(n0 + ty, o0 + tx, a0, wid.z); v_store(n0 + ty + 16u, o0 + tx, a1, wid.z);
+    v_store(n0 + ty + 32u, o0 + tx, a2, wid.z); v_store(n0 + ty + 32u + 16u, o0 + tx, a3, wid.z);
+}

@@ -17,7 +17,10 @@
 //   padded to 9 vec4s: unpadded, the W rows that neighbouring threads read lie 128
 //   bytes apart, all in one bank, and the head ran at 3.4 TMAC/s on an H200 (5.7
 //   padded, the same bits; 64 x 128 tiles ran 2.9, a transposed W tile as the input
-//   gradient's 5.7).
+//   gradient's 5.7). The next chunk's x and W values are loaded into registers while the
+//   current chunk is multiplied (as bitlinear_backward_input; the same bits): 5.9 -> 7.6
+//   TMAC/s (57.4 -> 44.3 ms at 1024 x 2560 x 128256, bf16 W), and the input gradient's
+//   likewise 7.6 -> 9.5 (44.0 -> 35.4 ms).
 //
 // linear_forward_rows   the same for a few rows (decoding); bindings as linear_forward.
 //   dispatch: groups (ceil(Oc/64), ceil(N/8)); a workgroup (64) owns 64 outputs x 8 rows,
@@ -92,6 +95,24 @@ const KT: u32 = 32u;                                   // columns per staged chu
 var<workgroup> t_x: array<array<vec4<f32>, 9>, 64>;    // [row][column quad] (+1 pad, see the header)
 var<workgroup> t_w: array<array<vec4<f32>, 9>, 64>;    // [output][column quad] (+1 pad)
 
+fn lf_x(e: u32, c0: u32, n0: u32) -> f32 {   // staging element e of x's chunk at column c0
+    let r = e / KT;
+    let c = c0 + e % KT;
+    if (c < p.i && n0 + r < p.n) { return x[(p.x_row0 + (n0 + r) * p.x_step) * p.i + c]; }
+    return 0.0;
+}
+fn lf_w(e: u32, c0: u32, o0: u32) -> f32 {
+    let r = e / KT;
+    let c = c0 + e % KT;
+    if (c < p.i && o0 + r < p.oc) { return w_at((o0 + r) * p.i + c); }
+    return 0.0;
+}
+fn lf_put(e: u32, xv: f32, wv: f32) {
+    let r = e / KT;
+    t_x[r][(e % KT) / 4u][e % 4u] = xv;
+    t_w[r][(e % KT) / 4u][e % 4u] = wv;
+}
+
 @compute @workgroup_size(16, 16)
 fn linear_forward(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
     let tx = lid3.x;
@@ -103,34 +124,33 @@ fn linear_forward(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgr
     var acc1 = vec4<f32>(0.0);                         // (named: see bitlinear.wgsl)
     var acc2 = vec4<f32>(0.0);
     var acc3 = vec4<f32>(0.0);
+    // the next chunk's 8 x and 8 W values of this thread (elements lid + 256m), in registers
+    var x0 = lf_x(lid, 0u, n0); var x1 = lf_x(lid + 256u, 0u, n0); var x2 = lf_x(lid + 512u, 0u, n0); var x3 = lf_x(lid + 768u, 0u, n0);
+    var x4 = lf_x(lid + 1024u, 0u, n0); var x5 = lf_x(lid + 1280u, 0u, n0); var x6 = lf_x(lid + 1536u, 0u, n0); var x7 = lf_x(lid + 1792u, 0u, n0);
+    var w0 = lf_w(lid, 0u, o0); var w1 = lf_w(lid + 256u, 0u, o0); var w2 = lf_w(lid + 512u, 0u, o0); var w3 = lf_w(lid + 768u, 0u, o0);
+    var w4 = lf_w(lid + 1024u, 0u, o0); var w5 = lf_w(lid + 1280u, 0u, o0); var w6 = lf_w(lid + 1536u, 0u, o0); var w7 = lf_w(lid + 1792u, 0u, o0);
     for (var c0 = 0u; c0 < p.i; c0 += KT) {
-        for (var m = 0u; m < 8u; m++) {                // stage 64 rows of x and of W, 32 columns each
-            let e = lid + 256u * m;
-            let r = e / KT;
-            let c = c0 + e % KT;
-            var xv = 0.0;
-            var wv = 0.0;
-            if (c < p.i) {
-                if (n0 + r < p.n) { xv = x[(p.x_row0 + (n0 + r) * p.x_step) * p.i + c]; }
-                if (o0 + r < p.oc) { wv = w_at((o0 + r) * p.i + c); }
-            }
-            t_x[r][(e % KT) / 4u][e % 4u] = xv;
-            t_w[r][(e % KT) / 4u][e % 4u] = wv;
-        }
+        lf_put(lid, x0, w0); lf_put(lid + 256u, x1, w1); lf_put(lid + 512u, x2, w2); lf_put(lid + 768u, x3, w3);
+        lf_put(lid + 1024u, x4, w4); lf_put(lid + 1280u, x5, w5); lf_put(lid + 1536u, x6, w6); lf_put(lid + 1792u, x7, w7);
         workgroupBarrier();
+        let c1 = c0 + KT;
+        x0 = lf_x(lid, c1, n0); x1 = lf_x(lid + 256u, c1, n0); x2 = lf_x(lid + 512u, c1, n0); x3 = lf_x(lid + 768u, c1, n0);
+        x4 = lf_x(lid + 1024u, c1, n0); x5 = lf_x(lid + 1280u, c1, n0); x6 = lf_x(lid + 1536u, c1, n0); x7 = lf_x(lid + 1792u, c1, n0);
+        w0 = lf_w(lid, c1, o0); w1 = lf_w(lid + 256u, c1, o0); w2 = lf_w(lid + 512u, c1, o0); w3 = lf_w(lid + 768u, c1, o0);
+        w4 = lf_w(lid + 1024u, c1, o0); w5 = lf_w(lid + 1280u, c1, o0); w6 = lf_w(lid + 1536u, c1, o0); w7 = lf_w(lid + 1792u, c1, o0);
         for (var q = 0u; q < KT / 4u; q++) {
-            let w0 = t_w[tx][q];
-            let w1 = t_w[tx + 16u][q];
-            let w2 = t_w[tx + 32u][q];
-            let w3 = t_w[tx + 48u][q];
-            let x0 = t_x[ty][q];
-            let x1 = t_x[ty + 16u][q];
-            let x2 = t_x[ty + 32u][q];
-            let x3 = t_x[ty + 48u][q];
-            acc0 += vec4<f32>(dot(x0, w0), dot(x0, w1), dot(x0, w2), dot(x0, w3));
-            acc1 += vec4<f32>(dot(x1, w0), dot(x1, w1), dot(x1, w2), dot(x1, w3));
-            acc2 += vec4<f32>(dot(x2, w0), dot(x2, w1), dot(x2, w2), dot(x2, w3));
-            acc3 += vec4<f32>(dot(x3, w0), dot(x3, w1), dot(x3, w2), dot(x3, w3));
+            let v0 = t_w[tx][q];
+            let v1 = t_w[tx + 16u][q];
+            let v2 = t_w[tx + 32u][q];
+            let v3 = t_w[tx + 48u][q];
+            let u0 = t_x[ty][q];
+            let u1 = t_x[ty + 16u][q];
+            let u2 = t_x[ty + 32u][q];
+            let u3 = t_x[ty + 48u][q];
+            acc0 += vec4<f32>(dot(u0, v0), dot(u0, v1), dot(u0, v2), dot(u0, v3));
+            acc1 += vec4<f32>(dot(u1, v0), dot(u1, v1), dot(u1, v2), dot(u1, v3));
+            acc2 += vec4<f32>(dot(u2, v0), dot(u2, v1), dot(u2, v2), dot(u2, v3));
+            acc3 += vec4<f32>(dot(u3, v0), dot(u3, v1), dot(u3, v2), dot(u3, v3));
         }
         workgroupBarrier();
     }
@@ -156,8 +176,27 @@ struct LinearBackwardParams { n: u32, i: u32, o: u32, scale: f32, accumulate: u3
 var<workgroup> ln_dy_sh: array<array<vec4<f32>, 4>, 64>;  // [row][o quad], 16 o
 var<workgroup> ln_w_sh: array<array<vec4<f32>, 16>, 16>;   // [o][column quad], 64 columns
 
+fn lb_dy(e: u32, o0: u32, oend: u32, n0: u32) -> f32 {   // dy tile: 64 rows x 16 o, coalesced along o
+    let rr = e / 16u;
+    let oo = e % 16u;
+    if (n0 + rr < ln_p.n && o0 + oo < oend) { return ln_dy[(n0 + rr) * ln_p.ld_dy + o0 + oo]; }
+    return 0.0;
+}
+fn lb_w(e: u32, o0: u32, oend: u32, i0: u32) -> f32 {    // w tile: 16 o x 64 cols, coalesced along cols
+    let wo = e / 64u;
+    let wc = e % 64u;
+    if (o0 + wo < oend && i0 + wc < ln_p.i) { return w_at((o0 + wo) * ln_p.i + i0 + wc); }
+    return 0.0;
+}
+fn lb_put(e: u32, dv: f32, wv: f32) {
+    ln_dy_sh[e / 16u][(e % 16u) / 4u][e % 4u] = dv;
+    ln_w_sh[e / 64u][(e % 64u) / 4u][e % 4u] = wv;
+}
+
 // A 64x64 tile of dx per workgroup; thread (tx, ty) owns rows ty + 16a (a < 4) and the
 // four columns 4tx .. 4tx+3, as four vec4 sums in named variables (see bitlinear.wgsl).
+// The next 16 o's dy and W values are loaded into registers while the current ones are
+// multiplied (as bitlinear_backward_input; the same order of sums).
 @compute @workgroup_size(16, 16)
 fn linear_backward_input(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
     let tx = lid3.x;
@@ -165,42 +204,37 @@ fn linear_backward_input(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin
     let lid = ty * 16u + tx;
     let n0 = wid.y * 64u;
     let i0 = wid.x * 64u;
-    let N = ln_p.n;
-    let I = ln_p.i;
-    let O = ln_p.o;
-    let oend = min(O, (wid.z + 1u) * ln_p.ko);            // this z's slice of the outputs
+    let obeg = wid.z * ln_p.ko;
+    let oend = min(ln_p.o, (wid.z + 1u) * ln_p.ko);            // this z's slice of the outputs
     var a0 = vec4<f32>(0.0);
     var a1 = vec4<f32>(0.0);
     var a2 = vec4<f32>(0.0);
     var a3 = vec4<f32>(0.0);
-    for (var o0 = wid.z * ln_p.ko; o0 < oend; o0 += 16u) {
-        for (var m = 0u; m < 4u; m++) {
-            let e = lid + 256u * m;
-            let rr = e / 16u;         // dy tile: 64 rows x 16 o, coalesced along o
-            let oo = e % 16u;
-            var dv = 0.0;
-            if (n0 + rr < N && o0 + oo < oend) { dv = ln_dy[(n0 + rr) * ln_p.ld_dy + o0 + oo]; }
-            ln_dy_sh[rr][oo / 4u][oo % 4u] = dv;
-            let wo = e / 64u;         // w tile: 16 o x 64 cols, coalesced along cols
-            let wc = e % 64u;
-            var wv = 0.0;
-            if (o0 + wo < oend && i0 + wc < I) { wv = w_at((o0 + wo) * I + i0 + wc); }
-            ln_w_sh[wo][wc / 4u][wc % 4u] = wv;
-        }
+    var d0 = lb_dy(lid, obeg, oend, n0); var d1 = lb_dy(lid + 256u, obeg, oend, n0);
+    var d2 = lb_dy(lid + 512u, obeg, oend, n0); var d3 = lb_dy(lid + 768u, obeg, oend, n0);
+    var w0 = lb_w(lid, obeg, oend, i0); var w1 = lb_w(lid + 256u, obeg, oend, i0);
+    var w2 = lb_w(lid + 512u, obeg, oend, i0); var w3 = lb_w(lid + 768u, obeg, oend, i0);
+    for (var o0 = obeg; o0 < oend; o0 += 16u) {
+        lb_put(lid, d0, w0); lb_put(lid + 256u, d1, w1); lb_put(lid + 512u, d2, w2); lb_put(lid + 768u, d3, w3);
         workgroupBarrier();
+        let o1 = o0 + 16u;
+        d0 = lb_dy(lid, o1, oend, n0); d1 = lb_dy(lid + 256u, o1, oend, n0);
+        d2 = lb_dy(lid + 512u, o1, oend, n0); d3 = lb_dy(lid + 768u, o1, oend, n0);
+        w0 = lb_w(lid, o1, oend, i0); w1 = lb_w(lid + 256u, o1, oend, i0);
+        w2 = lb_w(lid + 512u, o1, oend, i0); w3 = lb_w(lid + 768u, o1, oend, i0);
         for (var oq = 0u; oq < 4u; oq++) {
-            let d0 = ln_dy_sh[ty][oq];
-            let d1 = ln_dy_sh[ty + 16u][oq];
-            let d2 = ln_dy_sh[ty + 32u][oq];
-            let d3 = ln_dy_sh[ty + 48u][oq];
+            let e0 = ln_dy_sh[ty][oq];
+            let e1 = ln_dy_sh[ty + 16u][oq];
+            let e2 = ln_dy_sh[ty + 32u][oq];
+            let e3 = ln_dy_sh[ty + 48u][oq];
             var wr = ln_w_sh[oq * 4u][tx];
-            a0 += d0.x * wr; a1 += d1.x * wr; a2 += d2.x * wr; a3 += d3.x * wr;
+            a0 += e0.x * wr; a1 += e1.x * wr; a2 += e2.x * wr; a3 += e3.x * wr;
             wr = ln_w_sh[oq * 4u + 1u][tx];
-            a0 += d0.y * wr; a1 += d1.y * wr; a2 += d2.y * wr; a3 += d3.y * wr;
+            a0 += e0.y * wr; a1 += e1.y * wr; a2 += e2.y * wr; a3 += e3.y * wr;
             wr = ln_w_sh[oq * 4u + 2u][tx];
-            a0 += d0.z * wr; a1 += d1.z * wr; a2 += d2.z * wr; a3 += d3.z * wr;
+            a0 += e0.z * wr; a1 += e1.z * wr; a2 += e2.z * wr; a3 += e3.z * wr;
             wr = ln_w_sh[oq * 4u + 3u][tx];
-            a0 += d0.w * wr; a1 += d1.w * wr; a2 += d2.w * wr; a3 += d3.w * wr;
+            a0 += e0.w * wr; a1 += e1.w * wr; a2 += e2.w * wr; a3 += e3.w * wr;
         }
         workgroupBarrier();
     }
