@@ -115,3 +115,85 @@ fn i8_store(n: u32, o: u32, acc: vec4<i32>, z: u32) {   // outputs o + 16b of ro
         }
     }
 }
+
+// ---------------------------------------------------------------- bitlinear_forward_i8_few
+// bitlinear_forward_i8 for a few rows (N <= FEW_N: a prompt's forward), the same bindings
+// and bits (part unused: no split), shaped for N this small. The 64 x 64 tiles above
+// compute 64 rows whatever N is and need split-K and its reduce pass to fill a big GPU;
+// here a workgroup owns FEW_N rows x 16 outputs and splits the words among its own
+// threads: thread (lane, og, rg) = lid (lane + 16 og + 64 rg) sums words lane + 16 j of
+// rows 8 rg .. 8 rg + 7 against outputs 4 og .. 4 og + 3, each weight word read from
+// memory once and decoded once for 8 rows, then the 16 lanes' integer sums meet in
+// workgroup memory, a row at a time (integers: exact in any order).
+//   dispatch: ceil(O / 16) workgroups split over x, y.
+const FEW_N: u32 = 32u;
+var<workgroup> few_red: array<vec4<i32>, 256>;
+
+fn few_w(o: u32, k: u32, G: u32) -> vec4<u32> {   // word k of output o as int8 lanes (0 past O)
+    var w = 0x55555555u;
+    if (o < ip.o) { w = i8_w[o * G + k]; }
+    return i8_ternary(w);
+}
+
+fn few_x(n: u32, k: u32, G: u32) -> vec4<u32> {   // word k of row n's activations (0 past N)
+    var x = vec4<u32>(0u);
+    if (n < ip.n) { x = i8_x[n * G + k]; }
+    return x;
+}
+
+fn few_row(lid: u32, acc: vec4<i32>, n: u32, o: u32) {   // row n, outputs o..o+3: the lanes' sums
+    workgroupBarrier();
+    few_red[lid] = acc;
+    workgroupBarrier();
+    if (lid % 16u == 0u && n < ip.n) {
+        var sum = vec4<i32>(0);
+        for (var l = 0u; l < 16u; l++) { sum += few_red[lid + l]; }
+        for (var b = 0u; b < 4u; b++) {
+            if (o + b < ip.o) {
+                let idx = n * ip.o + o + b;
+                let v = f32(sum[b]) * ip.scale / i8_s[n];
+                if (ip.accumulate != 0u) { i8_y[idx] = i8_y[idx] + v; } else { i8_y[idx] = v; }
+            }
+        }
+    }
+}
+
+@compute @workgroup_size(256)
+fn bitlinear_forward_i8_few(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>,
+                            @builtin(num_workgroups) nw: vec3<u32>) {
+    let lid = lid3.x;
+    let lane = lid % 16u;
+    let o = (wid.x + wid.y * nw.x) * 16u + 4u * ((lid / 16u) % 4u);
+    let n = 8u * (lid / 64u);
+    let G = (ip.i + 15u) / 16u;
+    var a0 = vec4<i32>(0);
+    var a1 = vec4<i32>(0);
+    var a2 = vec4<i32>(0);
+    var a3 = vec4<i32>(0);
+    var a4 = vec4<i32>(0);
+    var a5 = vec4<i32>(0);
+    var a6 = vec4<i32>(0);
+    var a7 = vec4<i32>(0);
+    for (var k = lane; k < G; k += 16u) {
+        let t0 = few_w(o, k, G);
+        let t1 = few_w(o + 1u, k, G);
+        let t2 = few_w(o + 2u, k, G);
+        let t3 = few_w(o + 3u, k, G);
+        a0 += i8_dots(few_x(n, k, G), t0, t1, t2, t3);
+        a1 += i8_dots(few_x(n + 1u, k, G), t0, t1, t2, t3);
+        a2 += i8_dots(few_x(n + 2u, k, G), t0, t1, t2, t3);
+        a3 += i8_dots(few_x(n + 3u, k, G), t0, t1, t2, t3);
+        a4 += i8_dots(few_x(n + 4u, k, G), t0, t1, t2, t3);
+        a5 += i8_dots(few_x(n + 5u, k, G), t0, t1, t2, t3);
+        a6 += i8_dots(few_x(n + 6u, k, G), t0, t1, t2, t3);
+        a7 += i8_dots(few_x(n + 7u, k, G), t0, t1, t2, t3);
+    }
+    few_row(lid, a0, n, o);
+    few_row(lid, a1, n + 1u, o);
+    few_row(lid, a2, n + 2u, o);
+    few_row(lid, a3, n + 3u, o);
+    few_row(lid, a4, n + 4u, o);
+    few_row(lid, a5, n + 5u, o);
+    few_row(lid, a6, n + 6u, o);
+    few_row(lid, a7, n + 7u, o);
+}

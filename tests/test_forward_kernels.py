@@ -42,7 +42,7 @@ def check_bitlinear_forward(r, xq, s, t, y0, scale, acc):
                                         (130, 385, 129, True), (64, 64, 64, False), (20, 200, 30, True),
                                         (9, 17, 129, False), (300, 130, 260, True), (70, 150, 65, False),
                                         (65, 36, 70, False), (13, 388, 33, True), (9, 4, 1, False),
-                                        (41, 132, 97, True)])
+                                        (41, 132, 97, True), (32, 160, 50, True)])
 def test_bitlinear_forward(run_case, N, I, O, acc, kind, int8):
     """kind "gpu" with int8: the op runs bitlinear_forward_i8 where the device has it (N > 8),
     int8 False: the f32 kernel, as on a device without dot4I8Packed."""
@@ -56,7 +56,8 @@ def test_bitlinear_forward(run_case, N, I, O, acc, kind, int8):
     has_i8 = "bitlinear_forward_i8" in r
     assert r["int8"] == (kind == "gpu" and int8 and has_i8 and N > bitlinear.ROWS_KERNEL_MAX_N), r["int8"]
     cpu_runs = (I % 4 == 0) + 2 + len(bitlinear.CPU_TILES) if kind == "cpu" else 0
-    assert len(r) == (6 + has_i8 if kind == "gpu" else 5 + cpu_runs), sorted(r)
+    few = has_i8 and N <= bitlinear.FEW_N
+    assert len(r) == (6 + has_i8 + few if kind == "gpu" else 5 + cpu_runs), sorted(r)
     check_bitlinear_forward(r, xq, s, t, y0, scale, acc)
 
 
