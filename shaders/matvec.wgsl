@@ -98,68 +98,25 @@ fn nq_word(e: u32, r: f32, s: f32) -> vec2<i32> {   // packed xq word e and the 
     return vec2<i32>(bitcast<i32>(pack4xI8(vec4<i32>(q0, q1, q2, q3))), q0 + q1 + q2 + q3);
 }
 
-fn sum_sq(acc: f32, v: vec4<f32>) -> f32 {   // acc += v * v, component after component
-    return acc + v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
-}
-
-fn nq_in4(c: u32) -> vec4<f32> {   // row columns c, c + 256, c + 512, c + 768 (0 past C)
-    let last = nq_p.c - 1u;
-    let cs = vec4<u32>(c, c + MV_WG, c + 2u * MV_WG, c + 3u * MV_WG);
-    let v = vec4<f32>(nq_in(min(cs.x, last)), nq_in(min(cs.y, last)), nq_in(min(cs.z, last)), nq_in(min(cs.w, last)));
-    return select(vec4<f32>(0.0), v, cs < vec4<u32>(nq_p.c));
-}
-
-fn nq_y4(c: u32, r: f32) -> vec4<f32> {   // y at those columns (past C: 0), written where < C
-    let last = nq_p.c - 1u;
-    let w = vec4<f32>(nq_w[min(c, last)], nq_w[min(c + MV_WG, last)], nq_w[min(c + 2u * MV_WG, last)],
-                      nq_w[min(c + 3u * MV_WG, last)]);
-    let y = w * (nq_in4(c) * r);
-    for (var j = 0u; j < 4u; j++) {
-        if (c + j * MV_WG < nq_p.c) { nq_y[c + j * MV_WG] = y[j]; }
-    }
-    return y;
-}
-
-fn nq_put(e: u32, wq: vec2<i32>) -> i32 {   // packed word e (if it is one of the row's); its sum
-    if (e >= 4u * ((nq_p.c + 15u) / 16u)) { return 0; }
-    nq_xq[e] = bitcast<u32>(wq.x);
-    return wq.y;
-}
-
-// Three passes over the row, each in turns of 16 columns a thread whose loads are issued
-// together (a turn's reads are one memory latency, not sixteen); thread lid sums columns
-// lid + 256 i in order, as rmsnorm_forward does (zeros past C add nothing).
 @compute @workgroup_size(MV_WG)
 fn rmsnorm_quant(@builtin(local_invocation_id) lid3: vec3<u32>) {
     let lid = lid3.x;
     let C = nq_p.c;
-    let step = 16u * MV_WG;
     var acc = 0.0;
-    for (var c = lid; c < C; c += step) {
-        let a = nq_in4(c);
-        let b = nq_in4(c + 4u * MV_WG);
-        let d = nq_in4(c + 8u * MV_WG);
-        let f = nq_in4(c + 12u * MV_WG);
-        acc = sum_sq(sum_sq(sum_sq(sum_sq(acc, a), b), d), f);
-    }
+    for (var c = lid; c < C; c += MV_WG) { let v = nq_in(c); acc += v * v; }
     let r = inverseSqrt(wg_sum(lid, acc, MV_WG) / f32(C) + nq_p.eps);
-    var m4 = vec4<f32>(0.0);
-    for (var c = lid; c < C; c += step) {
-        let a = nq_y4(c, r);
-        let b = nq_y4(c + 4u * MV_WG, r);
-        let d = nq_y4(c + 8u * MV_WG, r);
-        let f = nq_y4(c + 12u * MV_WG, r);
-        m4 = max(max(m4, max(abs(a), abs(b))), max(abs(d), abs(f)));
+    var m = 0.0;
+    for (var c = lid; c < C; c += MV_WG) {
+        let v = nq_w[c] * (nq_in(c) * r);
+        nq_y[c] = v;
+        m = max(m, abs(v));
     }
-    let s = 127.0 / max(wg_max(lid, max(max(m4.x, m4.y), max(m4.z, m4.w)), MV_WG), 1e-5);
+    let s = 127.0 / max(wg_max(lid, m, MV_WG), 1e-5);
     var qsum = 0;
-    let E = 4u * ((C + 15u) / 16u);
-    for (var e = lid; e < E; e += 4u * MV_WG) {   // four packed words a thread per turn
-        let w0 = nq_word(min(e, E - 1u), r, s);
-        let w1 = nq_word(min(e + MV_WG, E - 1u), r, s);
-        let w2 = nq_word(min(e + 2u * MV_WG, E - 1u), r, s);
-        let w3 = nq_word(min(e + 3u * MV_WG, E - 1u), r, s);
-        qsum += nq_put(e, w0) + nq_put(e + MV_WG, w1) + nq_put(e + 2u * MV_WG, w2) + nq_put(e + 3u * MV_WG, w3);
+    for (var e = lid; e < 4u * ((C + 15u) / 16u); e += MV_WG) {
+        let wq = nq_word(e, r, s);
+        nq_xq[e] = bitcast<u32>(wq.x);
+        qsum += wq.y;
     }
     let total = wg_sum(lid, f32(qsum), MV_WG);   // integers below 2^24: exact in any order
     if (lid == 0u) {
@@ -288,18 +245,6 @@ fn mv_store(part: u32, o: u32, sum: i32) {
     mv_put(part, o, mv_lora(part, o, mv_value(part, o, sum, mv_qs[0], mv_qs[1])));
 }
 
-fn mv_slot(at: vec3<u32>, k: u32) -> vec4<u32> {   // weight vec4 k of the row at (0 past it)
-    var w = vec4<u32>(0u);
-    if (at.x < 3u && k < mv_p.w4) { w = mv_w[at.z + k]; }
-    return w;
-}
-
-fn mv_dot(w: vec4<u32>, k: u32) -> i32 {   // weight vec4 k against the activations' vec4s 4k..4k+3
-    if (k >= mv_p.w4) { return 0; }
-    return word_dot(w.x, mv_x[4u * k]) + word_dot(w.y, mv_x[4u * k + 1u])
-         + word_dot(w.z, mv_x[4u * k + 2u]) + word_dot(w.w, mv_x[4u * k + 3u]);
-}
-
 @compute @workgroup_size(MV_WG)
 fn ternary_matvec(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>,
                   @builtin(num_workgroups) nw: vec3<u32>) {
@@ -307,12 +252,12 @@ fn ternary_matvec(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgr
     let lane = lid % MV_TPR;
     let at = mv_locate((wid.x + wid.y * nw.x) * (MV_WG / MV_TPR) + lid / MV_TPR);
     var acc = 0;
-    for (var k = lane; k < mv_p.w4; k += 4u * MV_TPR) {   // four loads in flight, then their sums
-        let w0 = mv_slot(at, k);
-        let w1 = mv_slot(at, k + MV_TPR);
-        let w2 = mv_slot(at, k + 2u * MV_TPR);
-        let w3 = mv_slot(at, k + 3u * MV_TPR);
-        acc += mv_dot(w0, k) + mv_dot(w1, k + MV_TPR) + mv_dot(w2, k + 2u * MV_TPR) + mv_dot(w3, k + 3u * MV_TPR);
+    if (at.x < 3u) {
+        for (var k = lane; k < mv_p.w4; k += MV_TPR) {
+            let w = mv_w[at.z + k];
+            acc += word_dot(w.x, mv_x[4u * k]) + word_dot(w.y, mv_x[4u * k + 1u])
+                 + word_dot(w.z, mv_x[4u * k + 2u]) + word_dot(w.w, mv_x[4u * k + 3u]);
+        }
     }
     mv_part[lid] = acc;
     workgroupBarrier();
@@ -335,58 +280,19 @@ fn ternary_matvec_rows(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(n
 }
 
 // ---------------------------------------------------------------------------- norm_matvec
-// Written for latency: a call moves 1-9 MB, so its time is chains of dependent memory
-// reads, not bandwidth. Each thread first issues the loads of all its weight words (up to
-// NM_SLOTS vec4, MV_TPR apart: w4 <= NM_SLOTS * MV_TPR), which stay in flight while the
-// norm runs; the norm reads its row 16 columns per thread at a time in straight-line code
-// (loads issued together, not one per loop turn), thread lid's columns lid + 256 i summed in
-// rmsnorm_quant's order (zeros past C add nothing), so r, s and q keep their bits. The int8
-// go into the packed words by one atomicOr per column (each byte has one writer).
 @group(0) @binding(1) var<storage, read> nm_x: array<f32>;
 @group(0) @binding(2) var<storage, read> nm_w: array<f32>;
 @group(0) @binding(7) var<storage, read> nm_u: array<f32>;
-var<workgroup> nm_xq: array<atomic<u32>, 2048>;   // the row's packed int8 (xq's layout), C <= 8192
-const NM_SLOTS: u32 = 8u;   // weight vec4 per thread held in registers
+var<workgroup> nm_xq: array<vec4<u32>, 512>;   // the row's packed int8, C <= 8192
 
 fn nm_in(c: u32) -> f32 {   // rmsnorm_quant's nq_in through these bindings
     if (NQ_GATE == 0u) { return nm_x[c]; }
     return gating(NQ_GATE, nm_x[c], nm_u[c]);
 }
 
-fn nm_in4(c: u32) -> vec4<f32> {   // row columns c, c + 256, c + 512, c + 768 (0 past C)
-    let last = mv_p.c - 1u;
-    let cs = vec4<u32>(c, c + MV_WG, c + 2u * MV_WG, c + 3u * MV_WG);
-    let v = vec4<f32>(nm_in(min(cs.x, last)), nm_in(min(cs.y, last)), nm_in(min(cs.z, last)), nm_in(min(cs.w, last)));
-    return select(vec4<f32>(0.0), v, cs < vec4<u32>(mv_p.c));
-}
-
-fn nm_w4(c: u32) -> vec4<f32> {   // the norm's weight at the same columns (past C: any)
-    let last = mv_p.c - 1u;
-    return vec4<f32>(nm_w[min(c, last)], nm_w[min(c + MV_WG, last)], nm_w[min(c + 2u * MV_WG, last)],
-                     nm_w[min(c + 3u * MV_WG, last)]);
-}
-
-fn nm_put_q(c: u32, v: vec4<f32>, s: f32) -> i32 {   // columns c + 256 j of the row: quantise, pack
-    let q = vec4<i32>(clamp(round(v * s), vec4<f32>(-128.0), vec4<f32>(127.0)));
-    for (var j = 0u; j < 4u; j++) {
-        let col = c + j * MV_WG;
-        if (col < mv_p.c) {
-            let at = 4u * (col / 16u) + col % 4u;
-            atomicOr(&nm_xq[at], (bitcast<u32>(q[j]) & 0xffu) << (8u * ((col % 16u) / 4u)));
-        }
-    }
-    return q.x + q.y + q.z + q.w;
-}
-
-fn nm_xq4(i: u32) -> vec4<u32> {   // packed vec4 i of the row
-    return vec4<u32>(atomicLoad(&nm_xq[4u * i]), atomicLoad(&nm_xq[4u * i + 1u]),
-                     atomicLoad(&nm_xq[4u * i + 2u]), atomicLoad(&nm_xq[4u * i + 3u]));
-}
-
-fn nm_dot(w: vec4<u32>, k: u32) -> i32 {   // weight vec4 k against the row's int8
-    if (k >= mv_p.w4) { return 0; }
-    return word_dot(w.x, nm_xq4(4u * k)) + word_dot(w.y, nm_xq4(4u * k + 1u))
-         + word_dot(w.z, nm_xq4(4u * k + 2u)) + word_dot(w.w, nm_xq4(4u * k + 3u));
+fn nm_q(col: u32, r: f32, s: f32) -> i32 {   // rmsnorm_quant's nq_q
+    if (col >= mv_p.c) { return 0; }
+    return i32(clamp(round(nm_w[col] * (nm_in(col) * r) * s), -128.0, 127.0));
 }
 
 @compute @workgroup_size(MV_WG)
@@ -394,52 +300,32 @@ fn norm_matvec(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup
                @builtin(num_workgroups) nw: vec3<u32>) {
     let lid = lid3.x;
     let C = mv_p.c;
-    let lane = lid % MV_TPR;
-    let at = mv_locate((wid.x + wid.y * nw.x) * (MV_WG / MV_TPR) + lid / MV_TPR);
-    let w0 = mv_slot(at, lane);                 // the weights, in flight during the norm
-    let w1 = mv_slot(at, lane + MV_TPR);
-    let w2 = mv_slot(at, lane + 2u * MV_TPR);
-    let w3 = mv_slot(at, lane + 3u * MV_TPR);
-    let w4 = mv_slot(at, lane + 4u * MV_TPR);
-    let w5 = mv_slot(at, lane + 5u * MV_TPR);
-    let w6 = mv_slot(at, lane + 6u * MV_TPR);
-    let w7 = mv_slot(at, lane + 7u * MV_TPR);
-    for (var e = lid; e < 4u * ((C + 15u) / 16u); e += MV_WG) { atomicStore(&nm_xq[e], 0u); }
-    // rmsnorm_quant's three passes (the same bits), 16 columns a thread per turn
-    let step = 16u * MV_WG;
+    // rmsnorm_quant's three passes, line for line (the same bits), into workgroup memory
     var acc = 0.0;
-    for (var c = lid; c < C; c += step) {
-        let a = nm_in4(c);
-        let b = nm_in4(c + 4u * MV_WG);
-        let d = nm_in4(c + 8u * MV_WG);
-        let f = nm_in4(c + 12u * MV_WG);
-        acc = sum_sq(sum_sq(sum_sq(sum_sq(acc, a), b), d), f);
-    }
+    for (var c = lid; c < C; c += MV_WG) { let v = nm_in(c); acc += v * v; }
     let r = inverseSqrt(wg_sum(lid, acc, MV_WG) / f32(C) + mv_p.eps);
-    var m4 = vec4<f32>(0.0);
-    for (var c = lid; c < C; c += step) {
-        let a = nm_w4(c) * (nm_in4(c) * r);
-        let b = nm_w4(c + 4u * MV_WG) * (nm_in4(c + 4u * MV_WG) * r);
-        let d = nm_w4(c + 8u * MV_WG) * (nm_in4(c + 8u * MV_WG) * r);
-        let f = nm_w4(c + 12u * MV_WG) * (nm_in4(c + 12u * MV_WG) * r);
-        m4 = max(max(m4, max(abs(a), abs(b))), max(abs(d), abs(f)));
-    }
-    let s = 127.0 / max(wg_max(lid, max(max(m4.x, m4.y), max(m4.z, m4.w)), MV_WG), 1e-5);
+    var m = 0.0;
+    for (var c = lid; c < C; c += MV_WG) { m = max(m, abs(nm_w[c] * (nm_in(c) * r))); }
+    let s = 127.0 / max(wg_max(lid, m, MV_WG), 1e-5);
     var qsum = 0;
-    for (var c = lid; c < C; c += step) {
-        let a = nm_w4(c) * (nm_in4(c) * r);
-        let b = nm_w4(c + 4u * MV_WG) * (nm_in4(c + 4u * MV_WG) * r);
-        let d = nm_w4(c + 8u * MV_WG) * (nm_in4(c + 8u * MV_WG) * r);
-        let f = nm_w4(c + 12u * MV_WG) * (nm_in4(c + 12u * MV_WG) * r);
-        qsum += nm_put_q(c, a, s) + nm_put_q(c + 4u * MV_WG, b, s) + nm_put_q(c + 8u * MV_WG, d, s)
-              + nm_put_q(c + 12u * MV_WG, f, s);
+    for (var e = lid; e < 4u * ((C + 15u) / 16u); e += MV_WG) {
+        let c0 = 16u * (e / 4u) + e % 4u;
+        let q = vec4<i32>(nm_q(c0, r, s), nm_q(c0 + 4u, r, s), nm_q(c0 + 8u, r, s), nm_q(c0 + 12u, r, s));
+        nm_xq[e / 4u][e % 4u] = pack4xI8(q);
+        qsum += q.x + q.y + q.z + q.w;
     }
     let total = wg_sum(lid, f32(qsum), MV_WG);   // its barriers also publish nm_xq
-    // ternary_matvec's rows against the packed row in workgroup memory
-    var dot = nm_dot(w0, lane) + nm_dot(w1, lane + MV_TPR) + nm_dot(w2, lane + 2u * MV_TPR)
-            + nm_dot(w3, lane + 3u * MV_TPR);
-    dot += nm_dot(w4, lane + 4u * MV_TPR) + nm_dot(w5, lane + 5u * MV_TPR) + nm_dot(w6, lane + 6u * MV_TPR)
-         + nm_dot(w7, lane + 7u * MV_TPR);
+    // ternary_matvec's rows, the activations from workgroup memory
+    let lane = lid % MV_TPR;
+    let at = mv_locate((wid.x + wid.y * nw.x) * (MV_WG / MV_TPR) + lid / MV_TPR);
+    var dot = 0;
+    if (at.x < 3u) {
+        for (var k = lane; k < mv_p.w4; k += MV_TPR) {
+            let w = mv_w[at.z + k];
+            dot += word_dot(w.x, nm_xq[4u * k]) + word_dot(w.y, nm_xq[4u * k + 1u])
+                 + word_dot(w.z, nm_xq[4u * k + 2u]) + word_dot(w.w, nm_xq[4u * k + 3u]);
+        }
+    }
     mv_part[lid] = dot;
     workgroupBarrier();
     if (lane == 0u && at.x < 3u) {

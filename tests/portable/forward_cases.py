@@ -60,7 +60,7 @@ async def case_bitlinear_forward(dev, xq, s, packed, scale, y0, N, I, O, accumul
                                  int8=True):
     """y for every entry point of device `kind` ("gpu": {"bitlinear_forward": [...],
     "bitlinear_forward_rows": [...]} and "bitlinear_forward_i8" where the device has
-    dot4I8Packed, with "bitlinear_forward_i8_few" for N <= its FEW_N; "cpu": bitlinear_matmul_cpu on the transposed weights with each adapter's
+    dot4I8Packed; "cpu": bitlinear_matmul_cpu on the transposed weights with each adapter's
     constants, bitlinear_forward_cpu where I % 4 == 0, and the rows kernel; "op_t": the op given
     the transposed weights), under "op" what ops.bitlinear.bitlinear_forward
     picked for this N on that kind (with dev.int8_dot off unless `int8`), and under
@@ -100,11 +100,6 @@ async def case_bitlinear_forward(dev, xq, s, packed, scale, y0, N, I, O, accumul
                      groups=(-(-O // 64), -(-N // 64), 1),
                      params=bitlinear.FORWARD_I8.pack(N, I, O, scale, int(accumulate), words, 0))
         out["bitlinear_forward_i8"] = await _get(dev, y, N * O)
-        y = _buf(dev, "f", y0, "y")
-        dev.dispatch(dev.prepared("bitlinear_i8.wgsl", "bitlinear_forward_i8_few"), [bx8, bs, bw, y],
-                     groups=-(-O // 16), params=bitlinear.FORWARD_I8.pack(N, I, O, scale, int(accumulate), words, 0))
-        if N <= bitlinear.FEW_N:
-            out["bitlinear_forward_i8_few"] = await _get(dev, y, N * O)
     old, dev.kind, int8_old = dev.kind, kind, dev.int8_dot
     dev.int8_dot = int8_old and int8
     try:

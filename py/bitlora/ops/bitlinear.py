@@ -19,7 +19,6 @@ ACTQUANT = Uniform("ActQuantParams", "n:u32 i:u32")
 FORWARD = Uniform("BitlinearParams", "n:u32 i:u32 o:u32 scale:f32 accumulate:u32 kw:u32 split:u32")
 FORWARD_I8 = Uniform("BitlinearI8Params", "n:u32 i:u32 o:u32 scale:f32 accumulate:u32 kw:u32 split:u32")
 I8_KC = 8  # packed words per staged chunk of bitlinear_forward_i8 (its split-K unit)
-FEW_N = 32  # up to this many rows the int8 forward is bitlinear_forward_i8_few (no split-K)
 BACKWARD = Uniform("BitlinearBackwardParams", "n:u32 i:u32 o:u32 scale:f32 accumulate:u32 ko:u32 split:u32")
 
 # Up to this many rows (decoding one token per sequence) the 8-row kernel wastes less
@@ -43,7 +42,7 @@ def kernel_specs(table_dtype: str = "f32", training: bool = False, kind: str | N
 
 def int8_specs() -> list:
     """The int8 forward's kernels (a GPU with Device.int8_dot: ops.kernel_specs adds them)."""
-    return [(SHADER_I8, "bitlinear_forward_i8"), (SHADER_I8, "bitlinear_forward_i8_few"), (SHADER, "actquant_forward_i8")]
+    return [(SHADER_I8, "bitlinear_forward_i8"), (SHADER, "actquant_forward_i8")]
 
 
 def packed_xq(dev, N: int) -> bool:
@@ -192,10 +191,6 @@ def bitlinear_forward(dev, xq, s, w_packed, scale: float, y, N: int, I: int, O: 
     for b, n, what in ((xq, N * xq_floats(I, packed), "xq"), (s, N, "s"), (w_packed, O * words, "w_packed"),
                        (y, N * O, "y")):
         need(b, n, what, "bitlinear_forward")
-    if packed and N <= FEW_N and split is None:   # a prompt: one pass, no reduce
-        dev.dispatch(dev.prepared(SHADER_I8, "bitlinear_forward_i8_few"), [xq, s, w_packed, y],
-                     groups=-(-O // 16), params=FORWARD_I8.pack(N, I, O, scale, int(accumulate), words, 0))
-        return
     if packed:
         slices, kw = forward_plan(N, I, O, split, I8_KC)
         part = splitk.scratch(dev, splitk.floats(slices, N, O))
