@@ -250,6 +250,21 @@ async def _replay_s(dev, prog, idle: float, reps: int = 3) -> float:
     return max(best - idle, 1e-9)
 
 
+def _weight_binding(entry: str) -> int:
+    """Which binding of a matrix-vector kernel holds its weights: the head's the second, the ternary ones' the third."""
+    return 1 if entry.startswith("dense") else 2
+
+
+def _time_key(name: str, bindings, groups) -> tuple:
+    """A dispatch's line in _kernel_times: its kernel, and for the ternary matrix-vector kernels
+    its grid and weights too (a layer's q,k,v, o, gate,up and down: each its own line)."""
+    entry = name.split(":")[1]
+    if "matvec" not in entry or entry.startswith("dense"):
+        return name, 0
+    n = groups if isinstance(groups, int) else groups[0] * (groups[1] if len(groups) > 1 else 1)
+    return f"{name} ({n} workgroups)", bindings[_weight_binding(entry)].size
+
+
 async def _kernel_times(dev, record, min_calls: int = 240) -> list:
     """GPU time per kernel of what `record()` records: every dispatch of one kernel (e.g.
     the 30 layers' q,k,v matrix-vector products: distinct weights, so no cache serves a
@@ -258,7 +273,7 @@ async def _kernel_times(dev, record, min_calls: int = 240) -> list:
     step, bytes of the weights it reads per step (matrix-vector kernels), GB/s]. The
     cache's kv_advance is left out (repeated, it would move the positions)."""
     plain, seen = dev.dispatch, collections.defaultdict(list)
-    dev.dispatch = lambda kernel, bindings, groups, params=None: seen[kernel.name].append(
+    dev.dispatch = lambda kernel, bindings, groups, params=None: seen[_time_key(kernel.name, bindings, groups)].append(
         (kernel, bindings, groups, params))
     try:
         record()
@@ -267,8 +282,8 @@ async def _kernel_times(dev, record, min_calls: int = 240) -> list:
     dev.discard()
     idle = await _idle_s(dev)
     out = []
-    for name, calls in seen.items():
-        entry = name.split(":")[1]
+    for (name, _), calls in seen.items():
+        entry = name.split(":")[1].split(" ")[0]
         if entry == "kv_advance":
             continue
         reps = -(-min_calls // len(calls))
@@ -276,8 +291,8 @@ async def _kernel_times(dev, record, min_calls: int = 240) -> list:
         await _replay_s(dev, prog, idle, 1)   # warm-up
         sec = await _replay_s(dev, prog, idle) / reps
         nbytes = 0
-        if "matvec" in entry:      # the weight binding: the head's is the second, the ternary ones' the third
-            nbytes = sum(c[1][1 if entry.startswith("dense") else 2].size for c in calls)
+        if "matvec" in entry:
+            nbytes = sum(c[1][_weight_binding(entry)].size for c in calls)
         out.append([name, round(sec / len(calls) * 1e3, 4), len(calls), nbytes,
                     round(nbytes / sec / 1e9, 1) if nbytes else None])
     return sorted(out, key=lambda r: -r[1] * r[2])

@@ -21,7 +21,7 @@ def unpack_xq(words):
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("C,Os,acc", [(128, (128, 64, 64), False), (40, (40,), True), (2560 // 10, (384, 384), False),
                                       (17, (3, 5, 7), False), (384, (128,), True), (1, (1,), False),
-                                      (640, (40, 1000), False)])
+                                      (640, (40, 1000), False), (4160, (64, 32), True)])
 def test_norm_quant_matvec_same_bits(run_case, C, Os, acc, kind):
     rng = np.random.default_rng(C + sum(Os))
     x = f32(rng.normal(size=C) * 3)
@@ -52,7 +52,7 @@ def test_norm_quant_matvec_same_bits(run_case, C, Os, acc, kind):
 
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("act", ["relu2", "silu"])
-@pytest.mark.parametrize("C", [384, 40, 17])
+@pytest.mark.parametrize("C", [384, 40, 17, 4160])
 def test_gated_norm_quant_same_bits(run_case, C, act, kind):
     """The MLP's gating before the norm of down_proj's input (fused on a GPU): the bits of
     gating_forward, rmsnorm_forward, actquant_forward and bitlinear_forward."""

@@ -42,7 +42,7 @@ def check_bitlinear_forward(r, xq, s, t, y0, scale, acc):
                                         (130, 385, 129, True), (64, 64, 64, False), (20, 200, 30, True),
                                         (9, 17, 129, False), (300, 130, 260, True), (70, 150, 65, False),
                                         (65, 36, 70, False), (13, 388, 33, True), (9, 4, 1, False),
-                                        (41, 132, 97, True)])
+                                        (41, 132, 97, True), (32, 160, 50, True)])
 def test_bitlinear_forward(run_case, N, I, O, acc, kind, int8):
     """kind "gpu" with int8: the op runs bitlinear_forward_i8 where the device has it (N > 8),
     int8 False: the f32 kernel, as on a device without dot4I8Packed."""
@@ -168,7 +168,7 @@ def test_actquant_forward(run_case, N, I, kind):
 
 
 @pytest.mark.parametrize("kind,int8", [("gpu", True), ("gpu", False), ("cpu", True)])
-@pytest.mark.parametrize("N,C", [(1, 1), (3, 257), (17, 12), (40, 128), (9, 600), (12, 2560)])
+@pytest.mark.parametrize("N,C", [(1, 1), (3, 257), (17, 12), (40, 128), (9, 600), (12, 2560), (2, 4500)])
 def test_rmsnorm_quant_forward(run_case, N, C, kind, int8):
     """RMSNorm + activation quantisation in one dispatch (GPU; packed int8 where the device
     has dot4I8Packed and N > 8) gives the same bits as the two ops, and the references."""
