@@ -42,6 +42,8 @@
 //              one invocation per (r, i), loops over n: ceil(R*I / 256) workgroups
 // lora_grad_x: 1 du[N, R] read | 2 a[R, I] read | 3 dx[N, I] read_write (+=)
 //              one invocation per (n, i): ceil(N*I / 256) workgroups
+// On GPUs, lora_down, lora_up, lora_grad_u and lora_grad_x run as tiles (*_tile, below:
+// loads shared between rows, ranks or columns; the same bits) where widths allow.
 //
 // CPU variants *_rows (Device.kind "cpu"): a CPU runs a workgroup as a loop on one thread,
 // SIMD across invocations, so: no barriers, no workgroup memory, LR invocations per
@@ -214,14 +216,13 @@ fn lora_grad_x(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup
 // The dA, dB sums over N cut into slices of `per` rows (grid z), so that a big GPU gets
 // enough workgroups (one invocation per (r, column) looping over all N rows left
 // ~160 workgroups on 132 SMs at 2B-4T widths). Invocation: one column c and ranks
-// r0 .. r0+TK-1 of one slice (dy or x read once for up to TK ranks, the dropout hash
-// once); raw slice sums go to part[z * count + e] in the gradient's own layout, and
+// r0 .. r0+3 of one slice (dy or x read once for 4 ranks, the dropout hash once);
+// raw slice sums go to part[z * count + e] in the gradient's own layout, and
 // splitk_reduce adds the slices in order, scales (dB: by scale) and writes (= or +=).
 // lora_grad_b_split: 1 dy[N, O] read | 2 u[N, R] read | 3 part[slices, O*R] read_write   (e = o*R + r)
 // lora_grad_a_split: 1 du[N, R] read | 2 x[N, I] read | 3 part[slices, R*I] read_write   (e = r*I + i)
 //                    | 4 stream
-//   dispatch: (ceil(O or I / 256), ceil(R / TK), slices)
-const TK: u32 = 16u;   // ranks per invocation of the split sums, per workgroup of lora_down_tile / lora_grad_u_tile
+//   dispatch: (ceil(O or I / 256), ceil(R / 4), slices)
 
 @group(0) @binding(0) var<uniform> p_gbs: LoraParams;
 @group(0) @binding(1) var<storage, read> gbs_dy: array<f32>;
@@ -233,23 +234,18 @@ fn lora_grad_b_split(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(wor
     let p = p_gbs;
     let o = wid.x * WG + lid3.x;
     if (o >= p.o) { return; }
-    let r0 = wid.y * TK;
-    let kq = (min(TK, p.r - r0) + 3u) / 4u;   // rank quads of this block
+    let r0 = wid.y * 4u;
     let last = p.n * p.r - 1u;       // u reads past rank R-1 are clamped inside the buffer, their sums unused
     let n1 = min(p.n, (wid.z + 1u) * p.per);
-    var acc: array<vec4<f32>, TK / 4u>;
+    var acc = vec4<f32>(0.0);
     for (var n = wid.z * p.per; n < n1; n++) {
-        let d = gbs_dy[n * p.o + o];
-        for (var q = 0u; q < TK / 4u; q++) {
-            if (q < kq) {
-                let b = n * p.r + r0 + 4u * q;
-                acc[q] += d * vec4<f32>(gbs_u[min(b, last)], gbs_u[min(b + 1u, last)], gbs_u[min(b + 2u, last)],
-                                        gbs_u[min(b + 3u, last)]);
-            }
-        }
+        let b = n * p.r + r0;
+        let u = vec4<f32>(gbs_u[min(b, last)], gbs_u[min(b + 1u, last)], gbs_u[min(b + 2u, last)],
+                          gbs_u[min(b + 3u, last)]);
+        acc += gbs_dy[n * p.o + o] * u;
     }
     let base = wid.z * p.o * p.r + o * p.r + r0;
-    for (var k = 0u; k < TK && r0 + k < p.r; k++) { gbs_part[base + k] = acc[k / 4u][k % 4u]; }
+    for (var k = 0u; k < 4u && r0 + k < p.r; k++) { gbs_part[base + k] = acc[k]; }
 }
 
 @group(0) @binding(0) var<uniform> p_gas: LoraParams;
@@ -264,24 +260,19 @@ fn lora_grad_a_split(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(wor
     let step = gas_stream[0];
     let i = wid.x * WG + lid3.x;
     if (i >= p.i) { return; }
-    let r0 = wid.y * TK;
-    let kq = (min(TK, p.r - r0) + 3u) / 4u;
+    let r0 = wid.y * 4u;
     let last = p.n * p.r - 1u;
     let n1 = min(p.n, (wid.z + 1u) * p.per);
-    var acc: array<vec4<f32>, TK / 4u>;
+    var acc = vec4<f32>(0.0);
     for (var n = wid.z * p.per; n < n1; n++) {
+        let b = n * p.r + r0;
+        let du = vec4<f32>(gas_du[min(b, last)], gas_du[min(b + 1u, last)], gas_du[min(b + 2u, last)],
+                           gas_du[min(b + 3u, last)]);
         let idx = n * p.i + i;
-        let xm = gas_x[idx] * keep_factor(p, step, idx);
-        for (var q = 0u; q < TK / 4u; q++) {
-            if (q < kq) {
-                let b = n * p.r + r0 + 4u * q;
-                acc[q] += vec4<f32>(gas_du[min(b, last)], gas_du[min(b + 1u, last)], gas_du[min(b + 2u, last)],
-                                    gas_du[min(b + 3u, last)]) * xm;
-            }
-        }
+        acc += du * (gas_x[idx] * keep_factor(p, step, idx));
     }
     let base = wid.z * p.r * p.i + r0 * p.i + i;
-    for (var k = 0u; k < TK && r0 + k < p.r; k++) { gas_part[base + k * p.i] = acc[k / 4u][k % 4u]; }
+    for (var k = 0u; k < 4u && r0 + k < p.r; k++) { gas_part[base + k * p.i] = acc[k]; }
 }
 
 // ---------------------------------------------------------------------------- GPU tiles
@@ -289,19 +280,24 @@ fn lora_grad_a_split(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(wor
 // order (the same bits), with the loads shared: the kernels above re-read x or dy once
 // per rank (and hash the mask once per rank), and read b[O, R] R floats apart between
 // neighbouring invocations, one (row, rank) or (row, column) each.
-// lora_down_tile:   bindings as lora_down. One workgroup (WR) per TR rows x TK ranks:
-//   lane l adds x[n, i] * keep * a[r, i] over i = l, l+WR, ... for all TR x TK pairs (x
+// lora_down_tile:   bindings as lora_down. One workgroup (WR) per TRD rows x TK ranks:
+//   lane l adds x[n, i] * keep * a[r, i] over i = l, l+WR, ... for all TRD x TK pairs (x
 //   read and hashed once per rank block), then each pair's WR lane sums go through
-//   wg_sum's tree. dispatch: (ceil(N / TR), ceil(R / TK))
+//   wg_sum's tree. dispatch: (ceil(N / TRD), ceil(R / TK))
 // lora_grad_u_tile (R % 4 == 0): 1 dy[N, O] read | 2 b[O, R] read, vec4 | 3 du[N, R] write;
-//   as lora_down_tile over o, b[o, r0 ..] as vec4s. dispatch: (ceil(N / TR), ceil(R / TK))
+//   as lora_down_tile over o, b[o, r0 ..] as vec4s. dispatch: (ceil(N / TRD), ceil(R / TK))
+// Both keep the plain kernel's one 64-lane chain per (row, rank), so they pay only with
+// enough workgroups (ops/lora.py TILE_MIN_GROUPS; on an H200 at N = 256, 64 workgroups of
+// 4 rows ran 2x slower than lora_down's N*R; 256 at N = 1024, 1.3-3x faster).
 // lora_up_tile     (O % 4 == 0, R % 4 == 0): bindings as lora_up_rows. Invocation: rows
 //   n0 .. n0+TR-1, columns o..o+3: b[o..o+3, :] read once for TR rows (vec4s along r),
 //   each output's sum over r in order. dispatch: ceil(ceil(N / TR) * O/4 / WR) split over x, y
 // lora_grad_x_tile (I % 4 == 0): 1 du[N, R] read | 2 a[R, I] read, vec4 | 3 dx[N, I]
 //   read_write, vec4 | 4 stream. As lora_up_tile over i: a[r, i..i+3] one vec4,
 //   the mask of 4 elements hashed once. dispatch: ceil(ceil(N / TR) * I/4 / WR) split over x, y
-const TR: u32 = 4u;    // rows per workgroup (down, grad_u) or per invocation (up, grad_x)
+const TK: u32 = 16u;   // ranks per workgroup of lora_down_tile / lora_grad_u_tile
+const TRD: u32 = 4u;   // rows per workgroup of lora_down_tile / lora_grad_u_tile
+const TR: u32 = 4u;    // rows per invocation of lora_up_tile / lora_grad_x_tile
 const WRP: u32 = 65u;  // a rank's row of lane sums in tile_red (padded: the tree's reads spread over banks)
 // The sums are named vec4 variables (row j, rank quad q: sjq), not a function-local array
 // (which NVIDIA's Vulkan compiler keeps in memory: bitlinear.wgsl). A vec4 sum adds
@@ -343,7 +339,7 @@ fn lora_down_tile(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgr
     let p = p_down;
     let step = down_stream[0];
     let l = lid3.x;
-    let n0 = wid.x * TR;
+    let n0 = wid.x * TRD;
     let r0 = wid.y * TK;
     let kq = (min(TK, p.r - r0) + 3u) / 4u;   // rank quads of this block
     let m0 = n0 * p.i;                        // rows n0 .. n0+3 of x, past N-1 repeating row N-1 (not stored)
@@ -370,7 +366,7 @@ fn lora_down_tile(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgr
     let t3 = tile_row_sum(l, s30, s31, s32, s33);
     if (l < TK && r0 + l < p.r) {   // u[n0 + j, r0 + l] for the rows below N
         let t = vec4<f32>(t0, t1, t2, t3);
-        for (var j = 0u; j < TR && n0 + j < p.n; j++) { down_u[(n0 + j) * p.r + r0 + l] = t[j]; }
+        for (var j = 0u; j < TRD && n0 + j < p.n; j++) { down_u[(n0 + j) * p.r + r0 + l] = t[j]; }
     }
 }
 
@@ -378,7 +374,7 @@ fn lora_down_tile(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgr
 fn lora_grad_u_tile(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
     let p = p_gu;
     let l = lid3.x;
-    let n0 = wid.x * TR;
+    let n0 = wid.x * TRD;
     let r0 = wid.y * TK;
     let kq = min(TK, p.r - r0) / 4u;   // R % 4 == 0
     let R4 = p.r / 4u;
@@ -404,7 +400,7 @@ fn lora_grad_u_tile(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(work
     let t3 = tile_row_sum(l, s30, s31, s32, s33);
     if (l < TK && r0 + l < p.r) {
         let t = vec4<f32>(t0, t1, t2, t3);
-        for (var j = 0u; j < TR && n0 + j < p.n; j++) { gu_du[(n0 + j) * p.r + r0 + l] = p.scale * t[j]; }
+        for (var j = 0u; j < TRD && n0 + j < p.n; j++) { gu_du[(n0 + j) * p.r + r0 + l] = p.scale * t[j]; }
     }
 }
 

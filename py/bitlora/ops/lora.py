@@ -28,8 +28,9 @@ SPLIT_ENTRIES = ("lora_grad_b_split", "lora_grad_a_split")
 DROPOUT_ENTRIES = ("lora_down", "lora_grad_a", "lora_grad_x", "lora_grad_a_split")   # these also bind stream
 LR = 16  # invocations per workgroup of the CPU variants (lora.wgsl LR)
 WR = 64  # lanes of the GPU reductions and workgroup of the tiles (lora.wgsl WR)
-TR = 4   # rows per workgroup or invocation of the GPU tiles (lora.wgsl TR)
-TK = 16  # ranks per workgroup of lora_down_tile / lora_grad_u_tile, per invocation of the split sums
+TK, TRD = 16, 4  # ranks, rows per workgroup of lora_down_tile / lora_grad_u_tile (lora.wgsl)
+TR = 4   # rows per invocation of lora_up_tile / lora_grad_x_tile (lora.wgsl TR)
+TILE_MIN_GROUPS = 256   # lora_down_tile / lora_grad_u_tile only with this many workgroups (else the plain kernels)
 TILE_ENTRIES = ("lora_down", "lora_up", "lora_grad_u", "lora_grad_x")   # GPU tiles: entry + "_tile"
 TILES = True   # False: GPU kinds record the plain kernels (the tests compare the tiles' bits with theirs)
 SPLIT_GROUPS = 1024   # the split dA, dB sums: slices until the grid has about this many workgroups
@@ -83,10 +84,12 @@ def _tile(entry: str, s: LoraShape):
     has none or its vec4 widths are not multiples of 4 (then the plain kernel runs)."""
     N, I, O, R = s.N, s.I, s.O, s.R
     rows = -(-N // TR)
+    wide = (-(-N // TRD), -(-R // TK), 1)    # one chain of WR lanes per (row, rank) in both kernels:
+    few = wide[0] * wide[1] < TILE_MIN_GROUPS   # with few rows the plain N*R workgroups hide latency better
     groups, widths = {
-        "lora_down": ((rows, -(-R // TK), 1), ()),
+        "lora_down": (None if few else wide, ()),
         "lora_up": (-(-rows * (O // 4) // WR), (O, R)),
-        "lora_grad_u": ((rows, -(-R // TK), 1), (R,)),
+        "lora_grad_u": (None if few else wide, (R,)),
         "lora_grad_x": (-(-rows * (I // 4) // WR), (I,)),
     }.get(entry, (None, ()))
     return groups if groups is not None and all(w % 4 == 0 for w in widths) else None
@@ -121,7 +124,7 @@ def _run(dev, entry: str, s: LoraShape, bufs: list, stream, accumulate: bool = T
 
 def split_plan(N: int, cols: int, R: int) -> tuple[int, int]:
     """(slices, rows per slice) of a split dA or dB sum over N rows, `cols` columns."""
-    tiles = -(-cols // WG) * -(-R // 4)   # (the grid's rank quads before TK ranks per invocation: the same plan)
+    tiles = -(-cols // WG) * -(-R // 4)
     slices = max(1, min(-(-SPLIT_GROUPS // tiles), N // SPLIT_MIN_ROWS))
     per = -(-N // slices)
     return -(-N // per), per
@@ -140,7 +143,7 @@ def _grad_split(dev, entry: str, s: LoraShape, a_in, b_in, out, stream, cols: in
     count = cols * s.R
     part = splitk.scratch(dev, slices * count)
     bufs = [a_in, b_in, part] + ([stream] if entry in DROPOUT_ENTRIES else [])
-    dev.dispatch(dev.prepared(SHADER, entry), bufs, groups=(-(-cols // WG), -(-s.R // TK), slices),
+    dev.dispatch(dev.prepared(SHADER, entry), bufs, groups=(-(-cols // WG), -(-s.R // 4), slices),
                  params=s.params(per, accumulate))
     splitk.reduce(dev, part, None, out, count, slices, 1, scale, accumulate)
 
