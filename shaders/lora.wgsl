@@ -42,6 +42,8 @@
 //              one invocation per (r, i), loops over n: ceil(R*I / 256) workgroups
 // lora_grad_x: 1 du[N, R] read | 2 a[R, I] read | 3 dx[N, I] read_write (+=)
 //              one invocation per (n, i): ceil(N*I / 256) workgroups
+// On GPUs, lora_down, lora_up, lora_grad_u and lora_grad_x run as tiles (*_tile, below:
+// loads shared between rows, ranks or columns; the same bits) where widths allow.
 //
 // CPU variants *_rows (Device.kind "cpu"): a CPU runs a workgroup as a loop on one thread,
 // SIMD across invocations, so: no barriers, no workgroup memory, LR invocations per
@@ -271,6 +273,198 @@ fn lora_grad_a_split(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(wor
     }
     let base = wid.z * p.r * p.i + r0 * p.i + i;
     for (var k = 0u; k < 4u && r0 + k < p.r; k++) { gas_part[base + k * p.i] = acc[k]; }
+}
+
+// ---------------------------------------------------------------------------- GPU tiles
+// The same sums as lora_down, lora_grad_u, lora_up and lora_grad_x, added in the same
+// order (the same bits), with the loads shared: the kernels above re-read x or dy once
+// per rank (and hash the mask once per rank), and read b[O, R] R floats apart between
+// neighbouring invocations, one (row, rank) or (row, column) each.
+// lora_down_tile:   bindings as lora_down. One workgroup (WR) per TRD rows x TK ranks:
+//   lane l adds x[n, i] * keep * a[r, i] over i = l, l+WR, ... for all TRD x TK pairs (x
+//   read and hashed once per rank block), then each pair's WR lane sums go through
+//   wg_sum's tree. dispatch: (ceil(N / TRD), ceil(R / TK))
+// lora_grad_u_tile (R % 4 == 0): 1 dy[N, O] read | 2 b[O, R] read, vec4 | 3 du[N, R] write;
+//   as lora_down_tile over o, b[o, r0 ..] as vec4s. dispatch: (ceil(N / TRD), ceil(R / TK))
+// Both keep the plain kernel's one 64-lane chain per (row, rank), so they pay only with
+// enough workgroups (ops/lora.py TILE_MIN_GROUPS; on an H200 at N = 256, 64 workgroups of
+// 4 rows ran 2x slower than lora_down's N*R; 256 at N = 1024, 1.3-3x faster).
+// lora_up_tile     (O % 4 == 0, R % 4 == 0): bindings as lora_up_rows. Invocation: rows
+//   n0 .. n0+TR-1, columns o..o+3: b[o..o+3, :] read once for TR rows (vec4s along r),
+//   each output's sum over r in order. dispatch: ceil(ceil(N / TR) * O/4 / WR) split over x, y
+// lora_grad_x_tile (I % 4 == 0): 1 du[N, R] read | 2 a[R, I] read, vec4 | 3 dx[N, I]
+//   read_write, vec4 | 4 stream. As lora_up_tile over i: a[r, i..i+3] one vec4,
+//   the mask of 4 elements hashed once. dispatch: ceil(ceil(N / TR) * I/4 / WR) split over x, y
+const TK: u32 = 16u;   // ranks per workgroup of lora_down_tile / lora_grad_u_tile
+const TRD: u32 = 4u;   // rows per workgroup of lora_down_tile / lora_grad_u_tile
+const TR: u32 = 4u;    // rows per invocation of lora_up_tile / lora_grad_x_tile
+const WRP: u32 = 65u;  // a rank's row of lane sums in tile_red (padded: the tree's reads spread over banks)
+// The sums are named vec4 variables (row j, rank quad q: sjq), not a function-local array
+// (which NVIDIA's Vulkan compiler keeps in memory: bitlinear.wgsl). A vec4 sum adds
+// component by component: each (row, rank) pair's sum is the plain kernel's.
+
+var<workgroup> tile_red: array<f32, TK * WRP>;
+
+// One row's lane sums of ranks r0 .. r0+15 (q0..q3: four ranks each) through wg_sum's tree
+// (the pairs wg_sum adds: the same bits); lane k < TK gets rank k's total. Call in
+// uniform control flow.
+fn tile_row_sum(l: u32, q0: vec4<f32>, q1: vec4<f32>, q2: vec4<f32>, q3: vec4<f32>) -> f32 {
+    for (var c = 0u; c < 4u; c++) {
+        tile_red[c * WRP + l] = q0[c];
+        tile_red[(4u + c) * WRP + l] = q1[c];
+        tile_red[(8u + c) * WRP + l] = q2[c];
+        tile_red[(12u + c) * WRP + l] = q3[c];
+    }
+    workgroupBarrier();
+    for (var s = WR / 2u; s > 0u; s = s >> 1u) {
+        for (var e = l; e < s * TK; e += WR) {
+            let at = (e / s) * WRP + e % s;
+            tile_red[at] += tile_red[at + s];
+        }
+        workgroupBarrier();
+    }
+    let total = tile_red[min(l, TK - 1u) * WRP];
+    workgroupBarrier();
+    return total;
+}
+
+fn down_a4(p: LoraParams, r: u32, i: u32) -> vec4<f32> {   // a[r .. r+3, i], rows past R-1 repeat row R-1
+    let last = p.r - 1u;
+    return vec4<f32>(down_a[min(r, last) * p.i + i], down_a[min(r + 1u, last) * p.i + i],
+                     down_a[min(r + 2u, last) * p.i + i], down_a[min(r + 3u, last) * p.i + i]);
+}
+
+@compute @workgroup_size(WR)
+fn lora_down_tile(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
+    let p = p_down;
+    let step = down_stream[0];
+    let l = lid3.x;
+    let n0 = wid.x * TRD;
+    let r0 = wid.y * TK;
+    let kq = (min(TK, p.r - r0) + 3u) / 4u;   // rank quads of this block
+    let m0 = n0 * p.i;                        // rows n0 .. n0+3 of x, past N-1 repeating row N-1 (not stored)
+    let m1 = min(n0 + 1u, p.n - 1u) * p.i;
+    let m2 = min(n0 + 2u, p.n - 1u) * p.i;
+    let m3 = min(n0 + 3u, p.n - 1u) * p.i;
+    var s00 = vec4<f32>(0.0); var s01 = vec4<f32>(0.0); var s02 = vec4<f32>(0.0); var s03 = vec4<f32>(0.0);
+    var s10 = vec4<f32>(0.0); var s11 = vec4<f32>(0.0); var s12 = vec4<f32>(0.0); var s13 = vec4<f32>(0.0);
+    var s20 = vec4<f32>(0.0); var s21 = vec4<f32>(0.0); var s22 = vec4<f32>(0.0); var s23 = vec4<f32>(0.0);
+    var s30 = vec4<f32>(0.0); var s31 = vec4<f32>(0.0); var s32 = vec4<f32>(0.0); var s33 = vec4<f32>(0.0);
+    for (var i = l; i < p.i; i += WR) {
+        let x0 = down_x[m0 + i] * keep_factor(p, step, m0 + i);
+        let x1 = down_x[m1 + i] * keep_factor(p, step, m1 + i);
+        let x2 = down_x[m2 + i] * keep_factor(p, step, m2 + i);
+        let x3 = down_x[m3 + i] * keep_factor(p, step, m3 + i);
+        if (kq > 0u) { let a = down_a4(p, r0, i); s00 += x0 * a; s10 += x1 * a; s20 += x2 * a; s30 += x3 * a; }
+        if (kq > 1u) { let a = down_a4(p, r0 + 4u, i); s01 += x0 * a; s11 += x1 * a; s21 += x2 * a; s31 += x3 * a; }
+        if (kq > 2u) { let a = down_a4(p, r0 + 8u, i); s02 += x0 * a; s12 += x1 * a; s22 += x2 * a; s32 += x3 * a; }
+        if (kq > 3u) { let a = down_a4(p, r0 + 12u, i); s03 += x0 * a; s13 += x1 * a; s23 += x2 * a; s33 += x3 * a; }
+    }
+    let t0 = tile_row_sum(l, s00, s01, s02, s03);
+    let t1 = tile_row_sum(l, s10, s11, s12, s13);
+    let t2 = tile_row_sum(l, s20, s21, s22, s23);
+    let t3 = tile_row_sum(l, s30, s31, s32, s33);
+    if (l < TK && r0 + l < p.r) {   // u[n0 + j, r0 + l] for the rows below N
+        let t = vec4<f32>(t0, t1, t2, t3);
+        for (var j = 0u; j < TRD && n0 + j < p.n; j++) { down_u[(n0 + j) * p.r + r0 + l] = t[j]; }
+    }
+}
+
+@compute @workgroup_size(WR)
+fn lora_grad_u_tile(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
+    let p = p_gu;
+    let l = lid3.x;
+    let n0 = wid.x * TRD;
+    let r0 = wid.y * TK;
+    let kq = min(TK, p.r - r0) / 4u;   // R % 4 == 0
+    let R4 = p.r / 4u;
+    let m0 = n0 * p.o;
+    let m1 = min(n0 + 1u, p.n - 1u) * p.o;
+    let m2 = min(n0 + 2u, p.n - 1u) * p.o;
+    let m3 = min(n0 + 3u, p.n - 1u) * p.o;
+    var s00 = vec4<f32>(0.0); var s01 = vec4<f32>(0.0); var s02 = vec4<f32>(0.0); var s03 = vec4<f32>(0.0);
+    var s10 = vec4<f32>(0.0); var s11 = vec4<f32>(0.0); var s12 = vec4<f32>(0.0); var s13 = vec4<f32>(0.0);
+    var s20 = vec4<f32>(0.0); var s21 = vec4<f32>(0.0); var s22 = vec4<f32>(0.0); var s23 = vec4<f32>(0.0);
+    var s30 = vec4<f32>(0.0); var s31 = vec4<f32>(0.0); var s32 = vec4<f32>(0.0); var s33 = vec4<f32>(0.0);
+    for (var o = l; o < p.o; o += WR) {
+        let d0 = gu_dy[m0 + o]; let d1 = gu_dy[m1 + o]; let d2 = gu_dy[m2 + o]; let d3 = gu_dy[m3 + o];
+        let b = o * R4 + r0 / 4u;   // b[o, r0 ..] as vec4s
+        if (kq > 0u) { let v = gur_b[b]; s00 += d0 * v; s10 += d1 * v; s20 += d2 * v; s30 += d3 * v; }
+        if (kq > 1u) { let v = gur_b[b + 1u]; s01 += d0 * v; s11 += d1 * v; s21 += d2 * v; s31 += d3 * v; }
+        if (kq > 2u) { let v = gur_b[b + 2u]; s02 += d0 * v; s12 += d1 * v; s22 += d2 * v; s32 += d3 * v; }
+        if (kq > 3u) { let v = gur_b[b + 3u]; s03 += d0 * v; s13 += d1 * v; s23 += d2 * v; s33 += d3 * v; }
+    }
+    let t0 = tile_row_sum(l, s00, s01, s02, s03);
+    let t1 = tile_row_sum(l, s10, s11, s12, s13);
+    let t2 = tile_row_sum(l, s20, s21, s22, s23);
+    let t3 = tile_row_sum(l, s30, s31, s32, s33);
+    if (l < TK && r0 + l < p.r) {
+        let t = vec4<f32>(t0, t1, t2, t3);
+        for (var j = 0u; j < TRD && n0 + j < p.n; j++) { gu_du[(n0 + j) * p.r + r0 + l] = p.scale * t[j]; }
+    }
+}
+
+@compute @workgroup_size(WR)
+fn lora_up_tile(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>,
+                @builtin(num_workgroups) nw: vec3<u32>) {
+    let p = p_upr;
+    let R4 = p.r / 4u;
+    let O4 = p.o / 4u;
+    let k = (wid.x + wid.y * nw.x) * WR + lid3.x;   // = n/TR * O/4 + o/4
+    if (k >= (p.n + TR - 1u) / TR * O4) { return; }
+    let n0 = k / O4 * TR;
+    let o4 = k % O4;
+    let j = 4u * o4 * R4;                            // b[o, 0..3] for o = 4 o4
+    let u0 = n0 * R4;                                // rows n0 .. n0+3 of u, past N-1: row N-1 (not stored)
+    let u1 = min(n0 + 1u, p.n - 1u) * R4;
+    let u2 = min(n0 + 2u, p.n - 1u) * R4;
+    let u3 = min(n0 + 3u, p.n - 1u) * R4;
+    var acc0 = vec4<f32>(0.0); var acc1 = vec4<f32>(0.0); var acc2 = vec4<f32>(0.0); var acc3 = vec4<f32>(0.0);
+    for (var r4 = 0u; r4 < R4; r4++) {
+        let b0 = upr_b[j + r4]; let b1 = upr_b[j + R4 + r4]; let b2 = upr_b[j + 2u * R4 + r4]; let b3 = upr_b[j + 3u * R4 + r4];
+        let c0 = vec4<f32>(b0.x, b1.x, b2.x, b3.x);  // b[o..o+3, r] for r = 4 r4 .. 4 r4 + 3: added in r's order
+        let c1 = vec4<f32>(b0.y, b1.y, b2.y, b3.y);
+        let c2 = vec4<f32>(b0.z, b1.z, b2.z, b3.z);
+        let c3 = vec4<f32>(b0.w, b1.w, b2.w, b3.w);
+        let v0 = upr_u[u0 + r4]; let v1 = upr_u[u1 + r4]; let v2 = upr_u[u2 + r4]; let v3 = upr_u[u3 + r4];
+        acc0 += v0.x * c0; acc0 += v0.y * c1; acc0 += v0.z * c2; acc0 += v0.w * c3;
+        acc1 += v1.x * c0; acc1 += v1.y * c1; acc1 += v1.z * c2; acc1 += v1.w * c3;
+        acc2 += v2.x * c0; acc2 += v2.y * c1; acc2 += v2.z * c2; acc2 += v2.w * c3;
+        acc3 += v3.x * c0; acc3 += v3.y * c1; acc3 += v3.z * c2; acc3 += v3.w * c3;
+    }
+    up_store(n0, o4, acc0); up_store(n0 + 1u, o4, acc1); up_store(n0 + 2u, o4, acc2); up_store(n0 + 3u, o4, acc3);
+}
+
+@compute @workgroup_size(WR)
+fn lora_grad_x_tile(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>,
+                    @builtin(num_workgroups) nw: vec3<u32>) {
+    let p = p_gxr;
+    let step = gxr_stream[0];
+    let I4 = p.i / 4u;
+    let k = (wid.x + wid.y * nw.x) * WR + lid3.x;   // = n/TR * I/4 + i/4
+    if (k >= (p.n + TR - 1u) / TR * I4) { return; }
+    let n0 = k / I4 * TR;
+    let i4 = k % I4;
+    let d0 = n0 * p.r;                              // rows n0 .. n0+3 of du, past N-1: row N-1 (not stored)
+    let d1 = min(n0 + 1u, p.n - 1u) * p.r;
+    let d2 = min(n0 + 2u, p.n - 1u) * p.r;
+    let d3 = min(n0 + 3u, p.n - 1u) * p.r;
+    var acc0 = vec4<f32>(0.0); var acc1 = vec4<f32>(0.0); var acc2 = vec4<f32>(0.0); var acc3 = vec4<f32>(0.0);
+    for (var r = 0u; r < p.r; r++) {
+        let a = gxr_a[r * I4 + i4];
+        acc0 += gx_du[d0 + r] * a; acc1 += gx_du[d1 + r] * a; acc2 += gx_du[d2 + r] * a; acc3 += gx_du[d3 + r] * a;
+    }
+    let base = keep_base(p, step);
+    gx_tile_store(n0, i4, acc0, base); gx_tile_store(n0 + 1u, i4, acc1, base);
+    gx_tile_store(n0 + 2u, i4, acc2, base); gx_tile_store(n0 + 3u, i4, acc3, base);
+}
+
+fn gx_tile_store(n: u32, i4: u32, acc: vec4<f32>, base: u32) {
+    if (n >= p_gxr.n) { return; }
+    let e = n * (p_gxr.i / 4u) + i4;
+    let f = keep4_at(p_gxr, base, 4u * e);
+    let dx = gxr_dx[e];
+    gxr_dx[e] = select(dx + f * acc, dx, f == vec4<f32>(0.0));   // dropped: left as it was, as lora_grad_x leaves it
 }
 
 // ---------------------------------------------------------------------------- CPU variants

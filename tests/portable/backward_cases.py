@@ -46,7 +46,10 @@ async def case_cross_entropy(dev, logits, targets, N, V, grad_scale, loss_sum0=0
             "loss_sum": (await _get(dev, sm, 1))[0]}
 
 
-async def case_lora(dev, x, a, b, dy, y0, da0, db0, dx0, N, I, O, R, scale, p=0.0, seed=0, step=0, kind="gpu"):
+async def case_lora(dev, x, a, b, dy, y0, da0, db0, dx0, N, I, O, R, scale, p=0.0, seed=0, step=0, kind="gpu",
+                    plain=False):
+    """The LoRA branch forward and backward on a device of `kind`: a GPU kind's tiles
+    (lora.wgsl *_tile) at every size, or with `plain` its plain kernels (the same bits)."""
     await _prepare(dev)
     s = lora.LoraShape(N, I, O, R, scale, p, seed)
     stream = _u32(dev, [step], "stream")   # the dropout stream's step travels in a buffer
@@ -54,8 +57,12 @@ async def case_lora(dev, x, a, b, dy, y0, da0, db0, dx0, N, I, O, R, scale, p=0.
     by, bda, bdb, bdx = _f32(dev, y0, "y"), _f32(dev, da0, "da"), _f32(dev, db0, "db"), _f32(dev, dx0, "dx")
     bu, bdu = dev.buffer(4 * N * R, "u"), dev.buffer(4 * N * R, "du")
     with dev.kind_as(kind):
-        lora.lora_forward(dev, s, bx, ba, bb, bu, by, stream)
-        lora.lora_backward(dev, s, bdy, bx, ba, bb, bu, bda, bdb, bdu, stream, bdx)
+        lora.TILES, min_groups, lora.TILE_MIN_GROUPS = not plain, lora.TILE_MIN_GROUPS, 0
+        try:
+            lora.lora_forward(dev, s, bx, ba, bb, bu, by, stream)
+            lora.lora_backward(dev, s, bdy, bx, ba, bb, bu, bda, bdb, bdu, stream, bdx)
+        finally:
+            lora.TILES, lora.TILE_MIN_GROUPS = True, min_groups
     return {"y": await _get(dev, by, N * O), "u": await _get(dev, bu, N * R), "da": await _get(dev, bda, R * I),
             "db": await _get(dev, bdb, O * R), "du": await _get(dev, bdu, N * R), "dx": await _get(dev, bdx, N * I)}
 

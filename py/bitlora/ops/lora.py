@@ -27,6 +27,12 @@ BACKWARD_ENTRIES = ("lora_grad_b", "lora_grad_u", "lora_grad_a", "lora_grad_x")
 SPLIT_ENTRIES = ("lora_grad_b_split", "lora_grad_a_split")
 DROPOUT_ENTRIES = ("lora_down", "lora_grad_a", "lora_grad_x", "lora_grad_a_split")   # these also bind stream
 LR = 16  # invocations per workgroup of the CPU variants (lora.wgsl LR)
+WR = 64  # lanes of the GPU reductions and workgroup of the tiles (lora.wgsl WR)
+TK, TRD = 16, 4  # ranks, rows per workgroup of lora_down_tile / lora_grad_u_tile (lora.wgsl)
+TR = 4   # rows per invocation of lora_up_tile / lora_grad_x_tile (lora.wgsl TR)
+TILE_MIN_GROUPS = 256   # lora_down_tile / lora_grad_u_tile only with this many workgroups (else the plain kernels)
+TILE_ENTRIES = ("lora_down", "lora_up", "lora_grad_u", "lora_grad_x")   # GPU tiles: entry + "_tile"
+TILES = True   # False: GPU kinds record the plain kernels (the tests compare the tiles' bits with theirs)
 SPLIT_GROUPS = 1024   # the split dA, dB sums: slices until the grid has about this many workgroups
 SPLIT_MIN_ROWS = 32   # ... but at least this many rows per slice
 
@@ -35,11 +41,12 @@ def kernel_specs(table_dtype: str = "f32", training: bool = False, kind: str | N
                  shapes: dict | None = None) -> list:
     """The GPU kernels (on a CPU they are the fallback where I, O or R % 4 != 0: not with
     `shapes` whose widths and rank are multiples of 4), the CPU variants (*_rows) unless
-    kind is "gpu", the split gradient sums unless it is "cpu"."""
+    kind is "gpu", the GPU tiles (*_tile) and split gradient sums unless it is "cpu"."""
     entries = FORWARD_ENTRIES + ("lora_down_parts",) + (BACKWARD_ENTRIES if training else ())
     gpu = [] if quads(shapes, "C", "F", "KV", "R") else [(SHADER, e) for e in entries]
+    tiles = [(SHADER, e + "_tile") for e in TILE_ENTRIES if e in entries] if kind != "cpu" else []
     split = [(SHADER, e) for e in SPLIT_ENTRIES] + splitk.kernel_specs() if training and kind != "cpu" else []
-    return gpu + ([(SHADER, e + "_rows") for e in entries] if kind != "gpu" else []) + split
+    return gpu + ([(SHADER, e + "_rows") for e in entries] if kind != "gpu" else []) + tiles + split
 
 
 @dataclass(frozen=True)
@@ -72,10 +79,27 @@ def cpu_rows(dev, *widths: int) -> bool:
     return dev.kind == "cpu" and all(w % 4 == 0 for w in widths)
 
 
+def _tile(entry: str, s: LoraShape):
+    """The workgroups of `entry`'s GPU tile (lora.wgsl *_tile) at shape s, or None where it
+    has none or its vec4 widths are not multiples of 4 (then the plain kernel runs)."""
+    N, I, O, R = s.N, s.I, s.O, s.R
+    rows = -(-N // TR)
+    wide = (-(-N // TRD), -(-R // TK), 1)    # one chain of WR lanes per (row, rank) in both kernels:
+    few = wide[0] * wide[1] < TILE_MIN_GROUPS   # with few rows the plain N*R workgroups hide latency better
+    groups, widths = {
+        "lora_down": (None if few else wide, ()),
+        "lora_up": (-(-rows * (O // 4) // WR), (O, R)),
+        "lora_grad_u": (None if few else wide, (R,)),
+        "lora_grad_x": (-(-rows * (I // 4) // WR), (I,)),
+    }.get(entry, (None, ()))
+    return groups if groups is not None and all(w % 4 == 0 for w in widths) else None
+
+
 def _run(dev, entry: str, s: LoraShape, bufs: list, stream, accumulate: bool = True) -> None:
-    """Record `entry`, or on a CPU (dev.kind) its *_rows variant where its vec4 widths
-    (I or O, and R for the four that read u, b, du or db as vec4) are multiples of 4; the
-    dropout entries also bind `stream`."""
+    """Record `entry`: on a CPU (dev.kind) its *_rows variant where its vec4 widths
+    (I or O, and R for the four that read u, b, du or db as vec4) are multiples of 4,
+    elsewhere its GPU tile (*_tile) where it has one for these widths; the dropout
+    entries also bind `stream`."""
     N, I, O, R = s.N, s.I, s.O, s.R
     R4 = -(-R // 4)
     gpu_groups, widths, cpu_items = {               # cpu_items: invocations of *_rows
@@ -88,8 +112,11 @@ def _run(dev, entry: str, s: LoraShape, bufs: list, stream, accumulate: bool = T
     }[entry]
     if entry in DROPOUT_ENTRIES:
         bufs = bufs + [stream]
+    tile = _tile(entry, s) if dev.kind != "cpu" and TILES else None
     if cpu_rows(dev, *widths):
         entry, groups = entry + "_rows", -(-cpu_items // LR)
+    elif tile is not None:
+        entry, groups = entry + "_tile", tile
     else:
         groups = gpu_groups
     dev.dispatch(dev.prepared(SHADER, entry), bufs, groups=groups, params=s.params(accumulate=accumulate))
