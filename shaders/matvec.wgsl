@@ -49,7 +49,9 @@
 //   0 params MatvecParams (c, eps: the norm's; no LoRA) | 1 x[C] read | 2 w[C] read (the
 //   norm's) | 3 w read (packed, as ternary_matvec's) | 4 y0 | 5 y1 | 6 y2 read_write |
 //   7 u[C] read (the gate's u; x when ungated)
-//   dispatch: as ternary_matvec.
+//   dispatch: as ternary_matvec, over NM_BATCH times fewer workgroups: with the override
+//   NM_BATCH a workgroup multiplies NM_BATCH blocks of MV_WG / MV_TPR rows in turn after
+//   its one norm (ops/matvec.py chooses it for wide grids: gate + up).
 // ternary_matvec_rows   the same, one output row per invocation, one u32 word at a time, no
 //   barriers: for CPU adapters, and for rows that are not whole vec4 words (W % 4 != 0).
 //   Bindings as ternary_matvec with w as u32 words: W4 is then W, base_p in words.
@@ -284,6 +286,7 @@ fn ternary_matvec_rows(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(n
 @group(0) @binding(2) var<storage, read> nm_w: array<f32>;
 @group(0) @binding(7) var<storage, read> nm_u: array<f32>;
 var<workgroup> nm_xq: array<vec4<u32>, 512>;   // the row's packed int8, C <= 8192
+override NM_BATCH: u32 = 1u;   // blocks of MV_WG / MV_TPR output rows per workgroup (ops/matvec.py)
 
 fn nm_in(c: u32) -> f32 {   // rmsnorm_quant's nq_in through these bindings
     if (NQ_GATE == 0u) { return nm_x[c]; }
@@ -315,23 +318,27 @@ fn norm_matvec(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup
         qsum += q.x + q.y + q.z + q.w;
     }
     let total = wg_sum(lid, f32(qsum), MV_WG);   // its barriers also publish nm_xq
-    // ternary_matvec's rows, the activations from workgroup memory
+    // ternary_matvec's rows, the activations from workgroup memory: NM_BATCH blocks of
+    // MV_WG / MV_TPR rows, one after another (the norm above done once for all of them)
     let lane = lid % MV_TPR;
-    let at = mv_locate((wid.x + wid.y * nw.x) * (MV_WG / MV_TPR) + lid / MV_TPR);
-    var dot = 0;
-    if (at.x < 3u) {
-        for (var k = lane; k < mv_p.w4; k += MV_TPR) {
-            let w = mv_w[at.z + k];
-            dot += word_dot(w.x, nm_xq[4u * k]) + word_dot(w.y, nm_xq[4u * k + 1u])
-                 + word_dot(w.z, nm_xq[4u * k + 2u]) + word_dot(w.w, nm_xq[4u * k + 3u]);
+    for (var b = 0u; b < NM_BATCH; b++) {
+        let at = mv_locate(((wid.x + wid.y * nw.x) * NM_BATCH + b) * (MV_WG / MV_TPR) + lid / MV_TPR);
+        var dot = 0;
+        if (at.x < 3u) {
+            for (var k = lane; k < mv_p.w4; k += MV_TPR) {
+                let w = mv_w[at.z + k];
+                dot += word_dot(w.x, nm_xq[4u * k]) + word_dot(w.y, nm_xq[4u * k + 1u])
+                     + word_dot(w.z, nm_xq[4u * k + 2u]) + word_dot(w.w, nm_xq[4u * k + 3u]);
+            }
         }
-    }
-    mv_part[lid] = dot;
-    workgroupBarrier();
-    if (lane == 0u && at.x < 3u) {
-        var sum = 0;
-        for (var l = 0u; l < MV_TPR; l++) { sum += mv_part[lid + l]; }
-        mv_put(at.x, at.y, mv_value(at.x, at.y, sum, s, total));
+        mv_part[lid] = dot;
+        workgroupBarrier();
+        if (lane == 0u && at.x < 3u) {
+            var sum = 0;
+            for (var l = 0u; l < MV_TPR; l++) { sum += mv_part[lid + l]; }
+            mv_put(at.x, at.y, mv_value(at.x, at.y, sum, s, total));
+        }
+        workgroupBarrier();   // mv_part is written again by the next block
     }
 }
 

@@ -33,6 +33,7 @@ def test_norm_quant_matvec_same_bits(run_case, C, Os, acc, kind):
     assert r["y"] == r["old_y"]
     assert ("fused_out" in r) == (kind == "gpu" and C % 64 == 0)
     assert r.get("fused_out", r["out"]) == r["out"]     # norm_matvec (GPU kind, whole vec4 words)
+    assert r.get("fused_batched_out", r["out"]) == r["out"]   # ... with matvec.NM_BATCH row blocks a workgroup
     y = f32(r["y"])
     s = f32(r["qs"][0])
     assert s == f32(127.0 / max(np.abs(y).max(), 1e-5))

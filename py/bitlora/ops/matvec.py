@@ -51,8 +51,24 @@ def kernel_specs(table_dtype: str = "f32", training: bool = False, kind: str | N
     specs += [(SHADER, "ternary_matvec_rows"), (SHADER, "dense_matvec_rows", c)]
     if kind in (None, "gpu"):
         specs += [(SHADER, "ternary_matvec"), (SHADER, "dense_matvec", c)]
-        specs += [(SHADER, "norm_matvec", _gate_constants(a)) for a in (None, *GATES)]
+        specs += [(SHADER, "norm_matvec", _nm_constants(a, b)) for a in (None, *GATES) for b in sorted({1, NM_BATCH})]
     return specs
+
+
+# norm_matvec: NM_BATCH blocks of WG // TPR rows per workgroup (each workgroup norms the row
+# once for all of them) where the plain grid would have at least NM_BATCH_MIN_GROUPS
+# workgroups: at 2B-4T, gate + up's 864 -> 216. H200 decoding, alternating runs in one call:
+# 238.8 / 238.7 -> 242.9 / 243.3 tokens/s (the same ids); 8 blocks 228.7, 2 blocks for every
+# projection 224.9 (docs/PERFORMANCE.md).
+NM_BATCH = 4
+NM_BATCH_MIN_GROUPS = 512
+
+
+def _nm_constants(act: str | None, batch: int) -> dict | None:
+    c = dict(_gate_constants(act) or {})
+    if batch > 1:
+        c["NM_BATCH"] = float(batch)
+    return c or None
 
 
 def xq_words(I: int) -> int:
@@ -162,8 +178,10 @@ def norm_matvec(dev, x, w, eps: float, wp, parts, I: int, accumulate: bool = Fal
     (_, o0, s0, y0), (b1, o1, s1, y1), (b2, o2, s2, y2) = full
     params = MATVEC.pack(words // 4, o0, o1, o2, b1 // 4, b2 // 4, s0, s1, s2, int(accumulate), 0, 0.0,
                          NONE, NONE, NONE, 0, I, eps)
-    dev.dispatch(dev.prepared(SHADER, "norm_matvec", _gate_constants(act)), [g, w, wp, y0, y1, y2, u],
-                 groups=-(-(o0 + o1 + o2) // (WG // TPR)), params=params)
+    groups = -(-(o0 + o1 + o2) // (WG // TPR))
+    batch = NM_BATCH if groups >= NM_BATCH_MIN_GROUPS else 1
+    dev.dispatch(dev.prepared(SHADER, "norm_matvec", _nm_constants(act, batch)), [g, w, wp, y0, y1, y2, u],
+                 groups=-(-groups // batch), params=params)
 
 
 def dense_matvec(dev, x, chunks, y, C: int, V: int, x_row0: int = 0) -> None:
