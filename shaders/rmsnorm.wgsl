@@ -18,7 +18,8 @@
 //   3 y[N, C] write | 4 rstd[N] write | 5 xq write (u32 words) | 6 s[N] write
 // dispatch (all three): one workgroup (256) per row: N workgroups split over x, y
 //
-// CPU variants (Device.kind "cpu", C % 4 == 0): rmsnorm_forward_rows, rmsnorm_backward_rows,
+// CPU variants (Device.kind "cpu", C % 4 == 0): rmsnorm_forward_rows, rmsnorm_backward_rows
+//   and rmsnorm_quant_forward_rows (below),
 //   the same bindings seen as vec4 (rstd[N] stays scalar); four rows per invocation (each w
 //   vec4 loaded once for four: SwiftShader 1.2x faster than one row), RR invocations per
 //   workgroup: ceil(ceil(N/4) / RR) workgroups split over x, y. A CPU runs a workgroup as a
@@ -156,7 +157,7 @@ fn rmsnorm_forward_rows(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(
 //   the same bits as the two kernels (the max is exact; y is recomputed for xq from x, r
 //   and w with the same two multiplies, not read back). Bindings as rmsnorm_quant_forward
 //   (packed unused), seen as vec4 (rstd[N], s[N] stay scalar); rows as rmsnorm_forward_rows.
-//   One dispatch and one pass over y fewer: SwiftShader ~1.4x faster than the two.
+//   One dispatch and one pass over y fewer: SwiftShader and lavapipe ~1.3x faster than the two.
 @group(0) @binding(0) var<uniform> rk_p: RmsQuantParams;
 @group(0) @binding(1) var<storage, read> rk_x: array<vec4<f32>>;
 @group(0) @binding(2) var<storage, read> rk_w: array<vec4<f32>>;
