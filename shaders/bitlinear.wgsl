@@ -396,8 +396,16 @@ fn bl_store(n: u32, i0: u32, acc: vec4<f32>, z: u32) {
 // CPU_STEP   reduction steps per update of the 256 sums of bitlinear_matmul_cpu: 4 (four
 //            products summed, then added: lavapipe 1.2-1.6x faster than 1, LLVM keeps
 //            fewer sums in flight) or 1 (SwiftShader, whose code for 4 ran 1.2x slower).
+// CPU_CODES  true: bitlinear_matmul_cpu sums a * (code * 4^j), code = f32(h & (3 << 2j))
+//            in {0, 1, 2} (the decode's multiply and subtract gone: 2 operations a weight
+//            instead of 4), and subtracts the row sum of a at the end: sum a (code - 1) =
+//            4^-j sum a code 4^j - sum a, the power-of-two scalings exact. The forward's
+//            sums are integers below 2^24: the same bits; the input gradient's f32 sums
+//            round differently. SwiftShader (no FMA, every operation counts) 1.1-1.3x faster
+//            on the forward and on the input gradient where K >= 128; lavapipe 0.9-1.1x: false.
 override CPU_WG: u32 = 8u;
 override CPU_STEP: u32 = 4u;
+override CPU_CODES: bool = false;
 
 struct W32 { a: vec4<u32>, b: vec4<u32>, c: vec4<u32>, d: vec4<u32>, e: vec4<u32>, f: vec4<u32>, g: vec4<u32>, h: vec4<u32> };   // a word of 32 outputs
 
@@ -506,14 +514,27 @@ struct CpuMatmulParams { n: u32, k: u32, c: u32, scale: f32, accumulate: u32, di
 @group(0) @binding(3) var<storage, read> cm_t: array<u32>;
 @group(0) @binding(4) var<storage, read_write> cm_y: array<f32>;
 
+fn code4(w: vec4<u32>, m: vec4<u32>) -> vec4<f32> { return vec4<f32>(bitcast<vec4<i32>>(w & m)); }   // code * 4^j
+
 fn cm_t32(k: u32, wb: vec2<u32>) -> R8 {   // the 32 weights of reduction step k in words wb (columns 0-15, 16-31)
     let W = (cm_p.c + 15u) / 16u;
     let w0 = vec4<u32>(cm_t[k * W + wb.x]);
     let w1 = vec4<u32>(cm_t[k * W + wb.y]);
     let s = vec4<u32>(16u);
+    if (CPU_CODES) {   // the codes scaled by 4^j (see CPU_CODES)
+        return R8(code4(w0, M0), code4(w0, M1), code4(w0 >> s, M0), code4(w0 >> s, M1),
+                  code4(w1, M0), code4(w1, M1), code4(w1 >> s, M0), code4(w1 >> s, M1));
+    }
     return R8(tern4(w0, M0, F0), tern4(w0, M1, F1), tern4(w0 >> s, M0, F0), tern4(w0 >> s, M1, F1),
               tern4(w1, M0, F0), tern4(w1, M1, F1), tern4(w1 >> s, M0, F0), tern4(w1 >> s, M1, F1));
 }
+
+fn cm_fin(x: R8, r: f32) -> R8 {   // CPU_CODES: sums of a * code * 4^j, row sum r -> sums of a * t
+    if (!CPU_CODES) { return x; }
+    return R8(x.a * F0 - r, x.b * F1 - r, x.c * F0 - r, x.d * F1 - r, x.e * F0 - r, x.f * F1 - r, x.g * F0 - r, x.h * F1 - r);
+}
+
+fn sum4(v: vec4<f32>) -> f32 { return (v.x + v.y) + (v.z + v.w); }
 
 fn cm_a4(b: u32, k: u32) -> vec4<f32> {   // a[row at b, k .. k+3]
     return vec4<f32>(cm_a[b + k], cm_a[b + k + 1u], cm_a[b + k + 2u], cm_a[b + k + 3u]);
@@ -542,6 +563,7 @@ fn bitlinear_matmul_cpu(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(
     let nm = vec4<u32>(cm_p.n - 1u);
     let db = U8(min(vec4<u32>(n0) + vec4<u32>(0u, 1u, 2u, 3u), nm) * K, min(vec4<u32>(n0) + vec4<u32>(4u, 5u, 6u, 7u), nm) * K);
     var a = T8();
+    var r0 = vec4<f32>(0.0); var r1 = vec4<f32>(0.0);   // CPU_CODES: the 8 rows' sums of a
     var k = 0u;
     if (CPU_STEP == 4u) {
         for (; k + 3u < K; k += 4u) {
@@ -549,6 +571,10 @@ fn bitlinear_matmul_cpu(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(
             let t1 = cm_t32(k + 1u, wb);
             let t2 = cm_t32(k + 2u, wb);
             let t3 = cm_t32(k + 3u, wb);
+            if (CPU_CODES) {
+                r0 += vec4<f32>(sum4(cm_a4(db.a.x, k)), sum4(cm_a4(db.a.y, k)), sum4(cm_a4(db.a.z, k)), sum4(cm_a4(db.a.w, k)));
+                r1 += vec4<f32>(sum4(cm_a4(db.b.x, k)), sum4(cm_a4(db.b.y, k)), sum4(cm_a4(db.b.z, k)), sum4(cm_a4(db.b.w, k)));
+            }
             a = T8(r8_add(a.r0, r8_dot4(cm_a4(db.a.x, k), t0, t1, t2, t3)), r8_add(a.r1, r8_dot4(cm_a4(db.a.y, k), t0, t1, t2, t3)),
                    r8_add(a.r2, r8_dot4(cm_a4(db.a.z, k), t0, t1, t2, t3)), r8_add(a.r3, r8_dot4(cm_a4(db.a.w, k), t0, t1, t2, t3)),
                    r8_add(a.r4, r8_dot4(cm_a4(db.b.x, k), t0, t1, t2, t3)), r8_add(a.r5, r8_dot4(cm_a4(db.b.y, k), t0, t1, t2, t3)),
@@ -559,12 +585,15 @@ fn bitlinear_matmul_cpu(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(
         let t = cm_t32(k, wb);
         let d0 = vec4<f32>(cm_a[db.a.x + k], cm_a[db.a.y + k], cm_a[db.a.z + k], cm_a[db.a.w + k]);
         let d1 = vec4<f32>(cm_a[db.b.x + k], cm_a[db.b.y + k], cm_a[db.b.z + k], cm_a[db.b.w + k]);
+        if (CPU_CODES) { r0 += d0; r1 += d1; }
         a = T8(r8_fma(a.r0, d0.x, t), r8_fma(a.r1, d0.y, t), r8_fma(a.r2, d0.z, t), r8_fma(a.r3, d0.w, t),
                r8_fma(a.r4, d1.x, t), r8_fma(a.r5, d1.y, t), r8_fma(a.r6, d1.z, t), r8_fma(a.r7, d1.w, t));
     }
     let c0 = wb.x * 16u;
-    cm_store(n0, c0, a.r0); cm_store(n0 + 1u, c0, a.r1); cm_store(n0 + 2u, c0, a.r2); cm_store(n0 + 3u, c0, a.r3);
-    cm_store(n0 + 4u, c0, a.r4); cm_store(n0 + 5u, c0, a.r5); cm_store(n0 + 6u, c0, a.r6); cm_store(n0 + 7u, c0, a.r7);
+    cm_store(n0, c0, cm_fin(a.r0, r0.x)); cm_store(n0 + 1u, c0, cm_fin(a.r1, r0.y));
+    cm_store(n0 + 2u, c0, cm_fin(a.r2, r0.z)); cm_store(n0 + 3u, c0, cm_fin(a.r3, r0.w));
+    cm_store(n0 + 4u, c0, cm_fin(a.r4, r1.x)); cm_store(n0 + 5u, c0, cm_fin(a.r5, r1.y));
+    cm_store(n0 + 6u, c0, cm_fin(a.r6, r1.z)); cm_store(n0 + 7u, c0, cm_fin(a.r7, r1.w));
 }
 
 fn cm_put(i: u32, c: u32, v: f32) {   // y[i] (= or +=) v where column c < C

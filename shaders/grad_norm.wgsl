@@ -94,6 +94,30 @@ fn sumsq_blocks(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup
     if (lid.x == 0u) { partial_out[b] = total; }
 }
 
+// sumsq_blocks_cpu   sumsq_blocks for CPUs (Device.kind "cpu"; bindings as there): one
+//   invocation per block, its sum in four private vec4s, no barriers (a CPU runs a
+//   workgroup as a loop, and sumsq_blocks' eight barriers over 256 invocations cost
+//   SwiftShader more than the sums). The sum is ordered differently from the tree's.
+//   dispatch: ceil(nb / GC) workgroups split over x, y.
+const GC: u32 = 8u;  // invocations (blocks) per workgroup of the CPU variants
+
+@compute @workgroup_size(GC)
+fn sumsq_blocks_cpu(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>) {
+    let b = gid.x + gid.y * nw.x * GC;
+    if (b >= arrayLength(&blocks)) { return; }
+    let blk = blocks[b];
+    var a0 = vec4<f32>(0.0); var a1 = vec4<f32>(0.0); var a2 = vec4<f32>(0.0); var a3 = vec4<f32>(0.0);
+    var k = 0u;
+    for (; k + 3u < blk.y; k += 4u) {
+        let x0 = g_in[blk.x + k] * bp.scale; let x1 = g_in[blk.x + k + 1u] * bp.scale;
+        let x2 = g_in[blk.x + k + 2u] * bp.scale; let x3 = g_in[blk.x + k + 3u] * bp.scale;
+        a0 += x0 * x0; a1 += x1 * x1; a2 += x2 * x2; a3 += x3 * x3;
+    }
+    for (; k < blk.y; k++) { let x = g_in[blk.x + k] * bp.scale; a0 += x * x; }
+    let a = (a0 + a1) + (a2 + a3);
+    partial_out[b] = (a.x + a.y) + (a.z + a.w);
+}
+
 // ---------------------------------------------------------------- pass 2
 struct SumsqFinishParams { nb: u32, scale: f32, max_norm: f32 };
 @group(0) @binding(0) var<uniform> fp: SumsqFinishParams;
@@ -105,22 +129,33 @@ fn sumsq_finish(@builtin(local_invocation_id) lid: vec3<u32>) {
     var acc = 0.0;
     for (var i = lid.x; i < fp.nb; i += WG) { acc += partial_in[i]; }
     let sumsq = wg_sum(lid.x, acc, WG);
-    if (lid.x == 0u) {
-        let norm = sqrt(sumsq);
-        state.sumsq = sumsq;
-        state.norm = norm;
-        if (is_finite(sumsq)) {
-            let clip = clip_factor(norm, fp.max_norm);
-            state.clip = clip;
-            state.gmul = fp.scale * clip;
-            state.skip = 0u;
-        } else {
-            state.clip = 0.0;
-            state.gmul = 0.0;
-            state.skip = 1u;
-            state.skipped += 1u;
-        }
+    if (lid.x == 0u) { finish_state(sumsq); }
+}
+
+fn finish_state(sumsq: f32) {   // state.sumsq, norm, clip, gmul, skip from the sum
+    let norm = sqrt(sumsq);
+    state.sumsq = sumsq;
+    state.norm = norm;
+    if (is_finite(sumsq)) {
+        let clip = clip_factor(norm, fp.max_norm);
+        state.clip = clip;
+        state.gmul = fp.scale * clip;
+        state.skip = 0u;
+    } else {
+        state.clip = 0.0;
+        state.gmul = 0.0;
+        state.skip = 1u;
+        state.skipped += 1u;
     }
+}
+
+// sumsq_finish_cpu   sumsq_finish for CPUs (bindings as there): one invocation sums the
+//   partials in order, no barriers. dispatch: one workgroup.
+@compute @workgroup_size(1)
+fn sumsq_finish_cpu() {
+    var acc = 0.0;
+    for (var i = 0u; i < fp.nb; i++) { acc += partial_in[i]; }
+    finish_state(acc);
 }
 
 // ---------------------------------------------------------------- per-tensor sums (logging)

@@ -18,7 +18,8 @@
 //   3 y[N, C] write | 4 rstd[N] write | 5 xq write (u32 words) | 6 s[N] write
 // dispatch (all three): one workgroup (256) per row: N workgroups split over x, y
 //
-// CPU variants (Device.kind "cpu", C % 4 == 0): rmsnorm_forward_rows, rmsnorm_backward_rows,
+// CPU variants (Device.kind "cpu", C % 4 == 0): rmsnorm_forward_rows, rmsnorm_backward_rows
+//   and rmsnorm_quant_forward_rows (below),
 //   the same bindings seen as vec4 (rstd[N] stays scalar); four rows per invocation (each w
 //   vec4 loaded once for four: SwiftShader 1.2x faster than one row), RR invocations per
 //   workgroup: ceil(ceil(N/4) / RR) workgroups split over x, y. A CPU runs a workgroup as a
@@ -149,6 +150,56 @@ fn rmsnorm_forward_rows(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(
         rr_y[b.z + c] = w * (rr_x[b.z + c] * r.z); rr_y[b.w + c] = w * (rr_x[b.w + c] * r.w);
     }
     rr_rstd[n.x] = r.x; rr_rstd[n.y] = r.y; rr_rstd[n.z] = r.z; rr_rstd[n.w] = r.w;
+}
+
+// rmsnorm_quant_forward_rows   rmsnorm_forward_rows, then actquant_forward_rows of its
+//   output in the same dispatch (kind "cpu", C % 4 == 0): y, rstd, s and xq (f32 [N, C]) with
+//   the same bits as the two kernels (the max is exact; y is recomputed for xq from x, r
+//   and w with the same two multiplies, not read back). Bindings as rmsnorm_quant_forward
+//   (packed unused), seen as vec4 (rstd[N], s[N] stay scalar); rows as rmsnorm_forward_rows.
+//   One dispatch and one pass over y fewer: SwiftShader and lavapipe ~1.3x faster than the two.
+@group(0) @binding(0) var<uniform> rk_p: RmsQuantParams;
+@group(0) @binding(1) var<storage, read> rk_x: array<vec4<f32>>;
+@group(0) @binding(2) var<storage, read> rk_w: array<vec4<f32>>;
+@group(0) @binding(3) var<storage, read_write> rk_y: array<vec4<f32>>;
+@group(0) @binding(4) var<storage, read_write> rk_rstd: array<f32>;
+@group(0) @binding(5) var<storage, read_write> rk_xq: array<vec4<f32>>;
+@group(0) @binding(6) var<storage, read_write> rk_s: array<f32>;
+
+fn rk_rstd4(a: vec4<f32>) -> f32 { return inverseSqrt((a.x + a.y + a.z + a.w) / f32(rk_p.c) + rk_p.eps); }
+fn rk_s4(m: vec4<f32>) -> f32 { return 127.0 / max(max(max(m.x, m.y), max(m.z, m.w)), 1e-5); }   // as actquant_forward_rows
+fn rk_q(v: vec4<f32>, s: f32) -> vec4<f32> { return clamp(round(v * s), vec4<f32>(-128.0), vec4<f32>(127.0)); }
+
+@compute @workgroup_size(RR)
+fn rmsnorm_quant_forward_rows(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>) {
+    let n0 = (gid.x + gid.y * nw.x * RR) * 4u;
+    if (n0 >= rk_p.n) { return; }
+    let C4 = rk_p.c / 4u;
+    let m = rk_p.n - 1u;
+    let n = vec4<u32>(n0, min(n0 + 1u, m), min(n0 + 2u, m), min(n0 + 3u, m));
+    let b = n * C4;
+    var a0 = vec4<f32>(0.0); var a1 = vec4<f32>(0.0); var a2 = vec4<f32>(0.0); var a3 = vec4<f32>(0.0);
+    for (var c = 0u; c < C4; c++) {
+        let v0 = rk_x[b.x + c]; let v1 = rk_x[b.y + c]; let v2 = rk_x[b.z + c]; let v3 = rk_x[b.w + c];
+        a0 += v0 * v0; a1 += v1 * v1; a2 += v2 * v2; a3 += v3 * v3;
+    }
+    let r = vec4<f32>(rk_rstd4(a0), rk_rstd4(a1), rk_rstd4(a2), rk_rstd4(a3));
+    var m0 = vec4<f32>(0.0); var m1 = vec4<f32>(0.0); var m2 = vec4<f32>(0.0); var m3 = vec4<f32>(0.0);
+    for (var c = 0u; c < C4; c++) {
+        let w = rk_w[c];
+        let y0 = w * (rk_x[b.x + c] * r.x); let y1 = w * (rk_x[b.y + c] * r.y);
+        let y2 = w * (rk_x[b.z + c] * r.z); let y3 = w * (rk_x[b.w + c] * r.w);
+        rk_y[b.x + c] = y0; rk_y[b.y + c] = y1; rk_y[b.z + c] = y2; rk_y[b.w + c] = y3;
+        m0 = max(m0, abs(y0)); m1 = max(m1, abs(y1)); m2 = max(m2, abs(y2)); m3 = max(m3, abs(y3));
+    }
+    let s = vec4<f32>(rk_s4(m0), rk_s4(m1), rk_s4(m2), rk_s4(m3));
+    for (var c = 0u; c < C4; c++) {
+        let w = rk_w[c];
+        rk_xq[b.x + c] = rk_q(w * (rk_x[b.x + c] * r.x), s.x); rk_xq[b.y + c] = rk_q(w * (rk_x[b.y + c] * r.y), s.y);
+        rk_xq[b.z + c] = rk_q(w * (rk_x[b.z + c] * r.z), s.z); rk_xq[b.w + c] = rk_q(w * (rk_x[b.w + c] * r.w), s.w);
+    }
+    rk_rstd[n.x] = r.x; rk_rstd[n.y] = r.y; rk_rstd[n.z] = r.z; rk_rstd[n.w] = r.w;
+    rk_s[n.x] = s.x; rk_s[n.y] = s.y; rk_s[n.z] = s.z; rk_s[n.w] = s.w;
 }
 
 @group(0) @binding(0) var<uniform> rb_p: RmsBackwardParams;

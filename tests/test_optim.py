@@ -78,9 +78,11 @@ def check_against_torch(r, want, rtol=1e-5):
     return errs
 
 
-def test_adamw_1000_steps_matches_torch(run_case):
+@pytest.mark.parametrize("kind", ["gpu", "cpu"])
+def test_adamw_1000_steps_matches_torch(run_case, kind):
+    """Either kind's gradient-norm passes (the CPU's without barriers) and AdamW."""
     steps = 1000
-    r = run_case("optim_cases", "case_adamw_run", sizes=SMALL, steps=steps, seed=1)
+    r = run_case("optim_cases", "case_adamw_run", sizes=SMALL, steps=steps, seed=1, kind=kind)
     want = torch_run(SMALL, steps, seed=1)
     errs = check_against_torch(r, want)
     clips = [x["clip"] for x in r["reports"]]
@@ -89,8 +91,9 @@ def test_adamw_1000_steps_matches_torch(run_case):
     print("1000 steps, max error / max |torch|:", errs)
 
 
-def test_adamw_million_elements_matches_torch(run_case):
-    r = run_case("optim_cases", "case_adamw_run", sizes=LARGE, steps=3, seed=2, per_tensor=True)
+@pytest.mark.parametrize("kind", ["gpu", "cpu"])
+def test_adamw_million_elements_matches_torch(run_case, kind):
+    r = run_case("optim_cases", "case_adamw_run", sizes=LARGE, steps=3, seed=2, per_tensor=True, kind=kind)
     want = torch_run(LARGE, 3, seed=2)
     check_against_torch(r, want)
     # per-tensor norms (logging) add up to the global one

@@ -180,7 +180,7 @@ class AdamW:
 
     def kernel_specs(self) -> list:
         """The kernels this optimizer runs (sumsq_blocks for the arena's block length)."""
-        return (gn.kernel_specs(self.arena.block4) + adamw_ops.kernel_specs(self.per_thread)
+        return (gn.kernel_specs(self.arena.block4, self.dev.kind) + adamw_ops.kernel_specs(self.per_thread)
                 + (adamw_ops.kernel_specs(self.per_thread, False)[1:] if not self.zero_grads else []))
 
     async def prepare(self) -> None:

@@ -70,9 +70,17 @@ async def _arena(dev, sizes):
 
 
 async def case_adamw_run(dev, sizes, steps, seed=0, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2,
-                         max_grad_norm=1.0, nan_step=-1, per_tensor=False, per_thread=None):
+                         max_grad_norm=1.0, nan_step=-1, per_tensor=False, per_thread=None, kind=None):
     """`steps` fused optimizer steps on random gradients; the final p, m, v and every
-    step's reported norm/clip. Results are awaited a step late, as a trainer does."""
+    step's reported norm/clip. Results are awaited a step late, as a trainer does.
+    `kind`: the kernel variants of that device kind (None: the device's own)."""
+    with dev.kind_as(kind):
+        return await _adamw_run(dev, sizes, steps, seed, lr, betas, eps, weight_decay, max_grad_norm, nan_step,
+                                per_tensor, per_thread)
+
+
+async def _adamw_run(dev, sizes, steps, seed, lr, betas, eps, weight_decay, max_grad_norm, nan_step, per_tensor,
+                     per_thread):
     arena, names = await _arena(dev, sizes)
     opt = AdamW(dev, arena, lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay,
                 max_grad_norm=max_grad_norm, **({} if per_thread is None else {"per_thread": per_thread}))

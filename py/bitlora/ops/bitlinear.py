@@ -37,7 +37,7 @@ def kernel_specs(table_dtype: str = "f32", training: bool = False, kind: str | N
     if kind in (None, "gpu"):
         specs += [(SHADER, "bitlinear_forward")] + ([(SHADER, "bitlinear_backward_input")] if training else [])
         specs += splitk.kernel_specs()
-    return specs + _cpu_matmul_specs(training, kind, shapes) + actquant_specs(kind)
+    return specs + _cpu_matmul_specs(training, kind, shapes) + actquant_specs(kind, shapes)
 
 
 def int8_specs() -> list:
@@ -71,8 +71,9 @@ CPU_TRANSPOSE_MAX_BYTES = 256 << 20
 # CPU adapter, matched lower-cased against its vendor / architecture / device / description;
 # the first match wins, anything else gets the shader's defaults (CPU_WG 8, CPU_STEP 4:
 # lavapipe's best). SwiftShader ran CPU_STEP 4 1.2x slower than 1; CPU_WG 8 and 16 ran alike on
-# both, 4 slower.
-CPU_TILES: tuple = (("swiftshader", {"CPU_STEP": 1}),)
+# both, 4 slower. CPU_CODES (sums of codes, the row sum subtracted once) ran SwiftShader's
+# matmuls 1.1-1.3x faster (its K = 64 input gradients ~1.2x slower), lavapipe's 0.9-1.1x.
+CPU_TILES: tuple = (("swiftshader", {"CPU_STEP": 1, "CPU_CODES": 1}),)
 CPU_DEFAULT = {"CPU_WG": 8}
 CPU_WG = CPU_DEFAULT["CPU_WG"]
 
@@ -157,10 +158,11 @@ def scratch_floats(N: int, I: int, O: int, kind: str = "gpu") -> int:
 AQR = 16  # rows per workgroup of actquant_forward_rows (bitlinear.wgsl AQR)
 
 
-def actquant_specs(kind: str | None = None) -> list:
+def actquant_specs(kind: str | None = None, shapes: dict | None = None) -> list:
     """actquant_forward's CPU variant, unless kind is "gpu" (kernel_specs lists the GPU
-    kernel always: on a CPU it is the fallback where I % 4 != 0)."""
-    return [] if kind == "gpu" else [(SHADER, "actquant_forward_rows")]
+    kernel always: on a CPU it is the fallback where I % 4 != 0), or `shapes`' C and F
+    are multiples of 4 (a model quantises only a norm's output: rmsnorm_quant_forward_rows)."""
+    return [] if kind == "gpu" or quads(shapes, "C", "F") else [(SHADER, "actquant_forward_rows")]
 
 
 def actquant_forward(dev, x, xq, s, N: int, I: int) -> None:

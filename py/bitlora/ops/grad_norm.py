@@ -22,27 +22,37 @@ SCALE = Uniform("ScaleParams", "factor:f32 n4:u32")
 SCALE_CLIP = Uniform("ScaleClipParams", "n4:u32")
 
 
-def kernel_specs(block4: int = 4096) -> list:
-    """Every kernel of this file; sumsq_blocks for blocks of `block4` vec4s (ParamArena.block4)."""
+GC = 8  # blocks (invocations) per workgroup of sumsq_blocks_cpu (grad_norm.wgsl GC)
+
+
+def kernel_specs(block4: int = 4096, kind: str | None = None) -> list:
+    """Every kernel of this file; sumsq_blocks for blocks of `block4` vec4s (ParamArena.block4);
+    the first two passes' CPU variants unless kind is "gpu"."""
     return [(SHADER, "sumsq_blocks", {"BLOCK4": block4})] + [
         (SHADER, e) for e in ("sumsq_finish", "sumsq_per_tensor", "sumsq_accumulate", "clip_from_acc",
-                              "scale_const", "scale_by_clip")]
+                              "scale_const", "scale_by_clip")
+        + (() if kind == "gpu" else ("sumsq_blocks_cpu", "sumsq_finish_cpu"))]
 
 
 def sumsq_blocks(dev, g, blocks, partial, nb: int, scale: float, block4: int = 4096) -> None:
-    """Record partial[b] = sum over block b of (scale * g)^2, one workgroup per block;
-    full blocks are `block4` vec4s long (the arena's layout)."""
+    """Record partial[b] = sum over block b of (scale * g)^2, one workgroup per block (on a
+    CPU, dev.kind, one invocation per block: sumsq_blocks_cpu); full blocks are `block4`
+    vec4s long (the arena's layout)."""
     need(blocks, 2 * nb, "blocks", "sumsq_blocks")
     need(partial, nb, "partial", "sumsq_blocks")
-    dev.dispatch(dev.prepared(SHADER, "sumsq_blocks", {"BLOCK4": block4}), [g, blocks.view(0, 8 * nb), partial],
-                 groups=nb, params=BLOCKS.pack(scale))
+    cpu = dev.kind == "cpu"
+    k = dev.prepared(SHADER, "sumsq_blocks_cpu") if cpu else dev.prepared(SHADER, "sumsq_blocks", {"BLOCK4": block4})
+    dev.dispatch(k, [g, blocks.view(0, 8 * nb), partial], groups=-(-nb // GC) if cpu else nb,
+                 params=BLOCKS.pack(scale))
 
 
 def sumsq_finish(dev, partial, state, nb: int, scale: float, max_norm: float) -> None:
-    """Record the final reduce: state.sumsq/norm/clip/gmul/skip (one workgroup)."""
+    """Record the final reduce: state.sumsq/norm/clip/gmul/skip (one workgroup; on a CPU
+    one invocation, sumsq_finish_cpu)."""
     need(partial, nb, "partial", "sumsq_finish")
     need(state, STATE_BYTES // 4, "state", "sumsq_finish")
-    dev.dispatch(dev.prepared(SHADER, "sumsq_finish"), [partial, state.view(0, STATE_BYTES)], groups=1,
+    entry = "sumsq_finish_cpu" if dev.kind == "cpu" else "sumsq_finish"
+    dev.dispatch(dev.prepared(SHADER, entry), [partial, state.view(0, STATE_BYTES)], groups=1,
                  params=FINISH.pack(nb, scale, max_norm))
 
 

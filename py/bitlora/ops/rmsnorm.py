@@ -22,7 +22,8 @@ def kernel_specs(table_dtype: str = "f32", training: bool = False, kind: str | N
     entries = ["rmsnorm_forward"] + (["rmsnorm_backward"] if training else [])
     fused = [] if kind == "cpu" else ["rmsnorm_quant_forward"]
     gpu = [] if quads(shapes, "C", "F") else entries
-    return [(SHADER, e) for e in gpu + fused + ([e + "_rows" for e in entries] if kind != "gpu" else [])]
+    rows = entries + ["rmsnorm_quant_forward"] if kind != "gpu" else []
+    return [(SHADER, e) for e in gpu + fused + [e + "_rows" for e in rows]]
 
 
 def _rows(dev, C: int) -> bool:
@@ -51,9 +52,10 @@ def rmsnorm_backward(dev, dy, x, w, rstd, dx, N: int, C: int, accumulate: bool =
 
 def rmsnorm_quant_forward(dev, x, w, y, rstd, xq, s, N: int, C: int, eps: float) -> None:
     """rmsnorm_forward(x, w -> y, rstd), then bitlinear.actquant_forward(y -> xq, s): one
-    dispatch on a GPU (xq packed where bitlinear.packed_xq says), the two kernels of
-    each on a CPU (dev.kind). The same bits as the two ops."""
-    if dev.kind == "cpu":
+    dispatch on a GPU (xq packed where bitlinear.packed_xq says) and on a CPU (dev.kind)
+    where C % 4 == 0 (rmsnorm_quant_forward_rows), else the two ops' kernels. The same
+    bits as the two ops."""
+    if dev.kind == "cpu" and not _rows(dev, C):
         rmsnorm_forward(dev, x, w, y, rstd, N, C, eps)
         bitlinear.actquant_forward(dev, y, xq, s, N, C)
         return
@@ -61,5 +63,7 @@ def rmsnorm_quant_forward(dev, x, w, y, rstd, xq, s, N: int, C: int, eps: float)
     for b, n, what in ((x, N * C, "x"), (w, C, "w"), (y, N * C, "y"), (rstd, N, "rstd"),
                        (xq, N * bitlinear.xq_floats(C, packed), "xq"), (s, N, "s")):
         need(b, n, what, "rmsnorm_quant_forward")
-    dev.dispatch(dev.prepared(SHADER, "rmsnorm_quant_forward"), [x, w, y, rstd, xq, s], groups=N,
+    rows = _rows(dev, C)
+    dev.dispatch(dev.prepared(SHADER, "rmsnorm_quant_forward_rows" if rows else "rmsnorm_quant_forward"),
+                 [x, w, y, rstd, xq, s], groups=-(-N // (4 * RR)) if rows else N,
                  params=QUANT.pack(N, C, eps, int(packed)))
