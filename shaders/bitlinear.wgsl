@@ -259,32 +259,19 @@ fn bitlinear_backward_input(@builtin(local_invocation_id) lid3: vec3<u32>, @buil
     let tx = lid3.x;
     let ty = lid3.y;
     let lid = ty * 16u + tx;
-    let N = bl_p.n;
-    let I = bl_p.i;
-    let O = bl_p.o;
-    let W = (I + 15u) / 16u;
     let n0 = wid.y * 64u;
     let wq0 = wid.x * 8u;
     let obeg = wid.z * bl_p.ko;
-    let oend = min(O, (wid.z + 1u) * bl_p.ko);
+    let oend = min(bl_p.o, (wid.z + 1u) * bl_p.ko);
     // this thread's staging slots: dy (row lid/16 + 16m, o lid%16), w (o (lid + 256m)/32, quad lid%32)
     let sr = lid / 16u;
     let so = lid % 16u;
     let wo0 = lid / 32u;
     let wq = lid % 32u;
     let wi = wq0 + wq / 4u;
-    var p0 = 0.0; var p1 = 0.0; var p2 = 0.0; var p3 = 0.0;
-    var pw0 = 0x55555555u; var pw1 = 0x55555555u;
-    if (obeg + so < oend) {
-        if (n0 + sr < N) { p0 = bl_dy[(n0 + sr) * O + obeg + so]; }
-        if (n0 + sr + 16u < N) { p1 = bl_dy[(n0 + sr + 16u) * O + obeg + so]; }
-        if (n0 + sr + 32u < N) { p2 = bl_dy[(n0 + sr + 32u) * O + obeg + so]; }
-        if (n0 + sr + 48u < N) { p3 = bl_dy[(n0 + sr + 48u) * O + obeg + so]; }
-    }
-    if (wi < W) {
-        if (obeg + wo0 < oend) { pw0 = bl_w[(obeg + wo0) * W + wi]; }
-        if (obeg + wo0 + 8u < oend) { pw1 = bl_w[(obeg + wo0 + 8u) * W + wi]; }
-    }
+    var p0 = bl_dy_at(n0 + sr, obeg + so, oend); var p1 = bl_dy_at(n0 + sr + 16u, obeg + so, oend);
+    var p2 = bl_dy_at(n0 + sr + 32u, obeg + so, oend); var p3 = bl_dy_at(n0 + sr + 48u, obeg + so, oend);
+    var pw0 = bl_w_at(obeg + wo0, wi, oend); var pw1 = bl_w_at(obeg + wo0 + 8u, wi, oend);
     var a00 = vec4<f32>(0.0); var a01 = vec4<f32>(0.0);
     var a10 = vec4<f32>(0.0); var a11 = vec4<f32>(0.0);
     var a20 = vec4<f32>(0.0); var a21 = vec4<f32>(0.0);
@@ -298,18 +285,9 @@ fn bitlinear_backward_input(@builtin(local_invocation_id) lid3: vec3<u32>, @buil
         bl_w_sh[wo0 + 8u][wq] = ternary_quad(pw1, wq % 4u);
         workgroupBarrier();
         let o1 = o0 + 16u;
-        p0 = 0.0; p1 = 0.0; p2 = 0.0; p3 = 0.0;
-        pw0 = 0x55555555u; pw1 = 0x55555555u;
-        if (o1 + so < oend) {
-            if (n0 + sr < N) { p0 = bl_dy[(n0 + sr) * O + o1 + so]; }
-            if (n0 + sr + 16u < N) { p1 = bl_dy[(n0 + sr + 16u) * O + o1 + so]; }
-            if (n0 + sr + 32u < N) { p2 = bl_dy[(n0 + sr + 32u) * O + o1 + so]; }
-            if (n0 + sr + 48u < N) { p3 = bl_dy[(n0 + sr + 48u) * O + o1 + so]; }
-        }
-        if (wi < W) {
-            if (o1 + wo0 < oend) { pw0 = bl_w[(o1 + wo0) * W + wi]; }
-            if (o1 + wo0 + 8u < oend) { pw1 = bl_w[(o1 + wo0 + 8u) * W + wi]; }
-        }
+        p0 = bl_dy_at(n0 + sr, o1 + so, oend); p1 = bl_dy_at(n0 + sr + 16u, o1 + so, oend);
+        p2 = bl_dy_at(n0 + sr + 32u, o1 + so, oend); p3 = bl_dy_at(n0 + sr + 48u, o1 + so, oend);
+        pw0 = bl_w_at(o1 + wo0, wi, oend); pw1 = bl_w_at(o1 + wo0 + 8u, wi, oend);
         for (var oq = 0u; oq < 4u; oq++) {
             let d0 = bl_dy_sh[ty][oq];
             let d1 = bl_dy_sh[ty + 16u][oq];
@@ -340,6 +318,16 @@ fn bitlinear_backward_input(@builtin(local_invocation_id) lid3: vec3<u32>, @buil
     bl_store(n0 + ty + 16u, c0, a10, wid.z); bl_store(n0 + ty + 16u, c1, a11, wid.z);
     bl_store(n0 + ty + 32u, c0, a20, wid.z); bl_store(n0 + ty + 32u, c1, a21, wid.z);
     bl_store(n0 + ty + 48u, c0, a30, wid.z); bl_store(n0 + ty + 48u, c1, a31, wid.z);
+}
+
+fn bl_dy_at(n: u32, o: u32, oend: u32) -> f32 {   // dy[n, o], 0 past the edges of the tile's slice
+    if (n < bl_p.n && o < oend) { return bl_dy[n * bl_p.o + o]; }
+    return 0.0;
+}
+
+fn bl_w_at(o: u32, wi: u32, oend: u32) -> u32 {   // word wi of w_packed row o, zeros (code 1) past the edges
+    if (o < oend && wi < (bl_p.i + 15u) / 16u) { return bl_w[o * ((bl_p.i + 15u) / 16u) + wi]; }
+    return 0x55555555u;
 }
 
 fn bl_store(n: u32, i0: u32, acc: vec4<f32>, z: u32) {
