@@ -13,33 +13,63 @@ const NEG_BIG: f32 = -3.0e38;   // start of a running max: finite, so exp(NEG_BI
 // ---------------------------------------------------------------- workgroup reductions
 // Tree reductions over invocations 0..n-1 (n a power of two <= WG, at most the
 // workgroup size): every invocation passes its x and gets the total. Call in uniform
-// control flow. The pairs are added in the same order on every backend, so results
-// are reproducible bit for bit.
+// control flow. The tree is fixed — stage s (n/2, n/4, .., 1) adds the value at l + s
+// into l — so results are reproducible bit for bit on every backend. For n = 64, 128 or
+// 256 it is evaluated in two barriers instead of one a stage (H200: ~0.14 against ~0.63
+// us a reduction, bench/latency_probe.py): invocation l < 32 adds its column l, l + 32,
+// .. down to stage 32, then every invocation adds the last 32 values itself, the same
+// pairs in straight-line code (no loop-indexed arrays: NVIDIA puts those in memory).
 var<workgroup> wg_red: array<f32, WG>;
+var<workgroup> wg_red32: array<vec4<f32>, 8>;   // stage 32's values l at [l / 4][l % 4]
 
-fn wg_sum(lid: u32, x: f32, n: u32) -> f32 {
-    wg_red[lid] = x;
-    workgroupBarrier();
-    for (var s = n / 2u; s > 0u; s = s >> 1u) {
-        if (lid < s) { wg_red[lid] += wg_red[lid + s]; }
-        workgroupBarrier();
-    }
-    let total = wg_red[0];
-    workgroupBarrier();
-    return total;
+fn wg_op(a: f32, b: f32, take_max: bool) -> f32 {
+    if (take_max) { return max(a, b); }
+    return a + b;
 }
 
-fn wg_max(lid: u32, x: f32, n: u32) -> f32 {
+fn wg_op4(a: vec4<f32>, b: vec4<f32>, take_max: bool) -> vec4<f32> {
+    if (take_max) { return max(a, b); }
+    return a + b;
+}
+
+fn wg_reduce(lid: u32, x: f32, n: u32, take_max: bool) -> f32 {
     wg_red[lid] = x;
     workgroupBarrier();
-    for (var s = n / 2u; s > 0u; s = s >> 1u) {
-        if (lid < s) { wg_red[lid] = max(wg_red[lid], wg_red[lid + s]); }
+    if (n < 64u) {   // stage by stage
+        for (var s = n / 2u; s > 0u; s = s >> 1u) {
+            if (lid < s) { wg_red[lid] = wg_op(wg_red[lid], wg_red[lid + s], take_max); }
+            workgroupBarrier();
+        }
+        let total = wg_red[0];
         workgroupBarrier();
+        return total;
     }
-    let total = wg_red[0];
+    if (lid < 32u) {   // column lid down to stage 32
+        var c = wg_op(wg_red[lid], wg_red[lid + 32u], take_max);   // n = 64
+        if (n == 128u) {
+            c = wg_op(wg_op(wg_red[lid], wg_red[lid + 64u], take_max),
+                      wg_op(wg_red[lid + 32u], wg_red[lid + 96u], take_max), take_max);
+        }
+        if (n == 256u) {
+            let a = wg_op(wg_op(wg_red[lid], wg_red[lid + 128u], take_max),
+                          wg_op(wg_red[lid + 64u], wg_red[lid + 192u], take_max), take_max);
+            let b = wg_op(wg_op(wg_red[lid + 32u], wg_red[lid + 160u], take_max),
+                          wg_op(wg_red[lid + 96u], wg_red[lid + 224u], take_max), take_max);
+            c = wg_op(a, b, take_max);
+        }
+        wg_red32[lid / 4u][lid % 4u] = c;
+    }
     workgroupBarrier();
-    return total;
+    // stages 16, 8, 4, 2, 1: values l and l + 16 are [l / 4] and [l / 4 + 4], and so on
+    let e0 = wg_op4(wg_op4(wg_red32[0], wg_red32[4], take_max), wg_op4(wg_red32[2], wg_red32[6], take_max), take_max);
+    let e1 = wg_op4(wg_op4(wg_red32[1], wg_red32[5], take_max), wg_op4(wg_red32[3], wg_red32[7], take_max), take_max);
+    let f = wg_op4(e0, e1, take_max);
+    return wg_op(wg_op(f.x, f.z, take_max), wg_op(f.y, f.w, take_max), take_max);
 }
+
+fn wg_sum(lid: u32, x: f32, n: u32) -> f32 { return wg_reduce(lid, x, n, false); }
+
+fn wg_max(lid: u32, x: f32, n: u32) -> f32 { return wg_reduce(lid, x, n, true); }
 
 // ---------------------------------------------------------------- MLP gating
 // h = act(g) * u, act relu^2 or SiLU (relu2.wgsl; matvec.wgsl's norm fuses it when decoding).
