@@ -100,25 +100,54 @@ fn nq_word(e: u32, r: f32, s: f32) -> vec2<i32> {   // packed xq word e and the 
     return vec2<i32>(bitcast<i32>(pack4xI8(vec4<i32>(q0, q1, q2, q3))), q0 + q1 + q2 + q3);
 }
 
+fn nq_in_at(c: u32) -> f32 {   // nq_in, 0 past C
+    if (c < nq_p.c) { return nq_in(c); }
+    return 0.0;
+}
+
+fn nq_y_at(c: u32, r: f32) -> f32 {   // the normed row's column c, written to y (0 past C)
+    if (c >= nq_p.c) { return 0.0; }
+    let v = nq_w[c] * (nq_in(c) * r);
+    nq_y[c] = v;
+    return v;
+}
+
+fn nq_put(e: u32, r: f32, s: f32) -> i32 {   // packed word e written (if the row has it); its sum
+    if (e >= 4u * ((nq_p.c + 15u) / 16u)) { return 0; }
+    let wq = nq_word(e, r, s);
+    nq_xq[e] = bitcast<u32>(wq.x);
+    return wq.y;
+}
+
+// The passes go four columns (two packed words) a thread per turn, whose loads are issued
+// together: a loop turn's reads cost a memory latency, and the kernel is a chain of them
+// (bench/latency_probe.py: 5.6 -> 3.8 us for one pass over 2560 columns on the H200).
+// Thread lid still sums its columns lid + 256 j in order (the zeros past C add nothing).
 @compute @workgroup_size(MV_WG)
 fn rmsnorm_quant(@builtin(local_invocation_id) lid3: vec3<u32>) {
     let lid = lid3.x;
     let C = nq_p.c;
     var acc = 0.0;
-    for (var c = lid; c < C; c += MV_WG) { let v = nq_in(c); acc += v * v; }
+    for (var c = lid; c < C; c += 4u * MV_WG) {
+        let a = nq_in_at(c);
+        let b = nq_in_at(c + MV_WG);
+        let d = nq_in_at(c + 2u * MV_WG);
+        let f = nq_in_at(c + 3u * MV_WG);
+        acc += a * a;
+        acc += b * b;
+        acc += d * d;
+        acc += f * f;
+    }
     let r = inverseSqrt(wg_sum(lid, acc, MV_WG) / f32(C) + nq_p.eps);
     var m = 0.0;
-    for (var c = lid; c < C; c += MV_WG) {
-        let v = nq_w[c] * (nq_in(c) * r);
-        nq_y[c] = v;
-        m = max(m, abs(v));
+    for (var c = lid; c < C; c += 4u * MV_WG) {
+        let y = abs(vec4<f32>(nq_y_at(c, r), nq_y_at(c + MV_WG, r), nq_y_at(c + 2u * MV_WG, r), nq_y_at(c + 3u * MV_WG, r)));
+        m = max(m, max(max(y.x, y.y), max(y.z, y.w)));
     }
     let s = 127.0 / max(wg_max(lid, m, MV_WG), 1e-5);
     var qsum = 0;
-    for (var e = lid; e < 4u * ((C + 15u) / 16u); e += MV_WG) {
-        let wq = nq_word(e, r, s);
-        nq_xq[e] = bitcast<u32>(wq.x);
-        qsum += wq.y;
+    for (var e = lid; e < 4u * ((C + 15u) / 16u); e += 2u * MV_WG) {
+        qsum += nq_put(e, r, s) + nq_put(e + MV_WG, r, s);
     }
     let total = wg_sum(lid, f32(qsum), MV_WG);   // integers below 2^24: exact in any order
     if (lid == 0u) {
@@ -247,6 +276,17 @@ fn mv_store(part: u32, o: u32, sum: i32) {
     mv_put(part, o, mv_lora(part, o, mv_value(part, o, sum, mv_qs[0], mv_qs[1])));
 }
 
+fn mv_slot(at: vec3<u32>, k: u32) -> vec4<u32> {   // weight vec4 k of the row at (0 past it)
+    if (at.x < 3u && k < mv_p.w4) { return mv_w[at.z + k]; }
+    return vec4<u32>(0u);
+}
+
+fn mv_dot(w: vec4<u32>, k: u32) -> i32 {   // weight vec4 k against the activations' vec4s 4k .. 4k + 3
+    if (k >= mv_p.w4) { return 0; }
+    return word_dot(w.x, mv_x[4u * k]) + word_dot(w.y, mv_x[4u * k + 1u])
+         + word_dot(w.z, mv_x[4u * k + 2u]) + word_dot(w.w, mv_x[4u * k + 3u]);
+}
+
 @compute @workgroup_size(MV_WG)
 fn ternary_matvec(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>,
                   @builtin(num_workgroups) nw: vec3<u32>) {
@@ -254,12 +294,12 @@ fn ternary_matvec(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgr
     let lane = lid % MV_TPR;
     let at = mv_locate((wid.x + wid.y * nw.x) * (MV_WG / MV_TPR) + lid / MV_TPR);
     var acc = 0;
-    if (at.x < 3u) {
-        for (var k = lane; k < mv_p.w4; k += MV_TPR) {
-            let w = mv_w[at.z + k];
-            acc += word_dot(w.x, mv_x[4u * k]) + word_dot(w.y, mv_x[4u * k + 1u])
-                 + word_dot(w.z, mv_x[4u * k + 2u]) + word_dot(w.w, mv_x[4u * k + 3u]);
-        }
+    for (var k = lane; k < mv_p.w4; k += 4u * MV_TPR) {   // four loads in flight, then their sums
+        let w0 = mv_slot(at, k);
+        let w1 = mv_slot(at, k + MV_TPR);
+        let w2 = mv_slot(at, k + 2u * MV_TPR);
+        let w3 = mv_slot(at, k + 3u * MV_TPR);
+        acc += mv_dot(w0, k) + mv_dot(w1, k + MV_TPR) + mv_dot(w2, k + 2u * MV_TPR) + mv_dot(w3, k + 3u * MV_TPR);
     }
     mv_part[lid] = acc;
     workgroupBarrier();
@@ -293,43 +333,103 @@ fn nm_in(c: u32) -> f32 {   // rmsnorm_quant's nq_in through these bindings
     return gating(NQ_GATE, nm_x[c], nm_u[c]);
 }
 
-fn nm_q(col: u32, r: f32, s: f32) -> i32 {   // rmsnorm_quant's nq_q
-    if (col >= mv_p.c) { return 0; }
-    return i32(clamp(round(nm_w[col] * (nm_in(col) * r) * s), -128.0, 127.0));
+fn nm_in_at(c: u32) -> f32 {   // nm_in, 0 past C
+    if (c < mv_p.c) { return nm_in(c); }
+    return 0.0;
 }
 
+fn nm_y_at(c: u32, r: f32) -> f32 {   // the normed row's column c (0 past C)
+    if (c >= mv_p.c) { return 0.0; }
+    return nm_w[c] * (nm_in(c) * r);
+}
+
+fn nm_q(col: u32, r: f32, s: f32) -> i32 {   // rmsnorm_quant's nq_q
+    return i32(clamp(round(nm_y_at(col, r) * s), -128.0, 127.0));
+}
+
+fn nm_put(e: u32, r: f32, s: f32) -> i32 {   // packed word e into nm_xq (if the row has it); its sum
+    if (e >= 4u * ((mv_p.c + 15u) / 16u)) { return 0; }
+    let c0 = 16u * (e / 4u) + e % 4u;
+    let q = vec4<i32>(nm_q(c0, r, s), nm_q(c0 + 4u, r, s), nm_q(c0 + 8u, r, s), nm_q(c0 + 12u, r, s));
+    nm_xq[e / 4u][e % 4u] = pack4xI8(q);
+    return q.x + q.y + q.z + q.w;
+}
+
+fn nm_dot(w: vec4<u32>, k: u32) -> i32 {   // weight vec4 k against the row's int8 in nm_xq
+    if (k >= mv_p.w4) { return 0; }
+    return word_dot(w.x, nm_xq[4u * k]) + word_dot(w.y, nm_xq[4u * k + 1u])
+         + word_dot(w.z, nm_xq[4u * k + 2u]) + word_dot(w.w, nm_xq[4u * k + 3u]);
+}
+
+// rmsnorm_quant's passes through these bindings (the same bits), the row's int8 into
+// nm_xq: (s, sum of q); its last barriers publish nm_xq.
+fn nm_norm(lid: u32) -> vec2<f32> {
+    let C = mv_p.c;
+    var acc = 0.0;
+    for (var c = lid; c < C; c += 4u * MV_WG) {
+        let a = nm_in_at(c);
+        let b = nm_in_at(c + MV_WG);
+        let d = nm_in_at(c + 2u * MV_WG);
+        let f = nm_in_at(c + 3u * MV_WG);
+        acc += a * a;
+        acc += b * b;
+        acc += d * d;
+        acc += f * f;
+    }
+    let r = inverseSqrt(wg_sum(lid, acc, MV_WG) / f32(C) + mv_p.eps);
+    var m = 0.0;
+    for (var c = lid; c < C; c += 4u * MV_WG) {
+        let y = abs(vec4<f32>(nm_y_at(c, r), nm_y_at(c + MV_WG, r), nm_y_at(c + 2u * MV_WG, r), nm_y_at(c + 3u * MV_WG, r)));
+        m = max(m, max(max(y.x, y.y), max(y.z, y.w)));
+    }
+    let s = 127.0 / max(wg_max(lid, m, MV_WG), 1e-5);
+    var qsum = 0;
+    for (var e = lid; e < 4u * ((C + 15u) / 16u); e += 2u * MV_WG) {
+        qsum += nm_put(e, r, s) + nm_put(e + MV_WG, r, s);
+    }
+    return vec2<f32>(s, wg_sum(lid, f32(qsum), MV_WG));
+}
+
+// rmsnorm_quant's passes, four columns (two packed words) a turn as there (the same
+// bits), then the rows; a row block's weights four vec4 loads a turn, the first block's
+// first turn issued before the norm (the weights do not depend on it).
 @compute @workgroup_size(MV_WG)
 fn norm_matvec(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>,
                @builtin(num_workgroups) nw: vec3<u32>) {
     let lid = lid3.x;
-    let C = mv_p.c;
-    // rmsnorm_quant's three passes, line for line (the same bits), into workgroup memory
-    var acc = 0.0;
-    for (var c = lid; c < C; c += MV_WG) { let v = nm_in(c); acc += v * v; }
-    let r = inverseSqrt(wg_sum(lid, acc, MV_WG) / f32(C) + mv_p.eps);
-    var m = 0.0;
-    for (var c = lid; c < C; c += MV_WG) { m = max(m, abs(nm_w[c] * (nm_in(c) * r))); }
-    let s = 127.0 / max(wg_max(lid, m, MV_WG), 1e-5);
-    var qsum = 0;
-    for (var e = lid; e < 4u * ((C + 15u) / 16u); e += MV_WG) {
-        let c0 = 16u * (e / 4u) + e % 4u;
-        let q = vec4<i32>(nm_q(c0, r, s), nm_q(c0 + 4u, r, s), nm_q(c0 + 8u, r, s), nm_q(c0 + 12u, r, s));
-        nm_xq[e / 4u][e % 4u] = pack4xI8(q);
-        qsum += q.x + q.y + q.z + q.w;
-    }
-    let total = wg_sum(lid, f32(qsum), MV_WG);   // its barriers also publish nm_xq
+    let lane = lid % MV_TPR;
+    let first = (wid.x + wid.y * nw.x) * NM_BATCH;   // the workgroup's first block of rows
+    let at0 = mv_locate(first * (MV_WG / MV_TPR) + lid / MV_TPR);
+    let p0 = mv_slot(at0, lane);
+    let p1 = mv_slot(at0, lane + MV_TPR);
+    let p2 = mv_slot(at0, lane + 2u * MV_TPR);
+    let p3 = mv_slot(at0, lane + 3u * MV_TPR);
+    let st = nm_norm(lid);   // (s, sum of q); its barriers publish nm_xq
+    let s = st.x;
+    let total = st.y;
     // ternary_matvec's rows, the activations from workgroup memory: NM_BATCH blocks of
     // MV_WG / MV_TPR rows, one after another (the norm above done once for all of them)
-    let lane = lid % MV_TPR;
     for (var b = 0u; b < NM_BATCH; b++) {
-        let at = mv_locate(((wid.x + wid.y * nw.x) * NM_BATCH + b) * (MV_WG / MV_TPR) + lid / MV_TPR);
-        var dot = 0;
-        if (at.x < 3u) {
-            for (var k = lane; k < mv_p.w4; k += MV_TPR) {
-                let w = mv_w[at.z + k];
-                dot += word_dot(w.x, nm_xq[4u * k]) + word_dot(w.y, nm_xq[4u * k + 1u])
-                     + word_dot(w.z, nm_xq[4u * k + 2u]) + word_dot(w.w, nm_xq[4u * k + 3u]);
-            }
+        var at = at0;
+        var w0 = p0;
+        var w1 = p1;
+        var w2 = p2;
+        var w3 = p3;
+        if (b > 0u) {
+            at = mv_locate((first + b) * (MV_WG / MV_TPR) + lid / MV_TPR);
+            w0 = mv_slot(at, lane);
+            w1 = mv_slot(at, lane + MV_TPR);
+            w2 = mv_slot(at, lane + 2u * MV_TPR);
+            w3 = mv_slot(at, lane + 3u * MV_TPR);
+        }
+        var dot = nm_dot(w0, lane) + nm_dot(w1, lane + MV_TPR) + nm_dot(w2, lane + 2u * MV_TPR)
+                + nm_dot(w3, lane + 3u * MV_TPR);
+        for (var k = lane + 4u * MV_TPR; k < mv_p.w4; k += 4u * MV_TPR) {
+            let v0 = mv_slot(at, k);
+            let v1 = mv_slot(at, k + MV_TPR);
+            let v2 = mv_slot(at, k + 2u * MV_TPR);
+            let v3 = mv_slot(at, k + 3u * MV_TPR);
+            dot += nm_dot(v0, k) + nm_dot(v1, k + MV_TPR) + nm_dot(v2, k + 2u * MV_TPR) + nm_dot(v3, k + 3u * MV_TPR);
         }
         mv_part[lid] = dot;
         workgroupBarrier();

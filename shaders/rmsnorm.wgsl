@@ -28,6 +28,15 @@
 //   N-1 are clamped: the forward writes row N-1's values again, the backward its dx as it is.
 
 struct RmsParams { n: u32, c: u32, eps: f32 };
+
+// The GPU kernels' passes over a row go four columns a thread per turn, the loads issued
+// together (a loop turn's reads are a memory latency, and a row's kernel is a chain of
+// them: bench/latency_probe.py), thread lid still taking its columns lid + 256 j in order
+// (so the same sums; the zeros past C add nothing).
+fn rf_at(base: u32, c: u32) -> f32 {   // x[base + c], 0 past C
+    if (c < p.c) { return x[base + c]; }
+    return 0.0;
+}
 @group(0) @binding(0) var<uniform> p: RmsParams;
 @group(0) @binding(1) var<storage, read> x: array<f32>;
 @group(0) @binding(2) var<storage, read> w: array<f32>;
@@ -42,7 +51,16 @@ fn rmsnorm_forward(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workg
     if (n >= p.n) { return; }
     let base = n * p.c;
     var acc = 0.0;
-    for (var c = lid; c < p.c; c += WG) { let v = x[base + c]; acc += v * v; }
+    for (var c = lid; c < p.c; c += 4u * WG) {
+        let a = rf_at(base, c);
+        let b = rf_at(base, c + WG);
+        let d = rf_at(base, c + 2u * WG);
+        let e = rf_at(base, c + 3u * WG);
+        acc += a * a;
+        acc += b * b;
+        acc += d * d;
+        acc += e * e;
+    }
     let r = inverseSqrt(wg_sum(lid, acc, WG) / f32(p.c) + p.eps);
     for (var c = lid; c < p.c; c += WG) { y[base + c] = w[c] * (x[base + c] * r); }
     if (lid == 0u) { rstd[n] = r; }
@@ -56,6 +74,18 @@ struct RmsQuantParams { n: u32, c: u32, eps: f32, packed: u32 };
 @group(0) @binding(4) var<storage, read_write> rq_rstd: array<f32>;
 @group(0) @binding(5) var<storage, read_write> rq_xq: array<u32>;   // f32 bits, or packed int8
 @group(0) @binding(6) var<storage, read_write> rq_s: array<f32>;
+
+fn rq_in(base: u32, c: u32) -> f32 {   // x[base + c], 0 past C
+    if (c < rq_p.c) { return rq_x[base + c]; }
+    return 0.0;
+}
+
+fn rq_y_at(base: u32, c: u32, r: f32) -> f32 {   // y of column c written (0 past C)
+    if (c >= rq_p.c) { return 0.0; }
+    let v = rq_w[c] * (rq_x[base + c] * r);
+    rq_y[base + c] = v;
+    return v;
+}
 
 fn rq_at(base: u32, c: u32, r: f32, s: f32) -> f32 {   // xq of column c of the row at base (0 past C)
     if (c >= rq_p.c) { return 0.0; }
@@ -71,13 +101,22 @@ fn rmsnorm_quant_forward(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin
     let C = rq_p.c;
     let base = n * C;
     var acc = 0.0;
-    for (var c = lid; c < C; c += WG) { let v = rq_x[base + c]; acc += v * v; }
+    for (var c = lid; c < C; c += 4u * WG) {
+        let a = rq_in(base, c);
+        let b = rq_in(base, c + WG);
+        let d = rq_in(base, c + 2u * WG);
+        let e = rq_in(base, c + 3u * WG);
+        acc += a * a;
+        acc += b * b;
+        acc += d * d;
+        acc += e * e;
+    }
     let r = inverseSqrt(wg_sum(lid, acc, WG) / f32(C) + rq_p.eps);
     var m = 0.0;
-    for (var c = lid; c < C; c += WG) {
-        let v = rq_w[c] * (rq_x[base + c] * r);
-        rq_y[base + c] = v;
-        m = max(m, abs(v));
+    for (var c = lid; c < C; c += 4u * WG) {
+        let v = abs(vec4<f32>(rq_y_at(base, c, r), rq_y_at(base, c + WG, r), rq_y_at(base, c + 2u * WG, r),
+                              rq_y_at(base, c + 3u * WG, r)));
+        m = max(m, max(max(v.x, v.y), max(v.z, v.w)));
     }
     let s = 127.0 / max(wg_max(lid, m, WG), 1e-5);
     if (rq_p.packed != 0u) {
