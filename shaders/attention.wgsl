@@ -104,15 +104,23 @@ fn attention_forward(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(wor
             let kb = (b * p.s + j) * W + kvh * D;
             var dot = 0.0;
             var d = 0u;
-            for (; d + 3u < D; d += 4u) {   // four loads in flight, added in order
+            for (; d + 7u < D; d += 8u) {   // eight loads in flight, added in order
                 let k0 = kc[kb + d];
                 let k1 = kc[kb + d + 1u];
                 let k2 = kc[kb + d + 2u];
                 let k3 = kc[kb + d + 3u];
+                let k4 = kc[kb + d + 4u];
+                let k5 = kc[kb + d + 5u];
+                let k6 = kc[kb + d + 6u];
+                let k7 = kc[kb + d + 7u];
                 dot += q_sh[d] * k0;
                 dot += q_sh[d + 1u] * k1;
                 dot += q_sh[d + 2u] * k2;
                 dot += q_sh[d + 3u] * k3;
+                dot += q_sh[d + 4u] * k4;
+                dot += q_sh[d + 5u] * k5;
+                dot += q_sh[d + 6u] * k6;
+                dot += q_sh[d + 7u] * k7;
             }
             for (; d < D; d++) { dot += q_sh[d] * kc[kb + d]; }
             sc = dot * p.scale;
@@ -134,15 +142,23 @@ fn attention_forward(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(wor
         let dd = vec4<u32>(d0, d1, d2, d3);
         let vb0 = (b * p.s + j0) * W + kvh * D;
         var jj = 0u;
-        for (; jj + 3u < jend; jj += 4u) {   // four keys' loads in flight, added in key order
+        for (; jj + 7u < jend; jj += 8u) {   // eight keys' loads in flight, added in key order
             let v0 = af_v(vb0 + jj * W, dd, D);
             let v1 = af_v(vb0 + (jj + 1u) * W, dd, D);
             let v2 = af_v(vb0 + (jj + 2u) * W, dd, D);
             let v3 = af_v(vb0 + (jj + 3u) * W, dd, D);
+            let v4 = af_v(vb0 + (jj + 4u) * W, dd, D);
+            let v5 = af_v(vb0 + (jj + 5u) * W, dd, D);
+            let v6 = af_v(vb0 + (jj + 6u) * W, dd, D);
+            let v7 = af_v(vb0 + (jj + 7u) * W, dd, D);
             acc += p_sh[jj] * v0;
             acc += p_sh[jj + 1u] * v1;
             acc += p_sh[jj + 2u] * v2;
             acc += p_sh[jj + 3u] * v3;
+            acc += p_sh[jj + 4u] * v4;
+            acc += p_sh[jj + 5u] * v5;
+            acc += p_sh[jj + 6u] * v6;
+            acc += p_sh[jj + 7u] * v7;
         }
         for (; jj < jend; jj++) { acc += p_sh[jj] * af_v(vb0 + jj * W, dd, D); }
         workgroupBarrier();
