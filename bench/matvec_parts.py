@@ -130,6 +130,8 @@ async def _groups(dev, args) -> None:
         consts = matvec._gate_constants(act)
         diag = {e: await dev.compile(code, e, consts, label=e)
                 for e in ("mp_norm_only", "mp_product_only", "mp_empty", "mp_copy")}
+        for nb in args.batches:
+            diag[f"nm{nb}"] = await dev.compile(code, "norm_matvec", {**(consts or {}), "NM_BATCH": float(nb)}, label=f"nm{nb}")
         words = I // 16
         rows = sum(Os)
         layers = [dev.buffer(4 * rows * words, f"w{i}", data=os.urandom(4 * rows * words)) for i in range(args.layers)]
@@ -155,12 +157,7 @@ async def _groups(dev, args) -> None:
             matvec.norm_matvec(dev, x, nw, 1e-5, wb, parts, I, acc, gate)
 
         def fused_plain(wb):
-            keep = matvec.NM_BATCH_MIN_GROUPS
-            matvec.NM_BATCH_MIN_GROUPS = 1 << 30
-            try:
-                fused(wb)
-            finally:
-                matvec.NM_BATCH_MIN_GROUPS = keep
+            matvec.norm_matvec(dev, x, nw, 1e-5, wb, parts, I, acc, gate, batch=1)
 
         def pair(wb):
             matvec.rmsnorm_quant(dev, x, nw, nbuf, xq, qs, I, 1e-5, gate)
@@ -173,8 +170,10 @@ async def _groups(dev, args) -> None:
             matvec.rmsnorm_quant(dev, x, nw, nbuf, xq, qs, I, 1e-5, gate)
 
         variants = [("norm_matvec (as recorded)", fused)]
-        if groups >= matvec.NM_BATCH_MIN_GROUPS:
+        if matvec.nm_batch(groups) > 1:
             variants.append(("norm_matvec, 1 row block a workgroup", fused_plain))
+        variants += [(f"norm_matvec, {nb} row blocks a workgroup", bench_only(f"nm{nb}", -(-groups // nb)))
+                     for nb in args.batches]
         variants += [("rmsnorm_quant + ternary_matvec", pair), ("ternary_matvec alone", product),
                      ("rmsnorm_quant alone (1 workgroup)", norm),
                      ("norm_matvec's norm alone (its grid)", bench_only("mp_norm_only")),
@@ -197,4 +196,6 @@ if __name__ == "__main__":
     ap.add_argument("--groups", default=",".join(GROUPS))
     ap.add_argument("--layers", type=int, default=30)
     ap.add_argument("--reps", type=int, default=8)
+    ap.add_argument("--batches", type=lambda v: [int(b) for b in v.split(",") if b], default=[],
+                    help="also time norm_matvec with these NM_BATCH row blocks a workgroup (e.g. 1,2,4)")
     asyncio.run(main(ap.parse_args()))

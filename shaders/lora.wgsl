@@ -726,15 +726,23 @@ fn lora_down_parts(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workg
     let ar = lp_a(k / lp_p.r) + (k % lp_p.r) * lp_p.i;
     var acc = 0.0;
     var i0 = lid3.x;
-    for (; i0 + 3u * WR < lp_p.i; i0 += 4u * WR) {   // four pairs of loads in flight, added in lora_down's order
+    for (; i0 + 7u * WR < lp_p.i; i0 += 8u * WR) {   // eight pairs of loads in flight, added in lora_down's order
         let p0 = lp_x[i0] * lp_ab[ar + i0];
         let p1 = lp_x[i0 + WR] * lp_ab[ar + i0 + WR];
         let p2 = lp_x[i0 + 2u * WR] * lp_ab[ar + i0 + 2u * WR];
         let p3 = lp_x[i0 + 3u * WR] * lp_ab[ar + i0 + 3u * WR];
+        let p4 = lp_x[i0 + 4u * WR] * lp_ab[ar + i0 + 4u * WR];
+        let p5 = lp_x[i0 + 5u * WR] * lp_ab[ar + i0 + 5u * WR];
+        let p6 = lp_x[i0 + 6u * WR] * lp_ab[ar + i0 + 6u * WR];
+        let p7 = lp_x[i0 + 7u * WR] * lp_ab[ar + i0 + 7u * WR];
         acc += p0;
         acc += p1;
         acc += p2;
         acc += p3;
+        acc += p4;
+        acc += p5;
+        acc += p6;
+        acc += p7;
     }
     for (var i = i0; i < lp_p.i; i += WR) { acc += lp_x[i] * lp_ab[ar + i]; }
     let total = wg_sum(lid3.x, acc, WR);

@@ -400,10 +400,10 @@ fn norm_matvec(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup
     let lane = lid % MV_TPR;
     let first = (wid.x + wid.y * nw.x) * NM_BATCH;   // the workgroup's first block of rows
     let at0 = mv_locate(first * (MV_WG / MV_TPR) + lid / MV_TPR);
-    let p0 = mv_slot(at0, lane);
-    let p1 = mv_slot(at0, lane + MV_TPR);
-    let p2 = mv_slot(at0, lane + 2u * MV_TPR);
-    let p3 = mv_slot(at0, lane + 3u * MV_TPR);
+    var p0 = mv_slot(at0, lane);
+    var p1 = mv_slot(at0, lane + MV_TPR);
+    var p2 = mv_slot(at0, lane + 2u * MV_TPR);
+    var p3 = mv_slot(at0, lane + 3u * MV_TPR);
     let st = nm_norm(lid);   // (s, sum of q); its barriers publish nm_xq
     let s = st.x;
     let total = st.y;
@@ -411,20 +411,16 @@ fn norm_matvec(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup
     // MV_WG / MV_TPR rows, one after another (the norm above done once for all of them)
     for (var b = 0u; b < NM_BATCH; b++) {
         var at = at0;
-        var w0 = p0;
-        var w1 = p1;
-        var w2 = p2;
-        var w3 = p3;
         if (b > 0u) {
             at = mv_locate((first + b) * (MV_WG / MV_TPR) + lid / MV_TPR);
-            w0 = mv_slot(at, lane);
-            w1 = mv_slot(at, lane + MV_TPR);
-            w2 = mv_slot(at, lane + 2u * MV_TPR);
-            w3 = mv_slot(at, lane + 3u * MV_TPR);
+            p0 = mv_slot(at, lane);
+            p1 = mv_slot(at, lane + MV_TPR);
+            p2 = mv_slot(at, lane + 2u * MV_TPR);
+            p3 = mv_slot(at, lane + 3u * MV_TPR);
         }
-        var dot = nm_dot(w0, lane) + nm_dot(w1, lane + MV_TPR) + nm_dot(w2, lane + 2u * MV_TPR)
-                + nm_dot(w3, lane + 3u * MV_TPR);
-        for (var k = lane + 4u * MV_TPR; k < mv_p.w4; k += 4u * MV_TPR) {
+        var dot = nm_dot(p0, lane) + nm_dot(p1, lane + MV_TPR) + nm_dot(p2, lane + 2u * MV_TPR)
+                + nm_dot(p3, lane + 3u * MV_TPR);
+        for (var k = lane + 4u * MV_TPR; k < mv_p.w4; k += 4u * MV_TPR) {   // the rest, four loads a turn
             let v0 = mv_slot(at, k);
             let v1 = mv_slot(at, k + MV_TPR);
             let v2 = mv_slot(at, k + 2u * MV_TPR);

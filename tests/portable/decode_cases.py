@@ -74,14 +74,10 @@ async def case_norm_quant_matvec(dev, x, w, C, eps, parts, accumulate, kind, lor
         if not any(loras) and matvec.fusable(dev, wparts, C):   # norm and product in one dispatch
             matvec.norm_matvec(dev, bx, bw, eps, wbuf, wparts, C, accumulate, (act, bx, bu) if act else None)
             out["fused_out"] = [await _get(dev, yb, O) for _, O, _, yb in wparts]
-            # the same with matvec.NM_BATCH blocks of rows per workgroup at any grid size
-            bparts = [(o // 4, O, sc, _buf(dev, "f", y0, f"by{j}")) for j, (o, (_, O, sc, y0)) in enumerate(zip(offs, parts))]
-            min_groups, matvec.NM_BATCH_MIN_GROUPS = matvec.NM_BATCH_MIN_GROUPS, 0
-            try:
-                matvec.norm_matvec(dev, bx, bw, eps, wbuf, bparts, C, accumulate, (act, bx, bu) if act else None)
-            finally:
-                matvec.NM_BATCH_MIN_GROUPS = min_groups
-            out["fused_batched_out"] = [await _get(dev, yb, O) for _, O, _, yb in bparts]
+            for b in matvec.NM_BATCHES:   # the same with b blocks of rows a workgroup, at any grid size
+                bparts = [(o // 4, O, sc, _buf(dev, "f", y0, f"by{j}")) for j, (o, (_, O, sc, y0)) in enumerate(zip(offs, parts))]
+                matvec.norm_matvec(dev, bx, bw, eps, wbuf, bparts, C, accumulate, (act, bx, bu) if act else None, batch=b)
+                out[f"fused_batched{b}_out"] = [await _get(dev, yb, O) for _, O, _, yb in bparts]
         out["xq"] = await _get(dev, xq, matvec.xq_words(C), "I")
         out["qs"] = await _get(dev, qs, 2)
         out["out"] = [await _get(dev, yb, O) for yb, (_, O, _, _) in zip(ys, parts)]

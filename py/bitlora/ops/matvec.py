@@ -51,7 +51,7 @@ def kernel_specs(table_dtype: str = "f32", training: bool = False, kind: str | N
     specs += [(SHADER, "ternary_matvec_rows"), (SHADER, "dense_matvec_rows", c)]
     if kind in (None, "gpu"):
         specs += [(SHADER, "ternary_matvec"), (SHADER, "dense_matvec", c)]
-        specs += [(SHADER, "norm_matvec", _nm_constants(a, b)) for a in (None, *GATES) for b in sorted({1, NM_BATCH})]
+        specs += [(SHADER, "norm_matvec", _nm_constants(a, b)) for a in (None, *GATES) for b in (1, *NM_BATCHES)]
     return specs
 
 
@@ -59,9 +59,16 @@ def kernel_specs(table_dtype: str = "f32", training: bool = False, kind: str | N
 # once for all of them) where the plain grid would have at least NM_BATCH_MIN_GROUPS
 # workgroups: at 2B-4T, gate + up's 864 -> 216. H200 decoding, alternating runs in one call:
 # 238.8 / 238.7 -> 242.9 / 243.3 tokens/s (the same ids); 8 blocks 228.7, 2 blocks for every
-# projection 224.9 (docs/PERFORMANCE.md).
+# projection 224.9; 2 blocks for down alone (after the four-column norm turns) 307.8 / 306.0
+# against 306.4 / 307.4, not kept (docs/PERFORMANCE.md).
 NM_BATCH = 4
 NM_BATCH_MIN_GROUPS = 512
+NM_BATCHES = (NM_BATCH,)   # the row-block counts nm_batch picks besides 1 (kernel_specs prepares them)
+
+
+def nm_batch(groups: int) -> int:
+    """Row blocks a norm_matvec workgroup takes for a plain grid of `groups`."""
+    return NM_BATCH if groups >= NM_BATCH_MIN_GROUPS else 1
 
 
 def _nm_constants(act: str | None, batch: int) -> dict | None:
@@ -156,11 +163,13 @@ def fusable(dev, parts, I: int) -> bool:
     return dev.kind == "gpu" and I <= MAX_FUSED and words % 4 == 0 and all(p[0] % 4 == 0 for p in parts)
 
 
-def norm_matvec(dev, x, w, eps: float, wp, parts, I: int, accumulate: bool = False, gate=None) -> None:
+def norm_matvec(dev, x, w, eps: float, wp, parts, I: int, accumulate: bool = False, gate=None,
+                batch: int | None = None) -> None:
     """rmsnorm_quant and ternary_matvec (no LoRA) in one dispatch: y_p (= or +=) BitLinear
     of projection p of norm(x[I]) (w[I] the norm's weight; gate = (act, g[I], u[I]): the
     row is act(g) * u), the same bits, the normed row itself not kept. wp, parts as
-    ternary_matvec's; `fusable` must hold."""
+    ternary_matvec's; `fusable` must hold. batch: row blocks a workgroup (1 or one of
+    NM_BATCHES; default nm_batch's choice)."""
     if not 1 <= len(parts) <= MAX_PARTS:
         raise ValueError(f"norm_matvec: 1 to {MAX_PARTS} parts, got {len(parts)}")
     if not fusable(dev, parts, I):
@@ -179,7 +188,9 @@ def norm_matvec(dev, x, w, eps: float, wp, parts, I: int, accumulate: bool = Fal
     params = MATVEC.pack(words // 4, o0, o1, o2, b1 // 4, b2 // 4, s0, s1, s2, int(accumulate), 0, 0.0,
                          NONE, NONE, NONE, 0, I, eps)
     groups = -(-(o0 + o1 + o2) // (WG // TPR))
-    batch = NM_BATCH if groups >= NM_BATCH_MIN_GROUPS else 1
+    batch = nm_batch(groups) if batch is None else batch
+    if batch not in (1, *NM_BATCHES):
+        raise ValueError(f"norm_matvec: batch {batch} is not 1 or one of {NM_BATCHES}")
     dev.dispatch(dev.prepared(SHADER, "norm_matvec", _nm_constants(act, batch)), [g, w, wp, y0, y1, y2, u],
                  groups=-(-groups // batch), params=params)
 
