@@ -26,7 +26,7 @@ sys.path.append(str(ROOT / "tests"))     # the numpy reference lives with the te
 
 from bitlora import gpu  # noqa: E402
 from bitlora.gpu.device import read_shader  # noqa: E402
-from bitlora.ops.attention import ROWS_WG  # noqa: E402
+from bitlora.ops.attention import ROWS_WG, zero_pos  # noqa: E402
 
 
 def reference(do, q, k, v, B, T, H, Hkv, D):
@@ -78,7 +78,9 @@ async def main(args):
                 blocks = B * -(-T // rows)
                 gf, gq, gkv = ((-(-N * H // ROWS_WG), -(-N * H // ROWS_WG), -(-N * Hkv // ROWS_WG)) if kind == "cpu"
                                else (N * H, blocks * H, blocks * Hkv))
-                rf = lambda: dev.dispatch(kf, bufs[1:] + [out, lse], groups=gf, params=fparams)  # noqa: E731
+                # + kv_pos (0 here) and, for the GPU kernel, k again as vec4s (ops/attention.py)
+                fb = bufs[1:] + [out, lse, zero_pos(dev)] + ([bufs[2]] if kind == "gpu" else [])
+                rf = lambda: dev.dispatch(kf, fb, groups=gf, params=fparams)  # noqa: E731
                 rq = lambda: dev.dispatch(kq, bufs + [dq, stats], groups=gq, params=params)  # noqa: E731
                 rkv = lambda: dev.dispatch(kkv, bufs + [stats, dk, dv], groups=gkv, params=params)  # noqa: E731
                 rq()

@@ -11,7 +11,8 @@
 //   step's dispatches are then the same at every position (recorded once, replayed).
 //   0 params AttentionParams {B, T, H, Hkv, D, S, pos0, scale} | 1 q[N, H*D] read (post-RoPE) |
 //   2 k_cache[B, S, Hkv*D] read | 3 v_cache[B, S, Hkv*D] read | 4 out[N, H*D] write |
-//   5 lse[N, H] write | 6 kv_pos[1] u32 read
+//   5 lse[N, H] write | 6 kv_pos[1] u32 read | 7 k_cache again, as vec4s (where D % 4 == 0:
+//   a key row's 16-byte words; else any 16-byte buffer, unread; attention_forward only)
 //   dispatch: one workgroup (64) per (n, h): N*H workgroups split over x, y. D <= 256.
 //
 // kv_advance   kv_pos[0] += T: the cache grew by this forward's T tokens (one invocation).
@@ -73,6 +74,7 @@ struct AttentionParams { b: u32, t: u32, h: u32, hkv: u32, d: u32, s: u32, pos0:
 @group(0) @binding(4) var<storage, read_write> out: array<f32>;
 @group(0) @binding(5) var<storage, read_write> lse: array<f32>;
 @group(0) @binding(6) var<storage, read> kv_pos: array<u32>;   // every attention_forward variant
+@group(0) @binding(7) var<storage, read> kc4: array<vec4<f32>>;   // attention_forward: k_cache again (D % 4 == 0)
 var<workgroup> q_sh: array<f32, 256>;
 var<workgroup> p_sh: array<f32, WF>;
 
@@ -104,6 +106,27 @@ fn attention_forward(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(wor
             let kb = (b * p.s + j) * W + kvh * D;
             var dot = 0.0;
             var d = 0u;
+            if (D % 4u == 0u) {   // the row's 16-byte words, eight in flight, added in order
+                for (; d + 31u < D; d += 32u) {
+                    let k0 = kc4[(kb + d) / 4u];
+                    let k1 = kc4[(kb + d) / 4u + 1u];
+                    let k2 = kc4[(kb + d) / 4u + 2u];
+                    let k3 = kc4[(kb + d) / 4u + 3u];
+                    let k4 = kc4[(kb + d) / 4u + 4u];
+                    let k5 = kc4[(kb + d) / 4u + 5u];
+                    let k6 = kc4[(kb + d) / 4u + 6u];
+                    let k7 = kc4[(kb + d) / 4u + 7u];
+                    dot = af_dot4(dot, d, k0);
+                    dot = af_dot4(dot, d + 4u, k1);
+                    dot = af_dot4(dot, d + 8u, k2);
+                    dot = af_dot4(dot, d + 12u, k3);
+                    dot = af_dot4(dot, d + 16u, k4);
+                    dot = af_dot4(dot, d + 20u, k5);
+                    dot = af_dot4(dot, d + 24u, k6);
+                    dot = af_dot4(dot, d + 28u, k7);
+                }
+                for (; d < D; d += 4u) { dot = af_dot4(dot, d, kc4[(kb + d) / 4u]); }
+            }
             for (; d + 7u < D; d += 8u) {   // eight loads in flight, added in order
                 let k0 = kc[kb + d];
                 let k1 = kc[kb + d + 1u];
@@ -168,6 +191,15 @@ fn attention_forward(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(wor
         if (d < D) { out[n * p.h * D + h * D + d] = acc[e] / l; }
     }
     if (lid == 0u) { lse[n * p.h + h] = m + log(l); }
+}
+
+fn af_dot4(acc: f32, d: u32, k: vec4<f32>) -> f32 {   // acc + q dims d..d+3 . k, added in order
+    var a = acc;
+    a += q_sh[d] * k.x;
+    a += q_sh[d + 1u] * k.y;
+    a += q_sh[d + 2u] * k.z;
+    a += q_sh[d + 3u] * k.w;
+    return a;
 }
 
 fn af_v(vb: u32, d: vec4<u32>, D: u32) -> vec4<f32> {   // v's dims d of the row at vb (those D has)

@@ -63,6 +63,14 @@ def zero_pos(dev):
     return buf
 
 
+def spare16(dev):
+    """A 16-byte buffer bound where a kernel's vec4 view of a buffer goes unread."""
+    buf = getattr(dev, "_attention_spare16", None)
+    if buf is None:
+        buf = dev._attention_spare16 = dev.buffer(16, "attention_spare16")
+    return buf
+
+
 def kv_advance(dev, kv_pos, T: int) -> None:
     """kv_pos[0] += T on the GPU (a KV cache's length after a forward of T tokens)."""
     need(kv_pos, 1, "kv_pos", "kv_advance")
@@ -91,9 +99,11 @@ def attention_forward(dev, q, k_cache, v_cache, out, lse, B: int, T: int, H: int
         dev.dispatch(dev.prepared(SHADER, "attention_forward_tiled"), [q, k_cache, v_cache, out, lse, pos],
                      groups=B * -(-T // TILE_ROWS) * H, params=params)
         return
-    dev.dispatch(dev.prepared(SHADER, "attention_forward" + variant),
-                 [q, k_cache, v_cache, out, lse, pos], groups=_groups(variant, B, T, H) if variant else N * H,
-                 params=params)
+    binds = [q, k_cache, v_cache, out, lse, pos]
+    if not variant:   # the GPU kernel reads a key row as 16-byte words where D % 4 == 0
+        binds.append(k_cache if D % 4 == 0 else spare16(dev))
+    dev.dispatch(dev.prepared(SHADER, "attention_forward" + variant), binds,
+                 groups=_groups(variant, B, T, H) if variant else N * H, params=params)
 
 
 def kv_store(dev, k, v, k_cache, v_cache, B: int, T: int, S: int, W: int, pos0: int = 0) -> None:
