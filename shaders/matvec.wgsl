@@ -129,14 +129,7 @@ fn rmsnorm_quant(@builtin(local_invocation_id) lid3: vec3<u32>) {
     let C = nq_p.c;
     var acc = 0.0;
     for (var c = lid; c < C; c += 4u * MV_WG) {
-        let a = nq_in_at(c);
-        let b = nq_in_at(c + MV_WG);
-        let d = nq_in_at(c + 2u * MV_WG);
-        let f = nq_in_at(c + 3u * MV_WG);
-        acc += a * a;
-        acc += b * b;
-        acc += d * d;
-        acc += f * f;
+        acc = sum_sq4(acc, vec4<f32>(nq_in_at(c), nq_in_at(c + MV_WG), nq_in_at(c + 2u * MV_WG), nq_in_at(c + 3u * MV_WG)));
     }
     let r = inverseSqrt(wg_sum(lid, acc, MV_WG) / f32(C) + nq_p.eps);
     var m = 0.0;
@@ -367,14 +360,7 @@ fn nm_norm(lid: u32) -> vec2<f32> {
     let C = mv_p.c;
     var acc = 0.0;
     for (var c = lid; c < C; c += 4u * MV_WG) {
-        let a = nm_in_at(c);
-        let b = nm_in_at(c + MV_WG);
-        let d = nm_in_at(c + 2u * MV_WG);
-        let f = nm_in_at(c + 3u * MV_WG);
-        acc += a * a;
-        acc += b * b;
-        acc += d * d;
-        acc += f * f;
+        acc = sum_sq4(acc, vec4<f32>(nm_in_at(c), nm_in_at(c + MV_WG), nm_in_at(c + 2u * MV_WG), nm_in_at(c + 3u * MV_WG)));
     }
     let r = inverseSqrt(wg_sum(lid, acc, MV_WG) / f32(C) + mv_p.eps);
     var m = 0.0;

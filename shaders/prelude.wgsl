@@ -71,6 +71,16 @@ fn wg_sum(lid: u32, x: f32, n: u32) -> f32 { return wg_reduce(lid, x, n, false);
 
 fn wg_max(lid: u32, x: f32, n: u32) -> f32 { return wg_reduce(lid, x, n, true); }
 
+// A row's sum of squares four columns a turn (the norms: their loads issued together)
+fn sum_sq4(acc: f32, v: vec4<f32>) -> f32 {   // acc + v.x^2 + .. + v.w^2, added one after another
+    var a = acc;
+    a += v.x * v.x;
+    a += v.y * v.y;
+    a += v.z * v.z;
+    a += v.w * v.w;
+    return a;
+}
+
 // ---------------------------------------------------------------- MLP gating
 // h = act(g) * u, act relu^2 or SiLU (relu2.wgsl; matvec.wgsl's norm fuses it when decoding).
 const GATE_RELU2: u32 = 1u;

@@ -52,14 +52,7 @@ fn rmsnorm_forward(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workg
     let base = n * p.c;
     var acc = 0.0;
     for (var c = lid; c < p.c; c += 4u * WG) {
-        let a = rf_at(base, c);
-        let b = rf_at(base, c + WG);
-        let d = rf_at(base, c + 2u * WG);
-        let e = rf_at(base, c + 3u * WG);
-        acc += a * a;
-        acc += b * b;
-        acc += d * d;
-        acc += e * e;
+        acc = sum_sq4(acc, vec4<f32>(rf_at(base, c), rf_at(base, c + WG), rf_at(base, c + 2u * WG), rf_at(base, c + 3u * WG)));
     }
     let r = inverseSqrt(wg_sum(lid, acc, WG) / f32(p.c) + p.eps);
     for (var c = lid; c < p.c; c += WG) { y[base + c] = w[c] * (x[base + c] * r); }
@@ -102,14 +95,7 @@ fn rmsnorm_quant_forward(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin
     let base = n * C;
     var acc = 0.0;
     for (var c = lid; c < C; c += 4u * WG) {
-        let a = rq_in(base, c);
-        let b = rq_in(base, c + WG);
-        let d = rq_in(base, c + 2u * WG);
-        let e = rq_in(base, c + 3u * WG);
-        acc += a * a;
-        acc += b * b;
-        acc += d * d;
-        acc += e * e;
+        acc = sum_sq4(acc, vec4<f32>(rq_in(base, c), rq_in(base, c + WG), rq_in(base, c + 2u * WG), rq_in(base, c + 3u * WG)));
     }
     let r = inverseSqrt(wg_sum(lid, acc, WG) / f32(C) + rq_p.eps);
     var m = 0.0;
