@@ -25,4 +25,4 @@ lite: setup-lite
 	.venv/bin/bitlora serve
 
 test: setup-test
-	.venv/bin/python -m pytest
+	.venv/bin/python -m pytest -n 2
