@@ -12,7 +12,7 @@
 //   0 params AttentionParams {B, T, H, Hkv, D, S, pos0, scale} | 1 q[N, H*D] read (post-RoPE) |
 //   2 k_cache[B, S, Hkv*D] read | 3 v_cache[B, S, Hkv*D] read | 4 out[N, H*D] write |
 //   5 lse[N, H] write | 6 kv_pos[1] u32 read | 7 k_cache again, as vec4s (where D % 4 == 0:
-//   a key row's 16-byte words; else any 16-byte buffer, unread; attention_forward only)
+//   a key row's 16-byte words; else any buffer of 16 bytes or more, unread; attention_forward only)
 //   dispatch: one workgroup (64) per (n, h): N*H workgroups split over x, y. D <= 256.
 //
 // kv_advance   kv_pos[0] += T: the cache grew by this forward's T tokens (one invocation).

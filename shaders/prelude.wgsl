@@ -45,12 +45,13 @@ fn wg_reduce(lid: u32, x: f32, n: u32, take_max: bool) -> f32 {
         return total;
     }
     if (lid < 32u) {   // column lid down to stage 32
-        var c = wg_op(wg_red[lid], wg_red[lid + 32u], take_max);   // n = 64
-        if (n == 128u) {
+        var c: f32;
+        if (n == 64u) {
+            c = wg_op(wg_red[lid], wg_red[lid + 32u], take_max);
+        } else if (n == 128u) {
             c = wg_op(wg_op(wg_red[lid], wg_red[lid + 64u], take_max),
                       wg_op(wg_red[lid + 32u], wg_red[lid + 96u], take_max), take_max);
-        }
-        if (n == 256u) {
+        } else {   // 256
             let a = wg_op(wg_op(wg_red[lid], wg_red[lid + 128u], take_max),
                           wg_op(wg_red[lid + 64u], wg_red[lid + 192u], take_max), take_max);
             let b = wg_op(wg_op(wg_red[lid + 32u], wg_red[lid + 160u], take_max),

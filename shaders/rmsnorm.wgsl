@@ -28,6 +28,11 @@
 //   N-1 are clamped: the forward writes row N-1's values again, the backward its dx as it is.
 
 struct RmsParams { n: u32, c: u32, eps: f32 };
+@group(0) @binding(0) var<uniform> p: RmsParams;
+@group(0) @binding(1) var<storage, read> x: array<f32>;
+@group(0) @binding(2) var<storage, read> w: array<f32>;
+@group(0) @binding(3) var<storage, read_write> y: array<f32>;
+@group(0) @binding(4) var<storage, read_write> rstd: array<f32>;
 
 // The GPU kernels' passes over a row go four columns a thread per turn, the loads issued
 // together (a loop turn's reads are a memory latency, and a row's kernel is a chain of
@@ -37,11 +42,6 @@ fn rf_at(base: u32, c: u32) -> f32 {   // x[base + c], 0 past C
     if (c < p.c) { return x[base + c]; }
     return 0.0;
 }
-@group(0) @binding(0) var<uniform> p: RmsParams;
-@group(0) @binding(1) var<storage, read> x: array<f32>;
-@group(0) @binding(2) var<storage, read> w: array<f32>;
-@group(0) @binding(3) var<storage, read_write> y: array<f32>;
-@group(0) @binding(4) var<storage, read_write> rstd: array<f32>;
 
 @compute @workgroup_size(WG)
 fn rmsnorm_forward(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>,

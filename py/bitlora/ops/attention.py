@@ -56,18 +56,11 @@ def _groups(variant: str, B: int, T: int, heads: int):
 
 
 def zero_pos(dev):
-    """A 4-byte buffer holding 0: the kv_pos bound where positions come from pos0 alone."""
+    """A 16-byte buffer of zeros: the kv_pos bound where positions come from pos0 alone,
+    and attention_forward's unread vec4 view of k where D % 4 != 0."""
     buf = getattr(dev, "_zero_kv_pos", None)
     if buf is None:
-        buf = dev._zero_kv_pos = dev.buffer(4, "zero_kv_pos")
-    return buf
-
-
-def spare16(dev):
-    """A 16-byte buffer bound where a kernel's vec4 view of a buffer goes unread."""
-    buf = getattr(dev, "_attention_spare16", None)
-    if buf is None:
-        buf = dev._attention_spare16 = dev.buffer(16, "attention_spare16")
+        buf = dev._zero_kv_pos = dev.buffer(16, "zero_kv_pos")
     return buf
 
 
@@ -101,7 +94,7 @@ def attention_forward(dev, q, k_cache, v_cache, out, lse, B: int, T: int, H: int
         return
     binds = [q, k_cache, v_cache, out, lse, pos]
     if not variant:   # the GPU kernel reads a key row as 16-byte words where D % 4 == 0
-        binds.append(k_cache if D % 4 == 0 else spare16(dev))
+        binds.append(k_cache if D % 4 == 0 else zero_pos(dev))
     dev.dispatch(dev.prepared(SHADER, "attention_forward" + variant), binds,
                  groups=_groups(variant, B, T, H) if variant else N * H, params=params)
 
