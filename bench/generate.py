@@ -131,7 +131,8 @@ def bench_generate(shape: str = "2b4t", prompt: int = 32, new: int = 128, lora_r
               f"(LoRA {res['lora_gpu_ms_per_token']:.3f}); host encoding {res['replay_host_ms']:.3f} ms; "
               f"copy bandwidth {res['copy_gb_per_s']:.0f} GB/s (read + written; "
               f"{res['copy_kernel_gb_per_s']:.0f} GB/s by a vec4 copy kernel)")
-    for title, key in (("decoding step", "profile"), ("prompt", "profile_prefill")):
+    for title, key in (("decoding step", "profile"), ("adapted decoding step", "lora_profile"),
+                       ("prompt", "profile_prefill")):
         if key in res:
             print(f"  GPU time per kernel of the {title} (ms a call, calls, kernel; weight GB/s vs copy's):")
         for name, ms, n, nbytes, gbs in res.get(key, [])[:24]:

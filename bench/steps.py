@@ -415,7 +415,8 @@ async def case_bench_generate(dev, config: dict, prompt: int, new: int, r: int =
         cache = model.kv_cache(1, prompt + 2)
         prefill()
         await dev.sync()
-        step = lambda: sample_token(dev, model.forward(g.tok, cache=cache, logits="last"),  # noqa: E731
-                                    g.state, g.tok, g.out, model.V)
-        out["profile"] = await _kernel_times(dev, step)
+        for name, ad in kinds:
+            step = lambda: sample_token(dev, model.forward(g.tok, cache=cache, lora=ad, logits="last"),  # noqa: E731
+                                        g.state, g.tok, g.out, model.V)
+            out[name + "profile"] = await _kernel_times(dev, step)
     return out

@@ -18,6 +18,15 @@
 //   0 params NormQuantParams {C, eps} | 1 x[C] read | 2 w[C] read | 3 y[C] write |
 //   4 xq[4*ceil(C/16)] u32 write | 5 qs[2] write | 6 u[C] read (rmsnorm_quant: x when ungated)
 //   dispatch: one workgroup (256); rmsnorm_quant_cpu (C % 4 == 0): one workgroup of one.
+// rmsnorm_quant_down   rmsnorm_quant and lora.wgsl's lora_down_parts of its y in one
+//   dispatch (decoding an adapted group on a GPU: one dispatch less): workgroup 3R runs
+//   rmsnorm_quant; workgroup k = p*R + r < 3R, where part p is adapted (a_p != NONE), takes
+//   rmsnorm_quant's rstd (its first pass, the same bits), then
+//     u[k] = sum_i y[i] A_p[r, i]   with y[i] = w[i] * (x[i] * rstd) recomputed, in
+//   lora_down_parts' order (its first WR = 64 threads, columns strided, wg_sum): the same
+//   bits as the two dispatches. A_p at float a_p of ab. Params NormQuantParams' r, a0..a2.
+//   Bindings as rmsnorm_quant | 7 ab read (the LoRA arena's params) | 8 u[3R] read_write
+//   dispatch: 3R + 1 workgroups split over x, y.
 //
 // Packed activations: xq word 4k + m holds, in byte j, the int8 of column 16k + 4j + m
 // (0 past C). That is the order in which a packed weight word gives up its codes:
@@ -71,7 +80,7 @@ override MV_TPR: u32 = 16u;  // threads per output row (a power of two, at most 
 const MV_ROWS: u32 = 16u;    // rows (invocations) per workgroup of the *_rows kernels
 
 // ---------------------------------------------------------------------------- rmsnorm_quant
-struct NormQuantParams { c: u32, eps: f32 };
+struct NormQuantParams { c: u32, eps: f32, r: u32, a0: u32, a1: u32, a2: u32 };   // r, a_p: rmsnorm_quant_down's
 @group(0) @binding(0) var<uniform> nq_p: NormQuantParams;
 @group(0) @binding(1) var<storage, read> nq_x: array<f32>;
 @group(0) @binding(2) var<storage, read> nq_w: array<f32>;
@@ -79,6 +88,8 @@ struct NormQuantParams { c: u32, eps: f32 };
 @group(0) @binding(4) var<storage, read_write> nq_xq: array<u32>;
 @group(0) @binding(5) var<storage, read_write> nq_qs: array<f32>;
 @group(0) @binding(6) var<storage, read> nq_u: array<f32>;
+@group(0) @binding(7) var<storage, read> nq_ab: array<f32>;
+@group(0) @binding(8) var<storage, read_write> nq_lu: array<f32>;
 override NQ_GATE: u32 = 0u;
 
 fn nq_in(c: u32) -> f32 {   // element c of the row to norm
@@ -123,15 +134,18 @@ fn nq_put(e: u32, r: f32, s: f32) -> i32 {   // packed word e written (if the ro
 // together: a loop turn's reads cost a memory latency, and the kernel is a chain of them
 // (bench/latency_probe.py: 5.6 -> 3.8 us for one pass over 2560 columns on the H200).
 // Thread lid still sums its columns lid + 256 j in order (the zeros past C add nothing).
-@compute @workgroup_size(MV_WG)
-fn rmsnorm_quant(@builtin(local_invocation_id) lid3: vec3<u32>) {
-    let lid = lid3.x;
+fn nq_rstd(lid: u32) -> f32 {   // the first pass: 1 / rms of the row (every thread calls it)
     let C = nq_p.c;
     var acc = 0.0;
     for (var c = lid; c < C; c += 4u * MV_WG) {
         acc = sum_sq4(acc, vec4<f32>(nq_in_at(c), nq_in_at(c + MV_WG), nq_in_at(c + 2u * MV_WG), nq_in_at(c + 3u * MV_WG)));
     }
-    let r = inverseSqrt(wg_sum(lid, acc, MV_WG) / f32(C) + nq_p.eps);
+    return inverseSqrt(wg_sum(lid, acc, MV_WG) / f32(C) + nq_p.eps);
+}
+
+fn nq_run(lid: u32) {   // rmsnorm_quant's passes: y, xq and qs of the row
+    let C = nq_p.c;
+    let r = nq_rstd(lid);
     var m = 0.0;
     for (var c = lid; c < C; c += 4u * MV_WG) {
         let y = abs(vec4<f32>(nq_y_at(c, r), nq_y_at(c + MV_WG, r), nq_y_at(c + 2u * MV_WG, r), nq_y_at(c + 3u * MV_WG, r)));
@@ -147,6 +161,63 @@ fn rmsnorm_quant(@builtin(local_invocation_id) lid3: vec3<u32>) {
         nq_qs[0] = s;
         nq_qs[1] = total;
     }
+}
+
+@compute @workgroup_size(MV_WG)
+fn rmsnorm_quant(@builtin(local_invocation_id) lid3: vec3<u32>) {
+    nq_run(lid3.x);
+}
+
+const NQ_NONE: u32 = 0xffffffffu;   // "part not adapted" (ops/lora.py NONE)
+const NQ_WR: u32 = 64u;             // lora.wgsl WR: lora_down_parts' threads
+
+fn nq_a(part: u32) -> u32 {
+    return select(select(nq_p.a2, nq_p.a1, part == 1u), nq_p.a0, part == 0u);
+}
+
+fn nq_down(i: u32, r: f32, ar: u32) -> f32 {   // y[i] A[r, i]: lora_down_parts' product
+    return (nq_w[i] * (nq_in(i) * r)) * nq_ab[ar + i];
+}
+
+@compute @workgroup_size(MV_WG)
+fn rmsnorm_quant_down(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>,
+                      @builtin(num_workgroups) nw: vec3<u32>) {
+    let lid = lid3.x;
+    let k = wid.x + wid.y * nw.x;     // = part * R + r; 3R: the norm and quantisation
+    let R = nq_p.r;
+    if (k == 3u * R) {
+        nq_run(lid);
+        return;
+    }
+    if (k > 3u * R || nq_a(k / R) == NQ_NONE) { return; }   // uniform per workgroup
+    let C = nq_p.c;
+    let r = nq_rstd(lid);
+    let ar = nq_a(k / R) + (k % R) * C;
+    var acc = 0.0;
+    if (lid < NQ_WR) {
+        var i0 = lid;
+        for (; i0 + 7u * NQ_WR < C; i0 += 8u * NQ_WR) {   // eight products in flight, added in order
+            let p0 = nq_down(i0, r, ar);
+            let p1 = nq_down(i0 + NQ_WR, r, ar);
+            let p2 = nq_down(i0 + 2u * NQ_WR, r, ar);
+            let p3 = nq_down(i0 + 3u * NQ_WR, r, ar);
+            let p4 = nq_down(i0 + 4u * NQ_WR, r, ar);
+            let p5 = nq_down(i0 + 5u * NQ_WR, r, ar);
+            let p6 = nq_down(i0 + 6u * NQ_WR, r, ar);
+            let p7 = nq_down(i0 + 7u * NQ_WR, r, ar);
+            acc += p0;
+            acc += p1;
+            acc += p2;
+            acc += p3;
+            acc += p4;
+            acc += p5;
+            acc += p6;
+            acc += p7;
+        }
+        for (var i = i0; i < C; i += NQ_WR) { acc += nq_down(i, r, ar); }
+    }
+    let total = wg_sum(lid, acc, NQ_WR);
+    if (lid == 0u) { nq_lu[k] = total; }
 }
 
 @group(0) @binding(1) var<storage, read> nqc_x: array<vec4<f32>>;

@@ -74,19 +74,27 @@ def test_gated_norm_quant_same_bits(run_case, C, act, kind):
 
 
 @pytest.mark.parametrize("kind", KINDS)
-@pytest.mark.parametrize("C,Os,adapted,R,acc", [(128, (128, 64, 64), (True, False, True), 8, False),
-                                                (40, (40,), (True,), 3, True), (384, (96, 384), (False, True), 1, False),
-                                                (17, (3, 5, 7), (True, True, True), 2, False)])
-def test_matvec_lora_same_bits(run_case, C, Os, adapted, R, acc, kind):
-    """The LoRA branch folded into decoding (lora_down_parts, then the matvec adds B u as
-    lora_up would) gives the bits of bitlinear_forward + lora_forward."""
+@pytest.mark.parametrize("C,Os,adapted,R,acc,act", [(128, (128, 64, 64), (True, False, True), 8, False, None),
+                                                    (40, (40,), (True,), 3, True, None),
+                                                    (384, (96, 384), (False, True), 1, False, None),
+                                                    (17, (3, 5, 7), (True, True, True), 2, False, None),
+                                                    (1000, (64,), (True,), 4, True, "relu2"),
+                                                    (2560 // 4, (48, 16), (True, True), 16, False, "silu")])
+def test_matvec_lora_same_bits(run_case, C, Os, adapted, R, acc, act, kind):
+    """The LoRA branch folded into decoding (its down half in rmsnorm_quant's dispatch on a
+    GPU, then the matvec adds B u as lora_up would) gives the bits of bitlinear_forward +
+    lora_forward, and the down half those of lora_down_parts (gated rows too: down_proj)."""
     rng = np.random.default_rng(C * R + sum(Os))
     x, w = f32(rng.normal(size=C) * 3), f32(rng.normal(1.0, 0.3, size=C))
     parts = [[pack_ternary(rng.integers(-1, 2, size=(O, C))), O, 0.02, L(rng.normal(size=O))] for O in Os]
     loras = [[L(rng.uniform(-0.3, 0.3, size=(R, C))), L(rng.normal(size=(O, R)))] if a else None
              for O, a in zip(Os, adapted)]
+    gated = {"act": act, "u": L(rng.normal(size=C))} if act else {}
     r = run_case("decode_cases", "case_norm_quant_matvec", x=L(x), w=L(w), C=C, eps=1e-5, parts=parts,
-                 accumulate=acc, kind=kind, loras=loras, R=R, lora_scale=2.0)
+                 accumulate=acc, kind=kind, loras=loras, R=R, lora_scale=2.0, **gated)
+    assert r["y"] == r["old_y"]
+    assert r["u"] == r["u_apart"]
+    assert any(r["u"][j * R:(j + 1) * R] for j, a in enumerate(adapted) if a)
     for j in range(len(Os)):
         got, old = f32(r["out"][j]), f32(r["old_out"][j])
         assert np.array_equal(got, old), (j, np.abs(got - old).max())

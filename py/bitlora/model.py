@@ -60,7 +60,6 @@ from .ops.bitlinear import bitlinear_backward_input, bitlinear_forward
 from .ops.cross_entropy import cross_entropy_forward_backward, cross_entropy_sum
 from .ops.embedding import embedding_forward
 from .ops.linear import linear_backward_input, linear_forward
-from .ops.lora import lora_down_parts
 from .ops.matvec import dense_matvec, rmsnorm_quant, ternary_matvec
 from .ops.relu2 import ACTS as GATINGS, gating_backward, gating_forward
 from .ops.rmsnorm import rmsnorm_backward, rmsnorm_forward, rmsnorm_quant_forward
@@ -750,9 +749,10 @@ class Model:
         or +=; one activation quantisation for all of them), each plus its LoRA branch
         when adapted. gate = (g, u): x = act(g) * u first (the MLP's gating).
         A one-token forward (decoding, N = 1) fuses the gating, the norm and the
-        quantisation and multiplies the group in one dispatch (ops.matvec), the group's
-        LoRA branches in one more (their up half inside the matvec): the same bits. On a
-        GPU a group without LoRA is one dispatch in all (norm_matvec; n is not kept)."""
+        quantisation in one dispatch and multiplies the group in one more (ops.matvec), the
+        group's LoRA branches inside those two on a GPU (their down half beside the norm,
+        their up half in the matvec): the same bits. On a GPU a group without LoRA is one
+        dispatch in all (norm_matvec; n is not kept)."""
         dev, N, top = self.dev, acts.B * acts.T, acts.top
         w, projs = self.layers[li].norms[norm], [self.layers[li].proj[m] for m in mods]
         if N == 1 and not acts.training:
@@ -763,12 +763,12 @@ class Model:
             if not adapted and matvec.fusable(dev, parts, width):   # norm and product: one dispatch
                 matvec.norm_matvec(dev, x, w, self.eps, wp, parts, width, accumulate, gate and (self.act, *gate))
                 return
-            rmsnorm_quant(dev, x, w, n, top.xq4, top.qs, width, self.eps, gate and (self.act, *gate))
-            fused = None
-            if adapted:   # the branch: one dispatch + in the matvec
+            fused = down = None
+            if adapted:   # the branch: its down half with the norm, its up half in the matvec
                 ab, offs = lora.decode_parts(li, mods)
-                lora_down_parts(dev, n, ab, [None if o is None else o[0] for o in offs], top.lora_ups, width, lora.R)
+                down = (ab, [None if o is None else o[0] for o in offs], top.lora_ups, lora.R)
                 fused = (top.lora_ups, ab, lora.R, lora.scale, [None if o is None else o[1] for o in offs])
+            rmsnorm_quant(dev, x, w, n, top.xq4, top.qs, width, self.eps, gate and (self.act, *gate), down)
             ternary_matvec(dev, top.xq4, top.qs, wp, parts, width, accumulate, fused)
             return
         if gate is not None:

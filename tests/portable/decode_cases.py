@@ -29,7 +29,8 @@ async def case_norm_quant_matvec(dev, x, w, C, eps, parts, accumulate, kind, lor
     (rmsnorm_quant + ternary_matvec) y, xq words, qs and outputs, and the outputs and
     norm of the kernels it replaces (rmsnorm_forward, actquant_forward, bitlinear_forward).
     loras = [[A[R, C], B[O, R]] or None per part]: each adapted part's LoRA branch, fused
-    (lora_down_parts + the matvec) and as lora_forward adds it. act ("relu2" or "silu")
+    (its down half in rmsnorm_quant, its up half in the matvec) and as lora_forward adds
+    it; "u" / "u_apart": the down half's u from rmsnorm_quant and from lora_down_parts. act ("relu2" or "silu")
     with u[C]: x is the MLP's gate and the row normed act(x) * u (gating_forward first)."""
     from bitlora.ops.relu2 import gating_forward
     from bitlora.ops import lora as lora_ops
@@ -60,12 +61,16 @@ async def case_norm_quant_matvec(dev, x, w, C, eps, parts, accumulate, kind, lor
         y, xq, qs = dev.buffer(4 * C, "y"), dev.buffer(4 * matvec.xq_words(C), "xq"), dev.buffer(8, "qs")
         bu = _buf(dev, "f", u, "u") if act else None
         h = dev.buffer(4 * C, "h_new") if act else bx       # where a CPU adapter puts act(x) * u
-        matvec.rmsnorm_quant(dev, h, bw, y, xq, qs, C, eps, (act, bx, bu) if act else None)
-        fused = None
-        if any(loras):
+        fused = down = None
+        if any(loras):   # the down half beside the norm (one dispatch on a GPU), and apart
             u = dev.buffer(4 * 3 * R, "u")
-            lora_ops.lora_down_parts(dev, y, arena, [o and o[0] for o in ab_offs], u, C, R)
+            down = (arena, [o and o[0] for o in ab_offs], u, R)
             fused = (u, arena, R, lora_scale, [o and o[1] for o in ab_offs])
+        matvec.rmsnorm_quant(dev, h, bw, y, xq, qs, C, eps, (act, bx, bu) if act else None, down)
+        if any(loras):
+            u2 = dev.buffer(4 * 3 * R, "u2")
+            lora_ops.lora_down_parts(dev, y, arena, down[1], u2, C, R)
+            out["u"], out["u_apart"] = await _get(dev, u, 3 * R), await _get(dev, u2, 3 * R)
         ys = [_buf(dev, "f", y0, f"y{j}") for j, (_, _, _, y0) in enumerate(parts)]
         matvec.ternary_matvec(dev, xq, qs, wbuf, [(o // 4, O, sc, yb) for o, (_, O, sc, _), yb in zip(offs, parts, ys)],
                               C, accumulate, fused)

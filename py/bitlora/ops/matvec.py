@@ -9,12 +9,12 @@ Browser-safe: standard library + bitlora only."""
 from __future__ import annotations
 
 from ._check import need, quads
-from .lora import cpu_rows
+from .lora import cpu_rows, lora_down_parts
 from .relu2 import gating_forward
 from ._uniform import Uniform
 
 SHADER = "matvec.wgsl"
-NORM_QUANT = Uniform("NormQuantParams", "c:u32 eps:f32")
+NORM_QUANT = Uniform("NormQuantParams", "c:u32 eps:f32 r:u32 a0:u32 a1:u32 a2:u32")
 MATVEC = Uniform("MatvecParams", "w4:u32 o0:u32 o1:u32 o2:u32 base1:u32 base2:u32 "
                                  "scale0:f32 scale1:f32 scale2:f32 accumulate:u32 r:u32 lora_scale:f32 b0:u32 b1:u32 b2:u32 "
                                  "rank4:u32 c:u32 eps:f32")
@@ -46,7 +46,8 @@ def kernel_specs(table_dtype: str = "f32", training: bool = False, kind: str | N
     and gated by either activation (on a CPU its fallback where C % 4 != 0: not with
     `shapes` whose C and F are multiples of 4)."""
     c = _dense_constants(table_dtype)
-    specs = [] if quads(shapes, "C", "F") else [(SHADER, "rmsnorm_quant", _gate_constants(a)) for a in (None, *GATES)]
+    specs = [] if quads(shapes, "C", "F") else [(SHADER, e, _gate_constants(a)) for e in ("rmsnorm_quant", "rmsnorm_quant_down")
+                                                for a in (None, *GATES)]
     specs += [(SHADER, "rmsnorm_quant_cpu")] if kind in (None, "cpu") else []
     specs += [(SHADER, "ternary_matvec_rows"), (SHADER, "dense_matvec_rows", c)]
     if kind in (None, "gpu"):
@@ -83,23 +84,41 @@ def xq_words(I: int) -> int:
     return 4 * -(-I // 16)
 
 
-def rmsnorm_quant(dev, x, w, y, xq, qs, C: int, eps: float, gate=None) -> None:
+def rmsnorm_quant(dev, x, w, y, xq, qs, C: int, eps: float, gate=None, down=None) -> None:
     """x[C], w[C] -> y[C] = w * x * rstd (rmsnorm_forward's bits on this device kind),
     xq[xq_words(C)] u32 (y quantised as actquant_forward does, packed), qs[2] = {s, sum q}.
     gate = (act, g[C], u[C]): the row is act(g) * u (ops.relu2.gating_forward's bits), in
-    the same dispatch on a GPU; a CPU adapter writes it into x first (one more)."""
+    the same dispatch on a GPU; a CPU adapter writes it into x first (one more).
+    down = (ab, [float offset of A_p in ab or None, per part], u[3R], R): also the LoRA
+    down half of y, u[p*R + r] = A_p y (ops.lora.lora_down_parts' bits), in the same
+    dispatch where the GPU kernel runs (rmsnorm_quant_down), after it on a CPU adapter."""
     for b, n, what in ((x, C, "x"), (w, C, "w"), (y, C, "y"), (xq, xq_words(C), "xq"), (qs, 2, "qs")):
         need(b, n, what, "rmsnorm_quant")
-    params = NORM_QUANT.pack(C, eps)
+    if down is not None:
+        ab, a_offsets, lu, R = down
+        if not 1 <= len(a_offsets) <= MAX_PARTS:
+            raise ValueError(f"rmsnorm_quant: 1 to {MAX_PARTS} LoRA parts, got {len(a_offsets)}")
+        need(lu, MAX_PARTS * R, "u", "rmsnorm_quant")
+        for a in a_offsets:
+            if a is not None:
+                need(ab, a + R * C, "ab (A)", "rmsnorm_quant")
     if dev.kind == "cpu" and C % 4 == 0:
         if gate is not None:
             gating_forward(dev, gate[0], gate[1], gate[2], x, C)
-        dev.dispatch(dev.prepared(SHADER, "rmsnorm_quant_cpu"), [x, w, y, xq, qs], groups=1, params=params)
+        dev.dispatch(dev.prepared(SHADER, "rmsnorm_quant_cpu"), [x, w, y, xq, qs], groups=1,
+                     params=NORM_QUANT.pack(C, eps, 0, NONE, NONE, NONE))
+        if down is not None:
+            lora_down_parts(dev, y, ab, a_offsets, lu, C, R)
         return
     act, g, u = gate if gate is not None else (None, x, x)    # ungated: u unread (x stands in)
     need(u, C if gate else 1, "u", "rmsnorm_quant")
-    dev.dispatch(dev.prepared(SHADER, "rmsnorm_quant", _gate_constants(act)), [g, w, y, xq, qs, u], groups=1,
-                 params=params)
+    if down is None:
+        dev.dispatch(dev.prepared(SHADER, "rmsnorm_quant", _gate_constants(act)), [g, w, y, xq, qs, u], groups=1,
+                     params=NORM_QUANT.pack(C, eps, 0, NONE, NONE, NONE))
+        return
+    a = [NONE if o is None else o for o in a_offsets] + [NONE] * (MAX_PARTS - len(a_offsets))
+    dev.dispatch(dev.prepared(SHADER, "rmsnorm_quant_down", _gate_constants(act)), [g, w, y, xq, qs, u, ab, lu],
+                 groups=MAX_PARTS * R + 1, params=NORM_QUANT.pack(C, eps, R, *a))
 
 
 def spare(dev, i: int):
