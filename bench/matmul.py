@@ -28,7 +28,7 @@ import time
 import numpy as np
 
 from bitlora import gpu
-from bitlora.ops import bitlinear, splitk
+from bitlora.ops import bitlinear, matvec, splitk
 
 
 def pack(codes):
@@ -150,6 +150,9 @@ async def main(args):
                 params = struct.pack("<IIIfIII", N, I, O, 0.5, 0, per, int(slices > 1))
                 if kind == "fwd":
                     binds, out = [bx8 if packed else bx, bs, bw, y, part], y
+                    if entry == "bitlinear_forward_i8":   # one part: the others' sizes 0, spares bound
+                        params += bytes(4 * (len(bitlinear.FORWARD_I8.fields) - 7))
+                        binds += [matvec.spare(dev, 1), matvec.spare(dev, 2)]
                     groups = (-(-O // tile_c), -(-N // tile_r), slices)
                 else:
                     binds, out = [bdy, bw, dx, part], dx

@@ -10,6 +10,14 @@
 //   0 params SplitkParams {count = N*M, slices, m, scale, accumulate, use_s} | 1 part[slices, count] read |
 //   2 s[N] read | 3 y[count] read_write
 //   dispatch: ceil(count / 256) workgroups split over x, y
+// splitk_reduce_parts   the same for bitlinear_forward_i8's parts (up to three projections
+//   of one input, their outputs side by side in part[z, N, O0 + O1 + O2]): column c of row
+//   n is output o of part p, and y_p[n, o] (= or +=) (sum_z part) * scale_p / s[n] (the same
+//   arithmetic as splitk_reduce's).
+//   0 params SplitkPartsParams {count = N*(O0+O1+O2), slices, o0, o1, o2, scale0, scale1,
+//   scale2, accumulate} | 1 part read | 2 s[N] read | 3 y0[N, O0] | 4 y1[N, O1] |
+//   5 y2[N, O2] read_write (an absent part's a spare)
+//   dispatch: ceil(count / 256) workgroups split over x, y
 
 struct SplitkParams { count: u32, slices: u32, m: u32, scale: f32, accumulate: u32, use_s: u32 };
 @group(0) @binding(0) var<uniform> p: SplitkParams;
@@ -27,4 +35,36 @@ fn splitk_reduce(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgrou
     var v = acc * p.scale;
     if (p.use_s != 0u) { v = v / s[e / p.m]; }
     if (p.accumulate != 0u) { y[e] = y[e] + v; } else { y[e] = v; }
+}
+
+struct SplitkPartsParams {
+    count: u32, slices: u32, o0: u32, o1: u32, o2: u32, scale0: f32, scale1: f32, scale2: f32, accumulate: u32,
+};
+@group(0) @binding(0) var<uniform> sp: SplitkPartsParams;
+@group(0) @binding(4) var<storage, read_write> y1: array<f32>;
+@group(0) @binding(5) var<storage, read_write> y2: array<f32>;
+
+@compute @workgroup_size(256)
+fn splitk_reduce_parts(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>,
+                       @builtin(num_workgroups) nw: vec3<u32>) {
+    let e = (wid.x + wid.y * nw.x) * 256u + lid.x;
+    if (e >= sp.count) { return; }
+    let total = sp.o0 + sp.o1 + sp.o2;
+    let n = e / total;
+    let c = e % total;
+    var acc = 0.0;
+    for (var z = 0u; z < sp.slices; z++) { acc += part[z * sp.count + e]; }
+    if (c < sp.o0) {
+        let v = acc * sp.scale0 / s[n];
+        let i = n * sp.o0 + c;
+        if (sp.accumulate != 0u) { y[i] = y[i] + v; } else { y[i] = v; }
+    } else if (c < sp.o0 + sp.o1) {
+        let v = acc * sp.scale1 / s[n];
+        let i = n * sp.o1 + c - sp.o0;
+        if (sp.accumulate != 0u) { y1[i] = y1[i] + v; } else { y1[i] = v; }
+    } else {
+        let v = acc * sp.scale2 / s[n];
+        let i = n * sp.o2 + c - sp.o0 - sp.o1;
+        if (sp.accumulate != 0u) { y2[i] = y2[i] + v; } else { y2[i] = v; }
+    }
 }

@@ -56,8 +56,32 @@ def test_bitlinear_forward(run_case, N, I, O, acc, kind, int8):
     has_i8 = "bitlinear_forward_i8" in r
     assert r["int8"] == (kind == "gpu" and int8 and has_i8 and N > bitlinear.ROWS_KERNEL_MAX_N), r["int8"]
     cpu_runs = (I % 4 == 0) + 2 + len(bitlinear.CPU_TILES) if kind == "cpu" else 0
-    assert len(r) == (6 + has_i8 if kind == "gpu" else 5 + cpu_runs), sorted(r)
+    assert len(r) == (6 + 2 * has_i8 if kind == "gpu" else 5 + cpu_runs), sorted(r)
     check_bitlinear_forward(r, xq, s, t, y0, scale, acc)
+
+
+@pytest.mark.parametrize("kind,int8", [("gpu", True), ("gpu", False), ("cpu", True)])
+@pytest.mark.parametrize("N,I,Os,acc", [(32, 160, (70, 33, 129), False), (65, 48, (64, 64), True),
+                                        (20, 2560 // 10, (256, 64, 64), True), (200, 33, (5,), False),
+                                        (9, 17, (1, 130), False), (130, 400, (96, 200, 64), True)])
+def test_bitlinear_forward_parts(run_case, N, I, Os, acc, kind, int8):
+    """A group of projections of one input (q, k, v; gate, up) in one int8 dispatch where
+    the activations are packed (split or not: splitk_reduce_parts), each part apart
+    elsewhere: numpy's integer sums with the kernels' two roundings, bit for bit."""
+    rng = np.random.default_rng(N + I + sum(Os))
+    xq = rng.integers(-128, 128, size=(N, I)).astype(np.float32)
+    s = f32(rng.uniform(0.1, 300.0, size=N))
+    ts = [rng.integers(-1, 2, size=(O, I)) for O in Os]
+    y0s = [f32(rng.normal(size=(N, O))) for O in Os]
+    scales = [float(f32(0.01 * (j + 3))) for j in range(len(Os))]
+    parts = [[pack_ternary(t), O, sc, L(y0)] for t, O, sc, y0 in zip(ts, Os, scales, y0s)]
+    r = run_case("forward_cases", "case_bitlinear_forward_parts", xq=L(xq), s=L(s), parts=parts, N=N, I=I,
+                 accumulate=acc, kind=kind, int8=int8)
+    packed = r.pop("int8")
+    assert not packed or (kind == "gpu" and int8 and N > bitlinear.ROWS_KERNEL_MAX_N), packed
+    assert sorted(r) == ["apart", "op", "split2", "split3"]
+    for j, (t, sc, y0) in enumerate(zip(ts, scales, y0s)):
+        check_bitlinear_forward({k: r[k][j] for k in r}, xq, s, t, y0, sc, acc)
 
 
 @pytest.mark.parametrize("N,I,O", [(16, 6912, 70), (40, 2560, 96)])

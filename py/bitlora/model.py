@@ -56,7 +56,7 @@ from .formats import open_checkpoint, peft, source_name
 from .ops import bitlinear, linear, matvec
 from .ops import lora as lora_ops
 from .ops.attention import attention_backward, attention_forward, kv_advance
-from .ops.bitlinear import bitlinear_backward_input, bitlinear_forward
+from .ops.bitlinear import bitlinear_backward_input, bitlinear_forward_parts
 from .ops.cross_entropy import cross_entropy_forward_backward, cross_entropy_sum
 from .ops.embedding import embedding_forward
 from .ops.linear import linear_backward_input, linear_forward
@@ -568,8 +568,10 @@ class Model:
         """The split-K scratch a training step of N rows (LoRA rank R) grows to (floats)
         on this model's device (none on a CPU: its kernels split nothing)."""
         sizes = {(p.I, p.O) for lay in self.layers for p in lay.proj.values()}
+        groups = {(lay.proj[g[0]].I, sum(lay.proj[m].O for m in g)) for lay in self.layers for g in INPUTS}
         kind = self.dev.kind
         return max([bitlinear.scratch_floats(N, I, O, kind) for I, O in sizes]
+                   + [bitlinear.forward_scratch_floats(N, I, O, kind) for I, O in groups]
                    + [linear.scratch_floats(N, self.C, rows, kind) for _, rows, _ in self.head]
                    + ([lora_ops.scratch_floats(N, sizes, R)] if R and kind != "cpu" else []))
 
@@ -756,9 +758,7 @@ class Model:
         dev, N, top = self.dev, acts.B * acts.T, acts.top
         w, projs = self.layers[li].norms[norm], [self.layers[li].proj[m] for m in mods]
         if N == 1 and not acts.training:
-            base = projs[0].buf.offset
-            wp, parts = projs[0].buf.buffer.view(base), [((p.buf.offset - base) // 4, p.O, p.scale, y)
-                                                         for p, y in zip(projs, outs)]
+            wp, parts = self._parts(projs, outs)
             adapted = lora is not None and any(lora.adapts(m) for m in mods)
             if not adapted and matvec.fusable(dev, parts, width):   # norm and product: one dispatch
                 matvec.norm_matvec(dev, x, w, self.eps, wp, parts, width, accumulate, gate and (self.act, *gate))
@@ -774,11 +774,19 @@ class Model:
         if gate is not None:
             gating_forward(dev, self.act, gate[0], gate[1], x, N * width)
         rmsnorm_quant_forward(dev, x, w, n, rstd, top.xq, top.s, N, width, self.eps)   # one dispatch on GPUs
-        for p, y in zip(projs, outs):
-            bitlinear_forward(dev, top.xq, top.s, p.buf, p.scale, y, N, p.I, p.O, accumulate, w_t=p.t)
+        wp, parts = self._parts(projs, outs)
+        bitlinear_forward_parts(dev, top.xq, top.s, wp, parts, N, width, accumulate, w_ts=[p.t for p in projs])
         for mod, y in zip(mods, outs):
             if lora is not None and lora.adapts(mod):
                 lora.apply(li, mod, n, y, acts.lora_u(li, mod), N, acts.training, acts.io(acts.micro)[2])
+
+    @staticmethod
+    def _parts(projs, outs) -> tuple:
+        """A group's weights (a view of their shared buffer from the first) and its parts
+        [(word offset there, O, scale, y), ...] for ops.matvec / bitlinear_forward_parts."""
+        base = projs[0].buf.offset
+        return projs[0].buf.buffer.view(base), [((p.buf.offset - base) // 4, p.O, p.scale, y)
+                                                for p, y in zip(projs, outs)]
 
     def _layer_forward(self, li, acts, lora, cache, B, T, pos0, out=None):
         """Record layer li: acts.layer(li).x -> `out` (default: the next layer's x)."""

@@ -59,8 +59,8 @@ async def _get(dev, buf, n):
 async def case_bitlinear_forward(dev, xq, s, packed, scale, y0, N, I, O, accumulate, kind="gpu", splits=(2, 3),
                                  int8=True):
     """y for every entry point of device `kind` ("gpu": {"bitlinear_forward": [...],
-    "bitlinear_forward_rows": [...]} and "bitlinear_forward_i8" where the device has
-    dot4I8Packed; "cpu": bitlinear_matmul_cpu on the transposed weights with each adapter's
+    "bitlinear_forward_rows": [...]} and "bitlinear_forward_i8" (64-row tiles) and
+    "bitlinear_forward_i8_r32" (32) where the device has dot4I8Packed; "cpu": bitlinear_matmul_cpu on the transposed weights with each adapter's
     constants, bitlinear_forward_cpu where I % 4 == 0, and the rows kernel; "op_t": the op given
     the transposed weights), under "op" what ops.bitlinear.bitlinear_forward
     picked for this N on that kind (with dev.int8_dot off unless `int8`), and under
@@ -94,12 +94,13 @@ async def case_bitlinear_forward(dev, xq, s, packed, scale, y0, N, I, O, accumul
         binds = [bx, bs, bw, y] + ([dev.buffer(4, "part")] if entry == "bitlinear_forward" else [])
         dev.dispatch(dev.prepared("bitlinear.wgsl", entry, consts), binds, groups=groups, params=params)
         out[key] = await _get(dev, y, N * O)
-    if kind == "gpu" and dev.int8_dot:
+    for rows in (64, 32) if kind == "gpu" and dev.int8_dot else ():   # both tile heights
         y = _buf(dev, "f", y0, "y")
-        dev.dispatch(dev.prepared("bitlinear_i8.wgsl", "bitlinear_forward_i8"), [bx8, bs, bw, y, dev.buffer(4, "part")],
-                     groups=(-(-O // 64), -(-N // 64), 1),
-                     params=bitlinear.FORWARD_I8.pack(N, I, O, scale, int(accumulate), words, 0))
-        out["bitlinear_forward_i8"] = await _get(dev, y, N * O)
+        dev.dispatch(dev.prepared("bitlinear_i8.wgsl", "bitlinear_forward_i8", bitlinear.i8_constants(rows)),
+                     [bx8, bs, bw, y, dev.buffer(4, "part"), dev.buffer(4, "y1"), dev.buffer(4, "y2")],
+                     groups=(-(-O // 64), -(-N // rows), 1),
+                     params=bitlinear.FORWARD_I8.pack(N, I, O, scale, int(accumulate), words, 0, 0, 0, 0, 0, 0.0, 0.0))
+        out["bitlinear_forward_i8" + ("" if rows == 64 else f"_r{rows}")] = await _get(dev, y, N * O)
     old, dev.kind, int8_old = dev.kind, kind, dev.int8_dot
     dev.int8_dot = int8_old and int8
     try:
@@ -113,6 +114,42 @@ async def case_bitlinear_forward(dev, xq, s, packed, scale, y0, N, I, O, accumul
             y = _buf(dev, "f", y0, "y")
             bitlinear.bitlinear_forward(dev, bx, bs, bw, scale, y, N, I, O, accumulate, w_t=bwt)
             out["op_t"] = await _get(dev, y, N * O)
+    finally:
+        dev.kind, dev.int8_dot = old, int8_old
+    return out
+
+
+async def case_bitlinear_forward_parts(dev, xq, s, parts, N, I, accumulate, kind="gpu", int8=True, splits=(2, 3)):
+    """parts = [[packed words, O, scale, y0], ...] (1-3 projections of one input), laid in
+    one buffer 256 bytes apart as the model lays a group: {"op": [y_p...]} through
+    ops.bitlinear.bitlinear_forward_parts (one int8 dispatch where the activations are
+    packed), "split<S>" the same split in S slices, "apart" each part through
+    bitlinear_forward; "int8" whether the activations were packed."""
+    await _prepare(dev)
+    offs, off = [], 0
+    for words, *_ in parts:
+        offs.append(off)
+        off += -(-4 * len(words) // 256) * 256
+    wbuf = dev.buffer(off, "w_parts")
+    for o, (words, *_) in zip(offs, parts):
+        dev.write(wbuf, array.array("I", words), o)
+    old, dev.kind, int8_old = dev.kind, kind, dev.int8_dot
+    dev.int8_dot = int8_old and int8
+    out = {}
+    try:
+        out["int8"] = packed = bitlinear.packed_xq(dev, N)
+        bx = _buf(dev, "f", xq, "xq") if not packed else dev.buffer(4 * N * bitlinear.xq_floats(I, True), "xq8",
+                                                                     data=pack_xq(xq, N, I))
+        bs = _buf(dev, "f", s, "s")
+        for key, split in [("op", None), ("apart", None)] + [(f"split{n}", n) for n in splits]:
+            ys = [_buf(dev, "f", y0, f"y{j}") for j, (_, _, _, y0) in enumerate(parts)]
+            if key == "apart":
+                for o, (words, O, sc, _), y in zip(offs, parts, ys):
+                    bitlinear.bitlinear_forward(dev, bx, bs, wbuf.view(o, 4 * len(words)), sc, y, N, I, O, accumulate)
+            else:
+                bitlinear.bitlinear_forward_parts(dev, bx, bs, wbuf, [(o // 4, O, sc, y) for o, (_, O, sc, _), y
+                                                                      in zip(offs, parts, ys)], N, I, accumulate, split)
+            out[key] = [await _get(dev, y, N * O) for y, (_, O, _, _) in zip(ys, parts)]
     finally:
         dev.kind, dev.int8_dot = old, int8_old
     return out

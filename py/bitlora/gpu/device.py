@@ -124,6 +124,10 @@ class BufferView:
     offset: int
     size: int
 
+    def view(self, offset: int = 0, size: int | None = None) -> "BufferView":
+        """A byte range of this range (offset from its start)."""
+        return BufferView(self.buffer, self.offset + offset, self.size - offset if size is None else size)
+
 
 @dataclass(eq=False)
 class Kernel:

@@ -10,6 +10,7 @@ Browser-safe: standard library + bitlora only."""
 from __future__ import annotations
 
 from . import splitk
+from .matvec import spare
 from ._check import need, quads
 from ._uniform import Uniform
 
@@ -17,8 +18,13 @@ SHADER = "bitlinear.wgsl"
 SHADER_I8 = "bitlinear_i8.wgsl"
 ACTQUANT = Uniform("ActQuantParams", "n:u32 i:u32")
 FORWARD = Uniform("BitlinearParams", "n:u32 i:u32 o:u32 scale:f32 accumulate:u32 kw:u32 split:u32")
-FORWARD_I8 = Uniform("BitlinearI8Params", "n:u32 i:u32 o:u32 scale:f32 accumulate:u32 kw:u32 split:u32")
+FORWARD_I8 = Uniform("BitlinearI8Params", "n:u32 i:u32 o:u32 scale:f32 accumulate:u32 kw:u32 split:u32 "
+                                         "o1:u32 o2:u32 base1:u32 base2:u32 scale1:f32 scale2:f32")
+MAX_PARTS = 3   # projections of one input bitlinear_forward_parts multiplies in one dispatch
 I8_KC = 8  # packed words per staged chunk of bitlinear_forward_i8 (its split-K unit)
+# Up to this many rows (a short prompt) bitlinear_forward_i8 takes tiles of 32 rows, not 64
+# (its override I8_ROWS): a 64-row tile would multiply as many zero rows as real ones.
+I8_SHORT = 32
 BACKWARD = Uniform("BitlinearBackwardParams", "n:u32 i:u32 o:u32 scale:f32 accumulate:u32 ko:u32 split:u32")
 
 # Up to this many rows (decoding one token per sequence) the 8-row kernel wastes less
@@ -42,7 +48,18 @@ def kernel_specs(table_dtype: str = "f32", training: bool = False, kind: str | N
 
 def int8_specs() -> list:
     """The int8 forward's kernels (a GPU with Device.int8_dot: ops.kernel_specs adds them)."""
-    return [(SHADER_I8, "bitlinear_forward_i8"), (SHADER, "actquant_forward_i8")]
+    return [(SHADER_I8, "bitlinear_forward_i8"), (SHADER_I8, "bitlinear_forward_i8", i8_constants(I8_SHORT)),
+            (SHADER, "actquant_forward_i8")]
+
+
+def i8_rows(N: int) -> int:
+    """Rows of bitlinear_forward_i8's tiles for N rows: 32 up to I8_SHORT, else 64."""
+    return 32 if N <= I8_SHORT else 64
+
+
+def i8_constants(rows: int) -> dict | None:
+    """bitlinear_forward_i8's override constants for tiles of `rows` rows."""
+    return {"I8_ROWS": float(rows)} if rows != 64 else None
 
 
 def packed_xq(dev, N: int) -> bool:
@@ -132,10 +149,11 @@ def cpu_matmul(dev, a, s, wt, scale: float, y, N: int, K: int, C: int, accumulat
                  params=CPU_MATMUL.pack(N, K, C, scale, int(accumulate), int(divide)))
 
 
-def forward_plan(N: int, I: int, O: int, split: int | None = None, unit: int = 4) -> tuple:
+def forward_plan(N: int, I: int, O: int, split: int | None = None, unit: int = 4, rows: int = 64) -> tuple:
     """(slices, packed words per slice) of bitlinear_forward's 64 x 64 tiles (N > 8);
-    `unit` the kernel's chunk of words (bitlinear_forward_i8: I8_KC)."""
-    return splitk.plan(-(-O // 64) * -(-N // 64), -(-I // 16), unit, split, cols_per_k=16)
+    `unit` the kernel's chunk of words and `rows` its tile's (bitlinear_forward_i8: I8_KC,
+    i8_rows(N))."""
+    return splitk.plan(-(-O // 64) * -(-N // rows), -(-I // 16), unit, split, cols_per_k=16)
 
 
 def backward_input_plan(N: int, I: int, O: int, split: int | None = None) -> tuple:
@@ -144,14 +162,21 @@ def backward_input_plan(N: int, I: int, O: int, split: int | None = None) -> tup
     return splitk.plan(-(-words // 8) * -(-N // 64), O, 16, split)
 
 
+def forward_scratch_floats(N: int, I: int, O: int, kind: str = "gpu") -> int:
+    """The split-K scratch (floats) the forward of N rows by O outputs (one projection, or
+    a group's side by side: bitlinear_forward_parts) needs on a device of `kind`."""
+    if kind == "cpu" or N <= ROWS_KERNEL_MAX_N:
+        return 1
+    return max(splitk.floats(forward_plan(N, I, O, None, unit, rows)[0], N, O)
+               for unit, rows in ((4, 64), (I8_KC, i8_rows(N))))
+
+
 def scratch_floats(N: int, I: int, O: int, kind: str = "gpu") -> int:
     """The split-K scratch (floats) the forward and input gradient at these sizes need
     on a device of `kind` (Device.kind: the CPU variants split nothing)."""
     if kind == "cpu":
         return 1
-    fwd = max(splitk.floats(forward_plan(N, I, O, None, unit)[0], N, O) for unit in (4, I8_KC)) \
-        if N > ROWS_KERNEL_MAX_N else 1
-    return max(fwd, splitk.floats(backward_input_plan(N, I, O)[0], N, I))
+    return max(forward_scratch_floats(N, I, O, kind), splitk.floats(backward_input_plan(N, I, O)[0], N, I))
 
 
 # ---------------------------------------------------------------- actquant
@@ -194,13 +219,7 @@ def bitlinear_forward(dev, xq, s, w_packed, scale: float, y, N: int, I: int, O: 
                        (y, N * O, "y")):
         need(b, n, what, "bitlinear_forward")
     if packed:
-        slices, kw = forward_plan(N, I, O, split, I8_KC)
-        part = splitk.scratch(dev, splitk.floats(slices, N, O))
-        dev.dispatch(dev.prepared(SHADER_I8, "bitlinear_forward_i8"), [xq, s, w_packed, y, part],
-                     groups=(-(-O // 64), -(-N // 64), slices),
-                     params=FORWARD_I8.pack(N, I, O, scale, int(accumulate), kw, int(slices > 1)))
-        if slices > 1:
-            splitk.reduce(dev, part, s, y, N * O, slices, O, scale, accumulate)
+        _forward_i8(dev, xq, s, w_packed, [(0, O, scale, y)], N, I, accumulate, split)
         return
     cpu = dev.kind == "cpu"
     if cpu and w_t is not None and N > ROWS_KERNEL_MAX_N:
@@ -224,6 +243,50 @@ def bitlinear_forward(dev, xq, s, w_packed, scale: float, y, N: int, I: int, O: 
                  params=FORWARD.pack(N, I, O, scale, int(accumulate), kw, int(slices > 1)))
     if slices > 1:
         splitk.reduce(dev, part, s, y, N * O, slices, O, scale, accumulate)
+
+
+def bitlinear_forward_parts(dev, xq, s, w, parts, N: int, I: int, accumulate: bool = False,
+                            split: int | None = None, w_ts=None) -> None:
+    """bitlinear_forward of up to MAX_PARTS projections of one input: parts = [(word offset
+    of w_p in w, O_p, scale_p, y_p[N, O_p]), ...] (the first at word 0), w the buffer (or
+    view) holding every w_p[O_p, ceil(I/16)] u32. Where the activations are packed
+    (packed_xq) one int8 dispatch multiplies them all (and one reduce adds their slices),
+    else each part is bitlinear_forward of its view of w (w_ts: each part's transposed
+    weights or None, as bitlinear_forward's w_t). The same bits either way."""
+    if not 1 <= len(parts) <= MAX_PARTS:
+        raise ValueError(f"bitlinear_forward_parts: 1 to {MAX_PARTS} parts, got {len(parts)}")
+    if parts[0][0] != 0:
+        raise ValueError("bitlinear_forward_parts: the first part must start at word 0 of w")
+    words = -(-I // 16)
+    if not packed_xq(dev, N):
+        for j, (off, O, scale, y) in enumerate(parts):
+            bitlinear_forward(dev, xq, s, w.view(4 * off, 4 * O * words), scale, y, N, I, O, accumulate, split,
+                              w_t=w_ts[j] if w_ts else None)
+        return
+    need(xq, N * xq_floats(I, True), "xq", "bitlinear_forward_parts")
+    need(s, N, "s", "bitlinear_forward_parts")
+    for j, (off, O, _, y) in enumerate(parts):
+        need(w, off + O * words, f"w (part {j})", "bitlinear_forward_parts")
+        need(y, N * O, f"y{j}", "bitlinear_forward_parts")
+    _forward_i8(dev, xq, s, w, parts, N, I, accumulate, split)
+
+
+def _forward_i8(dev, xq, s, w, parts, N: int, I: int, accumulate: bool, split: int | None) -> None:
+    """bitlinear_forward_i8 over `parts` (bitlinear_forward_parts'), then its reduce if split."""
+    full = list(parts) + [(0, 0, 0.0, spare(dev, j)) for j in range(len(parts), MAX_PARTS)]
+    (_, o0, s0, y0), (b1, o1, s1, y1), (b2, o2, s2, y2) = full
+    rows, tiles = i8_rows(N), sum(-(-O // 64) for _, O, _, _ in parts)
+    total = o0 + o1 + o2
+    slices, kw = forward_plan(N, I, 64 * tiles, split, I8_KC, rows)
+    part = splitk.scratch(dev, splitk.floats(slices, N, total))
+    dev.dispatch(dev.prepared(SHADER_I8, "bitlinear_forward_i8", i8_constants(rows)), [xq, s, w, y0, part, y1, y2],
+                 groups=(tiles, -(-N // rows), slices),
+                 params=FORWARD_I8.pack(N, I, o0, s0, int(accumulate), kw, int(slices > 1), o1, o2, b1, b2, s1, s2))
+    if slices > 1:
+        if len(parts) == 1:
+            splitk.reduce(dev, part, s, y0, N * o0, slices, o0, s0, accumulate)
+        else:
+            splitk.reduce_parts(dev, part, s, (y0, y1, y2), N, slices, (o0, o1, o2), (s0, s1, s2), accumulate)
 
 
 def bitlinear_backward_input(dev, dy, w_packed, scale: float, dx, N: int, I: int, O: int,

@@ -11,13 +11,15 @@ from ._uniform import Uniform
 
 SHADER = "splitk.wgsl"
 PARAMS = Uniform("SplitkParams", "count:u32 slices:u32 m:u32 scale:f32 accumulate:u32 use_s:u32")
+PARTS = Uniform("SplitkPartsParams", "count:u32 slices:u32 o0:u32 o1:u32 o2:u32 scale0:f32 scale1:f32 scale2:f32 "
+                                     "accumulate:u32")
 TARGET_GROUPS = 512     # split until the grid has about this many workgroups
 MIN_SLICE = 512         # ... but give every slice at least this many reduction columns
 
 
 def kernel_specs(table_dtype: str = "f32", training: bool = False, kind: str | None = None,
                  shapes: dict | None = None) -> list:
-    return [] if kind == "cpu" else [(SHADER, "splitk_reduce")]   # the CPU matmuls split nothing
+    return [] if kind == "cpu" else [(SHADER, "splitk_reduce"), (SHADER, "splitk_reduce_parts")]   # CPU: no splits
 
 
 def plan(tiles: int, K: int, unit: int, split: int | None = None, cols_per_k: int = 1) -> tuple[int, int]:
@@ -52,3 +54,11 @@ def reduce(dev, part, s, y, count: int, slices: int, m: int, scale: float, accum
                  groups=-(-count // 256),
                  params=PARAMS.pack(count, slices, m, scale, int(accumulate), int(s is not None)))
 
+
+
+def reduce_parts(dev, part, s, ys, N: int, slices: int, outs, scales, accumulate: bool) -> None:
+    """y_p[N, O_p] (= or +=) sum of part[slices, N, sum O_p] (the parts' columns side by
+    side) * scale_p / s[n], for the three parts (ys, outs, scales; O_p = 0 where absent)."""
+    count = N * sum(outs)
+    dev.dispatch(dev.prepared(SHADER, "splitk_reduce_parts"), [part, s, *ys], groups=-(-count // 256),
+                 params=PARTS.pack(count, slices, *outs, *scales, int(accumulate)))
