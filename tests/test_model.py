@@ -195,6 +195,18 @@ def test_generate_adapted_same_tokens(run_case, folders, name, kind):
     assert r["generate"] != r["base"]
 
 
+def test_generate_prompt_parts_replayed(run_case, folders):
+    """A prompt's forward goes in parts (layer ranges 1, 2, 4, ... long, each submitted as
+    it is encoded) that cover every layer once; the same generation run plainly, recorded
+    and replayed gives the same ids, and the replay records nothing."""
+    r = run_case("model_cases", "case_generate_again", files=files_of(folders["online_f32"]), prompt="Hello",
+                 max_new_tokens=6)
+    layers = [li for a, b in r["parts"] for li in range(a, b)]
+    assert layers == list(range(r["L"])) and len(r["parts"]) > 1, r["parts"]
+    assert r["ids"][0] == r["ids"][1] == r["ids"][2], r["ids"]
+    assert r["recorded"][1] >= len(r["parts"]) and r["recorded"][2] == 0, r["recorded"]
+
+
 def test_generate_frees_what_it_outgrows(run_case, folders):
     """A longer generation replaces the KV cache, scratch and logits it outgrows instead
     of keeping both (the model holds what its longest generation needs, no more), and
@@ -213,7 +225,8 @@ def test_generate_streams_and_stops(run_case, folders):
     assert [t for t, _ in r["seen"]] == r["ids"] and [n for _, n in r["seen"]] == list(range(1, len(r["ids"]) + 1))
     assert r["stopped"] and r["cut"] == r["ids"][:3] and r["seen_async"] == r["ids"][:3]
     assert r["again"] == r["ids"]
-    assert r["steps_recorded"] == 2    # the prompt's step and a token's, each recorded once for all three runs
+    # the prompt's parts and a token's step, each recorded once for all three runs
+    assert r["steps_recorded"] == r["prompt_parts"] + 1, r
     assert 0 < r["first_token_s"] < r["total_s"] and r["tokens_per_s"] > 0 and r["dispatches"] > 0
 
 

@@ -367,7 +367,7 @@ class Model:
         self._cache: KVCache | None = None
         self._logits = None        # decoding logits[rows, V], sized for the most rows asked
         self._gen = None           # the sampler's buffers (_sampler)
-        self._steps = gpu.Programs(dev, limit=8)   # recorded generation steps (_decode_step)
+        self._steps = gpu.Programs(dev, limit=32)   # recorded generation steps and prompt parts (_decode_step)
         self._prompts_seen: set = set()            # their keys for prompts run once, not recorded
 
     def dims(self, N: int, R: int = 0) -> dict:
@@ -681,15 +681,21 @@ class Model:
             raise ValueError(f"forward: token id {bad[0]} outside the vocabulary (V={self.V})")
         return B, T, flat
 
-    def _forward(self, acts, lora, cache, B, T, pos0, ids_buf=None) -> None:
+    def _forward(self, acts, lora, cache, B, T, pos0, ids_buf=None, layers: range | None = None) -> None:
         """Record embedding (of ids_buf, default the micro-batch's ids), every layer and
         the final norm (into acts.top.xf). With a cache, positions start at cache.pos_buf's
-        count (on the GPU; pos0 is added) and the forward advances it by T."""
+        count (on the GPU; pos0 is added) and the forward advances it by T. `layers`: record
+        only these (a part of the forward: the embedding comes with layer 0, the final norm
+        and the cache's advance with the last)."""
         N, top = B * T, acts.top
-        ids_buf = acts.io(acts.micro)[0] if ids_buf is None else ids_buf
-        embedding_forward(self.dev, ids_buf, self.embed, acts.layer(0).x, N, self.C)
-        for li in range(self.L):
+        layers = range(self.L) if layers is None else layers
+        if layers.start == 0:
+            ids_buf = acts.io(acts.micro)[0] if ids_buf is None else ids_buf
+            embedding_forward(self.dev, ids_buf, self.embed, acts.layer(0).x, N, self.C)
+        for li in layers:
             self._layer_forward(li, acts, lora, cache, B, T, pos0)
+        if layers.stop < self.L:
+            return
         if cache is not None:
             kv_advance(self.dev, cache.pos_buf, T)
         rmsnorm_forward(self.dev, top.x_out, self.norm, top.xf, top.rstd_out, N, self.C, self.eps)
@@ -943,7 +949,8 @@ class Model:
         sampler (g, `_sampler`) choosing the next id from the last row. Nothing in it depends
         on the position (the GPU holds it: KVCache.pos_buf), so a step is recorded once per
         token count and set of buffers and replayed after that: one backend call a token
-        (and a prompt of a length seen before costs the host a write and that call).
+        (and a prompt of a length seen before costs the host a write and one call per part:
+        prompt_parts, each submitted as soon as it is encoded).
         The key names every buffer the recording binds that the model may reallocate."""
         B, T = (cache.B, 1) if ids is None else (1, len(ids))
         if cache.B != B or cache.pos + T > cache.S:
@@ -958,16 +965,34 @@ class Model:
         key = (B, T, lkey, src.uid, cache.pos_buf.uid, cache.k[0].uid, self.cos.uid, acts.layers[0].x.uid,
                logits.uid, g.state.uid, g.tok.uid, g.out.uid, self.dev.kind, self.dev.int8_dot)
 
-        def record():
-            self._forward(acts, lora, cache, B, T, 0, src)
-            sample_token(self.dev, self.head_rows(B, T - 1, T), g.state, g.tok, g.out, self.V)
+        def record(layers: range):
+            self._forward(acts, lora, cache, B, T, 0, src, layers)
+            if layers.stop == self.L:
+                sample_token(self.dev, self.head_rows(B, T - 1, T), g.state, g.tok, g.out, self.V)
 
-        if ids is not None and key not in self._steps and key not in self._prompts_seen:
+        if ids is None:
+            self._steps.run(key, lambda: record(range(self.L)))
+        else:   # a prompt: its parts submitted as they are encoded (the GPU starts on the first)
+            plain = (key, 0) not in self._steps and key not in self._prompts_seen
             self._prompts_seen.add(key)   # a prompt length seen once runs plainly: recording costs
-            record()                      # the host more than that, and pays only when it comes back
-        else:
-            self._steps.run(key, record)
+            for k, layers in enumerate(self.prompt_parts()):   # the host more than that, and pays
+                if plain:                                     # only when it comes back
+                    record(layers)
+                else:
+                    self._steps.run((key, k), lambda: record(layers))
+                if layers.stop < self.L:
+                    self.dev.submit()
         cache.pos += T
+
+    def prompt_parts(self) -> list:
+        """The layer ranges a prompt's forward is submitted in, each as soon as the host has
+        encoded it, so the GPU runs the first while the host encodes the rest: 1, 2, 4, ...
+        layers (a small first part starts the GPU early; later ones cost fewer submits)."""
+        parts, start, size = [], 0, 1
+        while start < self.L:
+            parts.append(range(start, min(self.L, start + size)))
+            start, size = start + size, 2 * size
+        return parts
 
     async def agenerate(self, prompt, max_new_tokens: int = 64, temperature: float = 0.0, top_p: float = 1.0,
                         seed: int = 0, lora=None, on_token=None, should_stop=None, eos=None) -> Generation:

@@ -60,6 +60,19 @@ async def case_generate(dev, files, prompt, max_new_tokens, temperature=0.0, top
     return {"text": g.text, "ids": g.ids, "prompt_ids": g.prompt_ids, "eos": g.stopped_at_eos}
 
 
+async def case_generate_again(dev, files, prompt, max_new_tokens, times=3):
+    """The same greedy generation `times` times (a prompt length's first run is plain, its
+    second recorded in parts, its third replayed): the ids of each, the prompt's parts
+    (layer ranges) and the recordings each run made."""
+    m = await _load(dev, files)
+    out = {"parts": [[r.start, r.stop] for r in m.prompt_parts()], "L": m.L, "ids": [], "recorded": []}
+    for _ in range(times):
+        before = m._steps.recorded
+        out["ids"].append((await m.agenerate(prompt, max_new_tokens)).ids)
+        out["recorded"].append(m._steps.recorded - before)
+    return out
+
+
 async def case_compile_once(dev, files, ids):
     """Pipelines compiled by a first logits + generate, and by doing both again."""
     m = await _load(dev, files)
@@ -153,5 +166,5 @@ async def case_generate_stream(dev, files, prompt, max_new_tokens, stop_after):
     cut = await m.agenerate(prompt, max_new_tokens, on_token=slow, should_stop=lambda: len(seen_async) >= stop_after)
     again = await m.agenerate(prompt, max_new_tokens)   # nothing left over from the stopped one
     return {"ids": full.ids, "seen": seen, "cut": cut.ids, "stopped": cut.stopped, "seen_async": seen_async,
-            "again": again.ids, "steps_recorded": m._steps.recorded, "first_token_s": full.first_token_s, "total_s": full.total_s,
+            "again": again.ids, "steps_recorded": m._steps.recorded, "prompt_parts": len(m.prompt_parts()), "first_token_s": full.first_token_s, "total_s": full.total_s,
             "tokens_per_s": full.tokens_per_s(), "dispatches": full.dispatches, "host_s": full.host_s}
