@@ -453,6 +453,7 @@ class Model:
         shapes = self.kernel_shapes(lora_r)
         await self.dev.prepare([s for t in dtypes for s in ops.kernel_specs(t, training, self.dev.kind,
                                                                              self.dev.int8_dot, shapes)])
+        matvec.spare(self.dev, 0)   # the device's 16-byte stand-ins for absent bindings, made once, now
 
     def kernel_shapes(self, lora_r: int | None = None) -> dict:
         """What decides which kernel variants this model runs (ops.kernel_specs' `shapes`)."""
