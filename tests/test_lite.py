@@ -144,6 +144,10 @@ def test_notebook_in_jupyterlite(server, tmp_path, browser_session):
             pytest.fail(f"{what}\n--- browser console ---\n" + "\n".join(log[-40:]))
 
         page.goto(server.url + "lite/notebooks/index.html?path=finetune_demo.ipynb")
+        # As a person would: run the cells once the kernel is up. (Clicked while the Pyodide
+        # kernel was still starting, Run All Cells twice ran nothing in 540 s.)
+        idle = page.locator('.jp-Notebook-ExecutionIndicator[data-status="idle"]')
+        idle.wait_for(state="attached", timeout=300_000)
         page.get_by_role("menuitem", name="Run", exact=True).click(timeout=120_000)
         page.get_by_role("menuitem", name="Run All Cells", exact=True).click()
         t0, seen = time.time(), []
