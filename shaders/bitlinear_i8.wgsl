@@ -147,10 +147,21 @@ fn i8_store(n: u32, o: u32, acc: vec4<i32>, z: u32, at: vec4<u32>) {   // output
         if (oo < O) {
             if (ip.split != 0u) { i8_part[(z * ip.n + n) * total + col + oo] = f32(acc[b]); continue; }
             let idx = n * O + oo;
-            let v = f32(acc[b]) * scale / i8_s[n];
-            if (part == 0u) { if (ip.accumulate != 0u) { i8_y0[idx] = i8_y0[idx] + v; } else { i8_y0[idx] = v; } }
-            if (part == 1u) { if (ip.accumulate != 0u) { i8_y1[idx] = i8_y1[idx] + v; } else { i8_y1[idx] = v; } }
-            if (part == 2u) { if (ip.accumulate != 0u) { i8_y2[idx] = i8_y2[idx] + v; } else { i8_y2[idx] = v; } }
+            var v = f32(acc[b]) * scale / i8_s[n];
+            if (ip.accumulate != 0u) { v = i8_get(part, idx) + v; }
+            i8_put(part, idx, v);
         }
     }
+}
+
+fn i8_get(part: u32, i: u32) -> f32 {   // y_part[i]
+    if (part == 1u) { return i8_y1[i]; }
+    if (part == 2u) { return i8_y2[i]; }
+    return i8_y0[i];
+}
+
+fn i8_put(part: u32, i: u32, v: f32) {   // y_part[i] = v
+    if (part == 0u) { i8_y0[i] = v; }
+    if (part == 1u) { i8_y1[i] = v; }
+    if (part == 2u) { i8_y2[i] = v; }
 }

@@ -54,17 +54,20 @@ fn splitk_reduce_parts(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(wo
     let c = e % total;
     var acc = 0.0;
     for (var z = 0u; z < sp.slices; z++) { acc += part[z * sp.count + e]; }
-    if (c < sp.o0) {
-        let v = acc * sp.scale0 / s[n];
-        let i = n * sp.o0 + c;
-        if (sp.accumulate != 0u) { y[i] = y[i] + v; } else { y[i] = v; }
-    } else if (c < sp.o0 + sp.o1) {
-        let v = acc * sp.scale1 / s[n];
-        let i = n * sp.o1 + c - sp.o0;
-        if (sp.accumulate != 0u) { y1[i] = y1[i] + v; } else { y1[i] = v; }
-    } else {
-        let v = acc * sp.scale2 / s[n];
-        let i = n * sp.o2 + c - sp.o0 - sp.o1;
-        if (sp.accumulate != 0u) { y2[i] = y2[i] + v; } else { y2[i] = v; }
+    var scale = sp.scale0;   // column c is output o of part p: y_p[n, o]
+    var i = n * sp.o0 + c;
+    var which = 0u;
+    if (c >= sp.o0 + sp.o1) {
+        scale = sp.scale2;
+        i = n * sp.o2 + c - sp.o0 - sp.o1;
+        which = 2u;
+    } else if (c >= sp.o0) {
+        scale = sp.scale1;
+        i = n * sp.o1 + c - sp.o0;
+        which = 1u;
     }
+    var v = acc * scale / s[n];
+    if (which == 0u) { if (sp.accumulate != 0u) { v = y[i] + v; } y[i] = v; }
+    if (which == 1u) { if (sp.accumulate != 0u) { v = y1[i] + v; } y1[i] = v; }
+    if (which == 2u) { if (sp.accumulate != 0u) { v = y2[i] + v; } y2[i] = v; }
 }

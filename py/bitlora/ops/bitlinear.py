@@ -277,7 +277,7 @@ def _forward_i8(dev, xq, s, w, parts, N: int, I: int, accumulate: bool, split: i
     (_, o0, s0, y0), (b1, o1, s1, y1), (b2, o2, s2, y2) = full
     rows, tiles = i8_rows(N), sum(-(-O // 64) for _, O, _, _ in parts)
     total = o0 + o1 + o2
-    slices, kw = forward_plan(N, I, 64 * tiles, split, I8_KC, rows)
+    slices, kw = forward_plan(N, I, 64 * tiles, split, I8_KC, rows)   # planned on the grid's tiles
     part = splitk.scratch(dev, splitk.floats(slices, N, total))
     dev.dispatch(dev.prepared(SHADER_I8, "bitlinear_forward_i8", i8_constants(rows)), [xq, s, w, y0, part, y1, y2],
                  groups=(tiles, -(-N // rows), slices),
