@@ -318,26 +318,35 @@ fn aq_k4(o: u32, D: u32) -> vec4<f32> {   // k[o .. o+3], clamped to the row's l
     return vec4<f32>(aq_k[o], aq_k[o + min(1u, D - 1u)], aq_k[o + min(2u, D - 1u)], aq_k[o + min(3u, D - 1u)]);
 }
 
+// The block of workgroup wid: (h, i0 = its first query row, first = the row of its
+// sequence's position 0, nq = its rows); x = the heads' count of blocks when out of range
+fn aq_block(wid: vec3<u32>, nw: vec3<u32>) -> vec4<u32> {
+    let p = aq_p;
+    let nqb = (p.t + AO - 1u) / AO;
+    let kidx = wid.x + wid.y * nw.x;      // = (b * nqb + block) * H + h
+    if (kidx >= p.b * nqb * p.h) { return vec4<u32>(p.h, 0u, 0u, 0u); }
+    let bq = kidx / p.h;
+    let i0 = (nqb - 1u - bq % nqb) * AO;  // longest rows first
+    return vec4<u32>(kidx % p.h, i0, (bq / nqb) * p.t, min(AO, p.t - i0));
+}
+
 @compute @workgroup_size(AO * AS)
 fn attention_backward_dq(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>,
                          @builtin(num_workgroups) nw: vec3<u32>) {
     let p = aq_p;
+    let blk = aq_block(wid, nw);
+    if (blk.x >= p.h) { return; }
+    let h = blk.x;
+    let i0 = blk.y;
+    let first = blk.z;
+    let nq = blk.w;
     let D = p.d;
-    let nqb = (p.t + AO - 1u) / AO;
-    let kidx = wid.x + wid.y * nw.x;      // = (b * nqb + block) * H + h
-    if (kidx >= p.b * nqb * p.h) { return; }
-    let h = kidx % p.h;
-    let bq = kidx / p.h;
-    let i0 = (nqb - 1u - bq % nqb) * AO;  // longest rows first
-    let first = (bq / nqb) * p.t;         // row of position 0 of this sequence
-    let nq = min(AO, p.t - i0);
-    let g = h / (p.h / p.hkv);
     let HD = p.h * D;
     let KD = p.hkv * D;
+    let g = h / (p.h / p.hkv);
     let qo = (first + i0) * HD + h * D;
-    let o = lid / AS;                     // query row in the tile
-    let s = lid % AS;                     // key in the tile; dims 4s + 128e when accumulating
-    let i = i0 + o;
+    let s = lid % AS;
+    let i = i0 + lid / AS;
     let nkb = (i0 + nq + AS - 1u) / AS;   // key blocks up to the last row's diagonal
 
     // sweep 1: per thread an online (max m, sum l, sum u of P dP) over its keys
@@ -367,14 +376,60 @@ fn attention_backward_dq(@builtin(local_invocation_index) lid: u32, @builtin(wor
             ll += at_ds[lid + c] * f;
             uu += at_x[lid + c] * f;
         }
-        at_row[o] = mm + log(max(ll, 1e-30));
-        at_row[AO + o] = uu / max(ll, 1e-30);
+        at_row[lid / AS] = mm + log(max(ll, 1e-30));
+        at_row[AO + lid / AS] = uu / max(ll, 1e-30);
     }
     workgroupBarrier();
+    aq_dq_sweep(h, i0, first, nq, lid);
+}
+
+// attention_backward_dqs: attention_backward_dq with the forward's saved out (binding 7,
+// out[N, H*D] read) and lse (binding 8, lse[N, H] read), of the same q, k, v and scale:
+// (lse, Dsum = dout_i . out_i) per row instead of a first sweep over the keys.
+@group(0) @binding(7) var<storage, read> aq_out: array<f32>;
+@group(0) @binding(8) var<storage, read> aq_lse: array<f32>;
+
+@compute @workgroup_size(AO * AS)
+fn attention_backward_dqs(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>,
+                          @builtin(num_workgroups) nw: vec3<u32>) {
+    let p = aq_p;
+    let blk = aq_block(wid, nw);
+    if (blk.x >= p.h) { return; }
+    let o = lid / AS;
+    let s = lid % AS;
+    let i = blk.y + o;
+    var u = 0.0;   // dims s, s + AS, ... of row o's dout . out
+    if (o < blk.w) {
+        let r = (blk.z + i) * p.h * p.d + blk.x * p.d;
+        for (var d = s; d < p.d; d += AS) { u += aq_do[r + d] * aq_out[r + d]; }
+    }
+    at_x[lid] = u;
+    workgroupBarrier();
+    if (s == 0u) {
+        var uu = 0.0;
+        for (var c = 0u; c < AS; c++) { uu += at_x[lid + c]; }
+        at_row[o] = select(0.0, aq_lse[(blk.z + min(i, p.t - 1u)) * p.h + blk.x], o < blk.w);
+        at_row[AO + o] = uu;
+    }
+    workgroupBarrier();
+    aq_dq_sweep(blk.x, blk.y, blk.z, blk.w, lid);
+}
+
+// The dq kernels' sweep over the key blocks: dS tile by tile, dq_i += dS_ij k_j, with
+// row o's (lse, Dsum) in at_row[o], at_row[AO + o]; writes dq and stats
+fn aq_dq_sweep(h: u32, i0: u32, first: u32, nq: u32, lid: u32) {
+    let p = aq_p;
+    let D = p.d;
+    let HD = p.h * D;
+    let KD = p.hkv * D;
+    let g = h / (p.h / p.hkv);
+    let qo = (first + i0) * HD + h * D;
+    let o = lid / AS;                     // query row in the tile
+    let s = lid % AS;                     // key in the tile; dims 4s + 128e when accumulating
+    let i = i0 + o;
+    let nkb = (i0 + nq + AS - 1u) / AS;
     let lse = at_row[o];
     let dsum = at_row[AO + o];
-
-    // sweep 2: dS tile by tile, dq_i += dS_ij k_j
     var acc0 = vec4<f32>(0.0);
     var acc1 = vec4<f32>(0.0);
     let d0 = min(4u * s, D - 1u);         // clamped: sums past D are computed, never written

@@ -144,8 +144,9 @@ async def case_attention_backward(dev, dout, q, k, v, B, T, H, Hkv, D, kind="gpu
     """dq, dk, dv, stats with the kernels of `kind` ("gpu", or "cpu": the CPU variant
     the op picks where D % 4 == 0). With kind "cpu" and D % 4 == 0 also "mixed": dq of
     each CPU variant (_rows; _d32 where D <= 32), and dk, dv of its dkv kernel, each fed
-    by the GPU kernels' other half (one stats contract); and where D <= 32 "saved": the op
-    given the forward's out and lse (attention_backward_dq_d32s)."""
+    by the GPU kernels' other half (one stats contract); and "saved": the op given the
+    forward's out and lse (attention_backward_dqs on GPUs; on CPUs where D <= 32,
+    attention_backward_dq_d32s), as a model runs it."""
     await _prepare(dev)
     N = B * T
     bdq, bdk, bdv = dev.buffer(4 * N * H * D, "dq"), dev.buffer(4 * N * Hkv * D, "dk"), dev.buffer(4 * N * Hkv * D, "dv")
@@ -173,7 +174,7 @@ async def case_attention_backward(dev, dout, q, k, v, B, T, H, Hkv, D, kind="gpu
                 dev.dispatch(dev.prepared(attention.SHADER, ek), ins + [stats, bdk, bdv], groups=gk, params=params)
                 out["mixed"].append({"dq": await _get(dev, bdq, N * H * D), "dk": await _get(dev, bdk, N * Hkv * D),
                                      "dv": await _get(dev, bdv, N * Hkv * D)})
-    if kind == "cpu" and D % 4 == 0 and D <= 32:   # as a model runs it: with the forward's out and lse
+    if kind == "gpu" or (D % 4 == 0 and D <= 32):   # as a model runs it: with the forward's out and lse
         att, lse = dev.buffer(4 * N * H * D, "out"), dev.buffer(4 * N * H, "lse")
         kind0, dev.kind = dev.kind, kind
         try:

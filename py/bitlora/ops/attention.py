@@ -30,7 +30,7 @@ def kernel_specs(table_dtype: str = "f32", training: bool = False, kind: str | N
             return [(SHADER, e) for e in always + ["attention_forward_d32"] +
                     (["attention_backward_dkv_d32"] + saved if training else [])]
         return [(SHADER, e) for e in always + [e + "_rows" for e in entries]]
-    tiled = ["attention_forward_tiled"] if kind in (None, "gpu") else []
+    tiled = ["attention_forward_tiled"] + (["attention_backward_dqs"] if training else []) if kind in (None, "gpu") else []
     cpu = [e + v for v in ("_rows", "_d32") for e in entries] + saved if kind in (None, "cpu") else []
     return [(SHADER, e) for e in entries + always + tiled + cpu]
 
@@ -115,7 +115,8 @@ def attention_backward(dev, dout, q, k, v, dq, dk, dv, stats, B: int, T: int, H:
     """Causal GQA attention backward over all positions. dout, q[N, H*D]; k, v[N, Hkv*D]
     (q, k post-RoPE) -> dq[N, H*D], dk, dv[N, Hkv*D] (overwrite); stats[N, H, 2] scratch.
     scale defaults to D**-0.5 (HF). `out`[N, H*D] and `lse`[N, H], the forward's (of these
-    q, k, v), spare the *_d32 CPU variant a sweep over the keys (attention_backward_dq_d32s)."""
+    q, k, v and scale), spare the GPU kernel and the *_d32 CPU variant a sweep over the keys
+    (attention_backward_dqs, attention_backward_dq_d32s: (lse, Dsum = dout . out) per row)."""
     N = B * T
     if D > 256 or H % Hkv:
         raise ValueError(f"attention_backward: need D <= 256 and H % Hkv == 0 (D={D}, H={H}, Hkv={Hkv})")
@@ -123,11 +124,13 @@ def attention_backward(dev, dout, q, k, v, dq, dk, dv, stats, B: int, T: int, H:
                        (v, N * Hkv * D, "v"), (dq, N * H * D, "dq"), (dk, N * Hkv * D, "dk"),
                        (dv, N * Hkv * D, "dv"), (stats, N * H * 2, "stats")):
         need(b, n, what, "attention_backward")
-    params = BACKWARD.pack(B, T, H, Hkv, D, D ** -0.5 if scale is None else scale)
-    variant = _variant(dev, D)
-    if variant == "_d32" and out is not None and lse is not None:
+    saved = out is not None and lse is not None
+    if saved:
         need(out, N * H * D, "out", "attention_backward")
         need(lse, N * H, "lse", "attention_backward")
+    params = BACKWARD.pack(B, T, H, Hkv, D, D ** -0.5 if scale is None else scale)
+    variant = _variant(dev, D)
+    if variant == "_d32" and saved:
         dev.dispatch(dev.prepared(SHADER, "attention_backward_dq_d32s"), [dout, q, k, v, dq, stats, out, lse],
                      groups=_groups(variant, B, T, H), params=params)
     elif variant:
@@ -138,7 +141,11 @@ def attention_backward(dev, dout, q, k, v, dq, dk, dv, stats, B: int, T: int, H:
                      groups=_groups(variant, B, T, Hkv), params=params)
         return
     blocks = B * -(-T // TILE_ROWS)   # 8-row blocks, never straddling sequences
-    dev.dispatch(dev.prepared(SHADER, "attention_backward_dq"), [dout, q, k, v, dq, stats],
-                 groups=blocks * H, params=params)
+    if saved:
+        dev.dispatch(dev.prepared(SHADER, "attention_backward_dqs"), [dout, q, k, v, dq, stats, out, lse],
+                     groups=blocks * H, params=params)
+    else:
+        dev.dispatch(dev.prepared(SHADER, "attention_backward_dq"), [dout, q, k, v, dq, stats],
+                     groups=blocks * H, params=params)
     dev.dispatch(dev.prepared(SHADER, "attention_backward_dkv"), [dout, q, k, v, stats, dk, dv],
                  groups=blocks * Hkv, params=params)
