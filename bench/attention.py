@@ -1,5 +1,6 @@
-"""Time the attention kernels (attention_forward over a whole sequence, attention_backward_dq,
-_dkv) at given shapes, the GPU ones and the per-row CPU ones (`*_rows`, where D % 4 == 0),
+"""Time the attention kernels (attention_forward over a whole sequence, and on GPUs
+attention_forward_tiled; attention_backward_dq, _dqs on GPUs (from the forward's out and
+lse), _dkv) at given shapes, the GPU ones and the per-row CPU ones (`*_rows`, where D % 4 == 0),
 against the float64 numpy reference; optionally also the same entry points from another
 copy of attention.wgsl (e.g. an older commit's, with shaders/prelude.wgsl appended).
 Native only (numpy).
@@ -75,6 +76,9 @@ async def main(args):
                 kf = await dev.compile(src, "attention_forward" + suffix)
                 kq = await dev.compile(src, "attention_backward_dq" + suffix)
                 kkv = await dev.compile(src, "attention_backward_dkv" + suffix)
+                tiled = kind == "gpu" and "fn attention_forward_tiled" in src
+                kt = await dev.compile(src, "attention_forward_tiled") if tiled else None
+                kqs = await dev.compile(src, "attention_backward_dqs") if kind == "gpu" and "fn attention_backward_dqs" in src else None
                 blocks = B * -(-T // rows)
                 gf, gq, gkv = ((-(-N * H // ROWS_WG), -(-N * H // ROWS_WG), -(-N * Hkv // ROWS_WG)) if kind == "cpu"
                                else (N * H, blocks * H, blocks * Hkv))
@@ -93,8 +97,21 @@ async def main(args):
                 tf = await timed(dev, rf, args.reps)
                 tq = await timed(dev, rq, args.reps)
                 tkv = await timed(dev, rkv, args.reps)
+                extra = ""
+                if kt is not None:   # the tiled forward (whole sequences, prompts): 8-row blocks
+                    tt = await timed(dev, lambda: dev.dispatch(kt, fb[:6], groups=B * -(-T // 8) * H, params=fparams),
+                                     args.reps)
+                    extra += f"  forward_tiled {tt:8.3f} ms"
+                if kqs is not None:  # dq from the forward's out and lse (rf above wrote them)
+                    rf()
+                    tqs = await timed(dev, lambda: dev.dispatch(kqs, bufs + [dq, stats, out, lse], groups=gq,
+                                                                 params=params), args.reps)
+                    extra += f"  dqs {tqs:8.3f} ms"
+                    if want is not None:
+                        got = np.frombuffer(await dev.read(dq), np.float32)[:want[0].size].reshape(want[0].shape)
+                        extra += f" (err {np.abs(got - want[0]).max() / np.abs(want[0]).max():.1e})"
                 print(f"{shape:>18} {name} {kind}: forward {tf:8.3f} ms  dq {tq:8.3f} ms  dkv {tkv:8.3f} ms  "
-                      f"backward {tq + tkv:8.3f} ms{err}", flush=True)
+                      f"backward {tq + tkv:8.3f} ms{extra}{err}", flush=True)
 
 
 if __name__ == "__main__":
