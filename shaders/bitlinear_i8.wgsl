@@ -24,7 +24,9 @@
 //   tx + 16b (b < 4), the sums in named variables (an array indexed in a loop lives in memory on NVIDIA's Vulkan
 //   compiler). Per I8_KC words the workgroup stages the tile's activations and its
 //   weights, the weights decoded once into int8 lanes (i8_ternary); then each thread's
-//   16 sums take 64 dot4I8Packed per word (4 vec4 loads of xq8, 4 of weights).
+//   16 sums take 64 dot4I8Packed per word (4 vec4 loads of xq8, 4 of weights). The next
+//   chunk's global loads are issued into registers before this chunk is multiplied (a
+//   workgroup of a short prompt has only a few chunks, each a memory latency otherwise).
 //
 // Decoding a packed weight word w (16 two-bit codes c, t = c - 1): lane j of
 //   (w >> 2k) & 0x03030303 is the code of column 4j + k, in 0..2. Adding 0x7f to a byte
@@ -97,20 +99,27 @@ fn bitlinear_forward_i8(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(
     var acc1 = vec4<i32>(0);
     var acc2 = vec4<i32>(0);
     var acc3 = vec4<i32>(0);
-    for (var w0 = wid.z * ip.kw; w0 < wend; w0 += I8_KC) {
-        for (var e = lid; e < 64u * I8_KC; e += 256u) {
-            let r = e / I8_KC;
-            let wi = w0 + e % I8_KC;
-            if (r < I8_ROWS) {
-                var xv = vec4<u32>(0u);   // zero activations past the edges: their weights never count
-                if (n0 + r < N && wi < wend) { xv = i8_x[(n0 + r) * G + wi]; }
-                i8_xs[e % I8_KC][r] = xv;
-            }
-            var wv = 0x55555555u;
-            if (o0 + r < O && wi < wend) { wv = i8_w[at.w + (o0 + r) * G + wi]; }
-            i8_ts[e % I8_KC][r] = i8_ternary(wv);
-        }
+    // thread lid stages element lid and lid + 256 of a chunk: rows / outputs sr and sr + 32 of
+    // word sk (lid = 8 sr + sk); the next chunk's are loaded before this one is multiplied
+    let sr = lid / I8_KC;
+    let sk = lid % I8_KC;
+    var w0 = wid.z * ip.kw;
+    var xa = i8_load_x(n0 + sr, w0 + sk, wend, G);
+    var xb = vec4<u32>(0u);
+    if (I8_ROWS == 64u) { xb = i8_load_x(n0 + sr + 32u, w0 + sk, wend, G); }
+    var wa = i8_load_w(at, o0 + sr, w0 + sk, wend, G);
+    var wb = i8_load_w(at, o0 + sr + 32u, w0 + sk, wend, G);
+    for (; w0 < wend; w0 += I8_KC) {
+        i8_xs[sk][sr] = xa;
+        if (I8_ROWS == 64u) { i8_xs[sk][sr + 32u] = xb; }
+        i8_ts[sk][sr] = i8_ternary(wa);
+        i8_ts[sk][sr + 32u] = i8_ternary(wb);
         workgroupBarrier();
+        let wn = w0 + I8_KC + sk;
+        xa = i8_load_x(n0 + sr, wn, wend, G);
+        if (I8_ROWS == 64u) { xb = i8_load_x(n0 + sr + 32u, wn, wend, G); }
+        wa = i8_load_w(at, o0 + sr, wn, wend, G);
+        wb = i8_load_w(at, o0 + sr + 32u, wn, wend, G);
         for (var k = 0u; k < I8_KC; k++) {
             let t0 = i8_ts[k][tx];
             let t1 = i8_ts[k][tx + 16u];
@@ -131,6 +140,16 @@ fn bitlinear_forward_i8(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(
         i8_store(n0 + ty + 32u, o0 + tx, acc2, wid.z, at);
         i8_store(n0 + ty + 48u, o0 + tx, acc3, wid.z, at);
     }
+}
+
+fn i8_load_x(n: u32, wi: u32, wend: u32, G: u32) -> vec4<u32> {   // row n's word wi (zeros past the edges)
+    if (n < ip.n && wi < wend) { return i8_x[n * G + wi]; }
+    return vec4<u32>(0u);   // zero activations: their weights never count
+}
+
+fn i8_load_w(at: vec4<u32>, o: u32, wi: u32, wend: u32, G: u32) -> u32 {   // output o's word wi of part at.x
+    if (o < at.z && wi < wend) { return i8_w[at.w + o * G + wi]; }
+    return 0x55555555u;   // codes 1: t = 0
 }
 
 fn i8_store(n: u32, o: u32, acc: vec4<i32>, z: u32, at: vec4<u32>) {   // outputs o + 16b of row n in part at.x
