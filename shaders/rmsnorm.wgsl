@@ -14,13 +14,8 @@
 //   rstd, and s[n] = 127 / max(max_c |y[n, c]|, 1e-5), xq = quant_i8(y * s) (prelude),
 //   written as f32 [N, C] (packed = 0) or packed int8 (packed = 1: prelude xq8).
 //   y is recomputed, not read back, for xq (the same two multiplies: the same value).
-//   With slices > 0 it first finishes a split BitLinear product into the residual x (the
-//   reduce splitk_reduce would run: x[n, c] += (sum_z part[z, n, c]) * scale / s[n], s
-//   the product's activation scales, read before this row's s is written), writes x and
-//   norms the sum: one dispatch fewer a product (the o and down projections), the same bits.
-//   0 params RmsQuantParams {N, C, eps, packed, slices, scale} | 1 x[N, C] read_write |
-//   2 w[C] read | 3 y[N, C] write | 4 rstd[N] write | 5 xq write (u32 words) |
-//   6 s[N] read_write | 7 part[slices, N, C] read (with slices = 0 any buffer, unread)
+//   0 params RmsQuantParams {N, C, eps, packed} | 1 x[N, C] read | 2 w[C] read |
+//   3 y[N, C] write | 4 rstd[N] write | 5 xq write (u32 words) | 6 s[N] write
 // dispatch (all three): one workgroup (256) per row: N workgroups split over x, y
 //
 // CPU variants (Device.kind "cpu", C % 4 == 0): rmsnorm_forward_rows, rmsnorm_backward_rows
@@ -64,44 +59,18 @@ fn rmsnorm_forward(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workg
     if (lid == 0u) { rstd[n] = r; }
 }
 
-struct RmsQuantParams { n: u32, c: u32, eps: f32, packed: u32, slices: u32, scale: f32 };
+struct RmsQuantParams { n: u32, c: u32, eps: f32, packed: u32 };
 @group(0) @binding(0) var<uniform> rq_p: RmsQuantParams;
-@group(0) @binding(1) var<storage, read_write> rq_x: array<f32>;
+@group(0) @binding(1) var<storage, read> rq_x: array<f32>;
 @group(0) @binding(2) var<storage, read> rq_w: array<f32>;
 @group(0) @binding(3) var<storage, read_write> rq_y: array<f32>;
 @group(0) @binding(4) var<storage, read_write> rq_rstd: array<f32>;
 @group(0) @binding(5) var<storage, read_write> rq_xq: array<u32>;   // f32 bits, or packed int8
 @group(0) @binding(6) var<storage, read_write> rq_s: array<f32>;
-@group(0) @binding(7) var<storage, read> rq_part: array<f32>;
 
 fn rq_in(base: u32, c: u32) -> f32 {   // x[base + c], 0 past C
     if (c < rq_p.c) { return rq_x[base + c]; }
     return 0.0;
-}
-
-fn rq_part_at(z: u32, base: u32, c: u32) -> f32 {   // part[z, n, c] of the row at base, 0 past C
-    if (c < rq_p.c) { return rq_part[z * rq_p.n * rq_p.c + base + c]; }
-    return 0.0;
-}
-
-fn rq_set(base: u32, c: u32, v: f32) {   // x[base + c] = v (not past C)
-    if (c < rq_p.c) { rq_x[base + c] = v; }
-}
-
-// Columns c + WG j (j < 4) of the row at base: x + the split product's sums (splitk_reduce's
-// arithmetic: the slices added in order, times scale, over the product's s), written back
-fn rq_add(x: vec4<f32>, base: u32, c: u32, sp: f32) -> vec4<f32> {
-    var a = vec4<f32>(0.0);
-    for (var z = 0u; z < rq_p.slices; z++) {
-        a += vec4<f32>(rq_part_at(z, base, c), rq_part_at(z, base, c + WG), rq_part_at(z, base, c + 2u * WG),
-                       rq_part_at(z, base, c + 3u * WG));
-    }
-    let v = x + a * rq_p.scale / sp;
-    rq_set(base, c, v.x);
-    rq_set(base, c + WG, v.y);
-    rq_set(base, c + 2u * WG, v.z);
-    rq_set(base, c + 3u * WG, v.w);
-    return v;
 }
 
 fn rq_y_at(base: u32, c: u32, r: f32) -> f32 {   // y of column c written (0 past C)
@@ -124,14 +93,10 @@ fn rmsnorm_quant_forward(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin
     if (n >= rq_p.n) { return; }
     let C = rq_p.c;
     let base = n * C;
-    let sp = rq_s[n];   // the split product's scale of this row (slices > 0)
     var acc = 0.0;
     for (var c = lid; c < C; c += 4u * WG) {
-        var v = vec4<f32>(rq_in(base, c), rq_in(base, c + WG), rq_in(base, c + 2u * WG), rq_in(base, c + 3u * WG));
-        if (rq_p.slices != 0u) { v = rq_add(v, base, c, sp); }
-        acc = sum_sq4(acc, v);
+        acc = sum_sq4(acc, vec4<f32>(rq_in(base, c), rq_in(base, c + WG), rq_in(base, c + 2u * WG), rq_in(base, c + 3u * WG)));
     }
-    if (rq_p.slices != 0u) { storageBarrier(); }   // x written, s read, before the passes below
     let r = inverseSqrt(wg_sum(lid, acc, WG) / f32(C) + rq_p.eps);
     var m = 0.0;
     for (var c = lid; c < C; c += 4u * WG) {

@@ -87,16 +87,6 @@ def test_gpu_kernels_logits_match_hf(run_case, folders, name):
     assert got[True]["logits"] == got[False]["logits"]
 
 
-def test_split_products_finished_in_the_next_norm(run_case, tmp_path):
-    """A model wide enough for split int8 products (splitk.MIN_SLICE lowered): the o and
-    down projections' reduces run inside the next norm; the logits are the same bits as
-    unsplit (the integer sums are exact; HF's parity is the unsplit path's tests')."""
-    f = make_hf(tmp_path / "wide", "online_f32", dims=dict(SMALL, hidden_size=256, intermediate_size=512))
-    got = {ms: run_case("model_cases", "case_logits", files=files_of(f), ids=IDS, kind="gpu", min_slice=ms)
-           for ms in (None, 128)}
-    assert got[128]["logits"] == got[None]["logits"]
-
-
 @pytest.mark.parametrize("ttype,arch", [("i2_s", "bitnet-b1.58"), ("tq2_0", "bitnet"), ("tq1_0", "bitnet")])
 def test_gguf_logits_match_hf(run_case, folders, tmp_path, ttype, arch):
     """The same model through a GGUF file (tokenizer from the GGUF metadata). I2_S keeps

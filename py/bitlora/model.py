@@ -53,7 +53,7 @@ from .formats.tensors import FloatTensor, TernaryTensor, f16_to_f32
 from . import demo, gpu, ops
 from .bitnet import FULL, MODULES, NORMS
 from .formats import open_checkpoint, peft, source_name
-from .ops import bitlinear, linear, matvec, splitk
+from .ops import bitlinear, linear, matvec
 from .ops import lora as lora_ops
 from .ops.attention import attention_backward, attention_forward, kv_advance
 from .ops.bitlinear import bitlinear_backward_input, bitlinear_forward_parts
@@ -693,10 +693,8 @@ class Model:
         if layers.start == 0:
             ids_buf = acts.io(acts.micro)[0] if ids_buf is None else ids_buf
             embedding_forward(self.dev, ids_buf, self.embed, acts.layer(0).x, N, self.C)
-        down = None
         for li in layers:
-            down = self._layer_forward(li, acts, lora, cache, B, T, pos0, add=down)
-        splitk.finish(self.dev, down)   # the range's last down product (a part ends complete)
+            self._layer_forward(li, acts, lora, cache, B, T, pos0)
         if layers.stop < self.L:
             return
         if cache is not None:
@@ -755,14 +753,10 @@ class Model:
         else:
             programs.run(("train", B, T, micro, accumulate, self.dev.kind, self.dev.int8_dot), record)
 
-    def _norm_proj(self, li, norm, x, n, rstd, width, mods, outs, acts, lora, accumulate=False, gate=None,
-                   add=None, defer=False):
+    def _norm_proj(self, li, norm, x, n, rstd, width, mods, outs, acts, lora, accumulate=False, gate=None):
         """n = norm(x), then BitLinear(n) of projections `mods` of layer li into `outs` (=
         or +=; one activation quantisation for all of them), each plus its LoRA branch
-        when adapted. gate = (g, u): x = act(g) * u first (the MLP's gating). add: a
-        split product into x still to be reduced (splitk.Pending), finished by the norm;
-        defer (one projection, +=, no LoRA on it): its split product's reduce is returned
-        for the next norm to finish instead (else None is returned).
+        when adapted. gate = (g, u): x = act(g) * u first (the MLP's gating).
         A one-token forward (decoding, N = 1) fuses the gating, the norm and the
         quantisation in one dispatch and multiplies the group in one more (ops.matvec), the
         group's LoRA branches inside those two on a GPU (their down half beside the norm,
@@ -771,7 +765,6 @@ class Model:
         dev, N, top = self.dev, acts.B * acts.T, acts.top
         w, projs = self.layers[li].norms[norm], [self.layers[li].proj[m] for m in mods]
         if N == 1 and not acts.training:
-            splitk.finish(dev, add)   # (a one-row product is never split)
             wp, parts = self._parts(projs, outs)
             adapted = lora is not None and any(lora.adapts(m) for m in mods)
             if not adapted and matvec.fusable(dev, parts, width):   # norm and product: one dispatch
@@ -784,18 +777,15 @@ class Model:
                 fused = (top.lora_ups, ab, lora.R, lora.scale, [None if o is None else o[1] for o in offs])
             rmsnorm_quant(dev, x, w, n, top.xq4, top.qs, width, self.eps, gate and (self.act, *gate), down)
             ternary_matvec(dev, top.xq4, top.qs, wp, parts, width, accumulate, fused)
-            return None
+            return
         if gate is not None:
             gating_forward(dev, self.act, gate[0], gate[1], x, N * width)
-        rmsnorm_quant_forward(dev, x, w, n, rstd, top.xq, top.s, N, width, self.eps, add)   # one dispatch on GPUs
+        rmsnorm_quant_forward(dev, x, w, n, rstd, top.xq, top.s, N, width, self.eps)   # one dispatch on GPUs
         wp, parts = self._parts(projs, outs)
-        adapted = [mod for mod in mods if lora is not None and lora.adapts(mod)]
-        pending = bitlinear_forward_parts(dev, top.xq, top.s, wp, parts, N, width, accumulate,
-                                          w_ts=[p.t for p in projs], defer=defer and not adapted)
+        bitlinear_forward_parts(dev, top.xq, top.s, wp, parts, N, width, accumulate, w_ts=[p.t for p in projs])
         for mod, y in zip(mods, outs):
-            if mod in adapted:
+            if lora is not None and lora.adapts(mod):
                 lora.apply(li, mod, n, y, acts.lora_u(li, mod), N, acts.training, acts.io(acts.micro)[2])
-        return pending
 
     @staticmethod
     def _parts(projs, outs) -> tuple:
@@ -805,16 +795,13 @@ class Model:
         return projs[0].buf.buffer.view(base), [((p.buf.offset - base) // 4, p.O, p.scale, y)
                                                 for p, y in zip(projs, outs)]
 
-    def _layer_forward(self, li, acts, lora, cache, B, T, pos0, out=None, add=None):
-        """Record layer li: acts.layer(li).x -> `out` (default: the next layer's x). add: the
-        last layer's down product into x, still to be reduced (its norm finishes it).
-        Returns this layer's down product into `out` where its reduce is still to run
-        (splitk.Pending: for the next layer's input norm, or splitk.finish), else None."""
+    def _layer_forward(self, li, acts, lora, cache, B, T, pos0, out=None):
+        """Record layer li: acts.layer(li).x -> `out` (default: the next layer's x)."""
         dev, C, F, H, Hkv, D = self.dev, self.C, self.F, self.H, self.Hkv, self.D
         N = B * T
         a, out = acts.layer(li), out or acts.out(li)
         self._norm_proj(li, "input_layernorm", a.x, a.n1, a.rstd1, C, ("q_proj", "k_proj", "v_proj"),
-                        (a.q, a.k, a.v), acts, lora, add=add)
+                        (a.q, a.k, a.v), acts, lora)
         if cache is not None:     # rope on q, and on k on its way into the cache: one dispatch
             rope_kv_store(dev, a.q, a.k, a.v, cache.k[li], cache.v[li], self.cos, self.sin, B, T, H, Hkv, D,
                           cache.S, pos0, cache.pos_buf)
@@ -826,14 +813,14 @@ class Model:
         attention_forward(dev, a.q, k, v, a.att, a.lse, B, T, H, Hkv, D, S, pos0, kv_pos=kv_pos)
         if a.x_mid is not a.x:
             dev.copy(a.x, a.x_mid, 4 * N * C)
-        o = self._norm_proj(li, "self_attn.attn_sub_norm", a.att, a.an, a.rstd_a, C, ("o_proj",), (a.x_mid,),
-                            acts, lora, accumulate=True, defer=True)
+        self._norm_proj(li, "self_attn.attn_sub_norm", a.att, a.an, a.rstd_a, C, ("o_proj",), (a.x_mid,),
+                        acts, lora, accumulate=True)
         self._norm_proj(li, "post_attention_layernorm", a.x_mid, a.n2, a.rstd2, C, ("gate_proj", "up_proj"),
-                        (a.g, a.u), acts, lora, add=o)
+                        (a.g, a.u), acts, lora)
         if out is not a.x_mid:
             dev.copy(a.x_mid, out, 4 * N * C)
-        return self._norm_proj(li, "mlp.ffn_sub_norm", a.hf, a.fn, a.rstd_f, F, ("down_proj",), (out,), acts,
-                               lora, accumulate=True, gate=(a.g, a.u), defer=True)
+        self._norm_proj(li, "mlp.ffn_sub_norm", a.hf, a.fn, a.rstd_f, F, ("down_proj",), (out,), acts, lora,
+                        accumulate=True, gate=(a.g, a.u))
 
     def head_rows(self, rows: int, row0: int = 0, step: int = 1):
         """logits[rows, V] of final hidden-state rows row0 + r*step of the last decoding
@@ -872,8 +859,7 @@ class Model:
         rmsnorm_backward(dev, g.dxf, top.x_out, self.norm, top.rstd_out, g.dh, N, C)
         for li in range(self.L - 1, -1, -1):
             if acts.mode == "checkpoint":   # refill the shared set: the same kernels, inputs and
-                splitk.finish(dev, self._layer_forward(li, acts, lora, None, acts.B, acts.T, 0,   # masks
-                                                       out=top.x_out))
+                self._layer_forward(li, acts, lora, None, acts.B, acts.T, 0, out=top.x_out)   # masks
             self._layer_backward(li, acts, lora, accumulate)
 
     def _proj_back(self, li, mod, dy, x, dx, accumulate, acts, lora, grads_accumulate=True):

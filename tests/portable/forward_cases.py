@@ -278,38 +278,3 @@ async def case_int8_dot(dev):
     got = array.array("i")
     got.frombytes(await dev.read(out))
     return {"int8_dot": dev.int8_dot, "compiles": True, "values": list(got)}
-
-
-async def case_residual_norm(dev, xq, s, packed, scale, x, w, N, I, C, eps, split, kind, int8=True):
-    """A residual add x += BitLinear(xq) (C outputs, split in `split` slices where it can be)
-    and then rmsnorm_quant_forward of x, as a layer's o or down projection and the next
-    norm run: "deferred" with the product's reduce left to the norm (bitlinear_forward_parts
-    defer=True, rmsnorm_quant_forward add=), "apart" with the reduce on its own; x, y,
-    rstd, xq (unpacked), s of each; "pending": whether a reduce was deferred, "packed":
-    whether the activations were packed int8 (bitlinear.packed_xq). s is the
-    product's scales and the norm's output, one buffer, as in the model."""
-    await _prepare(dev)
-    from bitlora.ops.rmsnorm import rmsnorm_quant_forward
-    int8_old, out = dev.int8_dot, {}
-    try:
-        dev.int8_dot = int8_old and int8
-        with dev.kind_as(kind):
-            out["packed"] = packed_x = bitlinear.packed_xq(dev, N)
-            wbuf, bw = dev.buffer(4 * len(packed), "w", data=array.array("I", packed)), _buf(dev, "f", w, "gamma")
-            for key in ("deferred", "apart"):
-                bxq = (dev.buffer(4 * N * bitlinear.xq_floats(I, True), "xq8", data=pack_xq(xq, N, I)) if packed_x
-                       else _buf(dev, "f", xq, "xq"))
-                bs, bx = _buf(dev, "f", s, "s"), _buf(dev, "f", x, "x")
-                y, rstd = dev.buffer(4 * N * C, "y"), dev.buffer(4 * N, "rstd")
-                xq2 = dev.buffer(4 * N * max(C, bitlinear.xq_floats(C, True)), "xq2")
-                pending = bitlinear.bitlinear_forward_parts(dev, bxq, bs, wbuf, [(0, C, scale, bx)], N, I, True, split,
-                                                            defer=key == "deferred")
-                if key == "deferred":
-                    out["pending"] = pending is not None
-                rmsnorm_quant_forward(dev, bx, bw, y, rstd, xq2, bs, N, C, eps, add=pending)
-                out[key] = {"x": await _get(dev, bx, N * C), "y": await _get(dev, y, N * C),
-                            "rstd": await _get(dev, rstd, N), "xq": await _xq(dev, xq2, N, C, packed_x),
-                            "s": await _get(dev, bs, N)}
-    finally:
-        dev.int8_dot = int8_old
-    return out

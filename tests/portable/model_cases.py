@@ -16,16 +16,13 @@ async def _load(dev, files, max_binding=None):
     return await Model.load(gg[0] if gg else srcs, device=dev, max_binding=max_binding)
 
 
-async def case_logits(dev, files, ids, max_binding=None, upload_piece=None, kind=None, int8=True, min_slice=None):
+async def case_logits(dev, files, ids, max_binding=None, upload_piece=None, kind=None, int8=True):
     """logits[T, V] (or [B*T, V] for ids[B, T]) and how the vocabulary was chunked. `kind`
     ("gpu" or "cpu") forces the device kind's kernel variants (Device.kind), `int8` False
-    turns the GPU's int8 forward off (Device.int8_dot), as on a GPU without dot4I8Packed.
-    min_slice: ops.splitk.MIN_SLICE for the run (lower: small models' products split too)."""
+    turns the GPU's int8 forward off (Device.int8_dot), as on a GPU without dot4I8Packed."""
     from bitlora.model import Model
-    from bitlora.ops import splitk
-    old, min_slice0 = Model.UPLOAD_PIECE, splitk.MIN_SLICE
+    old = Model.UPLOAD_PIECE
     Model.UPLOAD_PIECE = upload_piece or old
-    splitk.MIN_SLICE = min_slice or min_slice0
     kind0, int8_0 = dev.kind, dev.int8_dot
     dev.kind, dev.int8_dot = kind or kind0, int8_0 and int8
     try:
@@ -33,7 +30,7 @@ async def case_logits(dev, files, ids, max_binding=None, upload_piece=None, kind
         t0 = time.perf_counter()
         rows = await m.alogits(ids)
     finally:
-        Model.UPLOAD_PIECE, splitk.MIN_SLICE = old, min_slice0
+        Model.UPLOAD_PIECE = old
         dev.kind, dev.int8_dot = kind0, int8_0
     return {"logits": [list(r) for r in rows], "chunks": [[v0, n] for v0, n, _ in m.embed],
             "seconds": time.perf_counter() - t0}

@@ -4,14 +4,13 @@ BitLinear). They check sizes, pack the uniform and record a dispatch; the math i
 the shader header. Browser-safe: standard library + bitlora only."""
 from __future__ import annotations
 
-from . import bitlinear, splitk
+from . import bitlinear
 from ._check import need, quads
 from ._uniform import Uniform
-from .matvec import spare
 
 SHADER = "rmsnorm.wgsl"
 FORWARD = Uniform("RmsParams", "n:u32 c:u32 eps:f32")
-QUANT = Uniform("RmsQuantParams", "n:u32 c:u32 eps:f32 packed:u32 slices:u32 scale:f32")
+QUANT = Uniform("RmsQuantParams", "n:u32 c:u32 eps:f32 packed:u32")
 BACKWARD = Uniform("RmsBackwardParams", "n:u32 c:u32 accumulate:u32")
 RR = 16  # rows per workgroup of the CPU variants (rmsnorm.wgsl RR)
 
@@ -51,17 +50,11 @@ def rmsnorm_backward(dev, dy, x, w, rstd, dx, N: int, C: int, accumulate: bool =
                  params=BACKWARD.pack(N, C, int(accumulate)))
 
 
-def rmsnorm_quant_forward(dev, x, w, y, rstd, xq, s, N: int, C: int, eps: float, add=None) -> None:
+def rmsnorm_quant_forward(dev, x, w, y, rstd, xq, s, N: int, C: int, eps: float) -> None:
     """rmsnorm_forward(x, w -> y, rstd), then bitlinear.actquant_forward(y -> xq, s): one
     dispatch on a GPU (xq packed where bitlinear.packed_xq says) and on a CPU (dev.kind)
     where C % 4 == 0 (rmsnorm_quant_forward_rows), else the two ops' kernels. The same
-    bits as the two ops. add: a splitk.Pending product into x (x is its y, s its scales),
-    finished first: on a GPU in the same dispatch (x written), the same bits as its reduce."""
-    if add is not None and (add.y is not x or add.s is not s or (add.N, add.M) != (N, C)):
-        raise ValueError("rmsnorm_quant_forward: add must be a product into x[N, C] with scales s")
-    if dev.kind == "cpu":
-        splitk.finish(dev, add)
-        add = None
+    bits as the two ops."""
     if dev.kind == "cpu" and not _rows(dev, C):
         rmsnorm_forward(dev, x, w, y, rstd, N, C, eps)
         bitlinear.actquant_forward(dev, y, xq, s, N, C)
@@ -71,10 +64,6 @@ def rmsnorm_quant_forward(dev, x, w, y, rstd, xq, s, N: int, C: int, eps: float,
                        (xq, N * bitlinear.xq_floats(C, packed), "xq"), (s, N, "s")):
         need(b, n, what, "rmsnorm_quant_forward")
     rows = _rows(dev, C)
-    if rows:
-        dev.dispatch(dev.prepared(SHADER, "rmsnorm_quant_forward_rows"), [x, w, y, rstd, xq, s],
-                     groups=-(-N // (4 * RR)), params=QUANT.pack(N, C, eps, int(packed), 0, 0.0))
-        return
-    part = spare(dev, 0) if add is None else add.part
-    dev.dispatch(dev.prepared(SHADER, "rmsnorm_quant_forward"), [x, w, y, rstd, xq, s, part], groups=N,
-                 params=QUANT.pack(N, C, eps, int(packed), add.slices if add else 0, add.scale if add else 0.0))
+    dev.dispatch(dev.prepared(SHADER, "rmsnorm_quant_forward_rows" if rows else "rmsnorm_quant_forward"),
+                 [x, w, y, rstd, xq, s], groups=-(-N // (4 * RR)) if rows else N,
+                 params=QUANT.pack(N, C, eps, int(packed)))

@@ -7,8 +7,6 @@ few for a big GPU, each looping over the whole reduction. With S slices the grid
 S times more workgroups; the cost is S partial outputs written and read once more."""
 from __future__ import annotations
 
-from typing import NamedTuple
-
 from ._uniform import Uniform
 
 SHADER = "splitk.wgsl"
@@ -56,26 +54,6 @@ def reduce(dev, part, s, y, count: int, slices: int, m: int, scale: float, accum
                  groups=-(-count // 256),
                  params=PARAMS.pack(count, slices, m, scale, int(accumulate), int(s is not None)))
 
-
-
-class Pending(NamedTuple):
-    """A split product whose reduce is left to its consumer: y[N, M] += (sum of
-    part[slices, N, M]) * scale / s[n] (the residual add of an o or down projection,
-    which the next rmsnorm_quant_forward does as it reads y; finish runs it alone)."""
-    part: object
-    s: object
-    y: object
-    N: int
-    M: int
-    slices: int
-    scale: float
-
-
-def finish(dev, pending: Pending | None) -> None:
-    """Run a pending product's reduce (none: nothing to do)."""
-    if pending is not None:
-        reduce(dev, pending.part, pending.s, pending.y, pending.N * pending.M, pending.slices, pending.M,
-               pending.scale, True)
 
 
 def reduce_parts(dev, part, s, ys, N: int, slices: int, outs, scales, accumulate: bool) -> None:
