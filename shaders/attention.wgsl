@@ -250,7 +250,8 @@ fn kv_store(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id)
 struct AttentionBackwardParams { b: u32, t: u32, h: u32, hkv: u32, d: u32, scale: f32 };
 const AO: u32 = 8u;           // owned rows per workgroup
 const AS: u32 = 32u;          // streamed rows per tile (AO * AS = 256 threads)
-const AC: u32 = 32u;          // head dims per staged chunk
+const AC: u32 = 32u;          // head dims per staged chunk (at_put and the *_fetch helpers take these
+                              // three: 4 streamed elements a thread, rows lid / AC + 8 t)
 const AP: u32 = 9u;           // vec4s per staged row (AC / 4 + 1 pad)
 var<workgroup> at_oa: array<vec4<f32>, 72>;    // [AO, AP] owned rows: q (dq) or k (dkv)
 var<workgroup> at_ob: array<vec4<f32>, 72>;    //   dout (dq) or v (dkv)
@@ -278,6 +279,27 @@ fn at_dots(o: u32, s: u32) -> vec2<f32> {   // (oa . sa, ob . sb) over the stage
     return vec2<f32>(x, y);
 }
 
+// A thread's share of one staged chunk: element lid + 256 t (t < 4) of the streamed rows'
+// [AS, AC] chunk (rows lid / AC + 8 t, dim lid % AC) of both streamed arrays, element lid of
+// the owned rows' [AO, AC] chunk of both owned arrays. Loaded into registers a chunk ahead
+// (the kernels' chunks are each a memory latency otherwise), then staged by at_put.
+struct AtChunk { sa: vec4<f32>, sb: vec4<f32>, oa: f32, ob: f32 };
+
+fn at_put(ch: AtChunk, lid: u32, both: bool) {   // both: the second arrays too (sb, ob)
+    at_stage(lid, ch.sa.x, 2u);
+    at_stage(lid + 256u, ch.sa.y, 2u);
+    at_stage(lid + 512u, ch.sa.z, 2u);
+    at_stage(lid + 768u, ch.sa.w, 2u);
+    at_stage(lid, ch.oa, 0u);
+    if (both) {
+        at_stage(lid, ch.sb.x, 3u);
+        at_stage(lid + 256u, ch.sb.y, 3u);
+        at_stage(lid + 512u, ch.sb.z, 3u);
+        at_stage(lid + 768u, ch.sb.w, 3u);
+        at_stage(lid, ch.ob, 1u);
+    }
+}
+
 @group(0) @binding(0) var<uniform> aq_p: AttentionBackwardParams;
 @group(0) @binding(1) var<storage, read> aq_do: array<f32>;
 @group(0) @binding(2) var<storage, read> aq_q: array<f32>;
@@ -290,28 +312,36 @@ fn at_dots(o: u32, s: u32) -> vec2<f32> {   // (oa . sa, ob . sb) over the stage
 // qo, ko: offsets of the tiles' first rows; nq, nk: their valid rows (others read 0)
 fn aq_scores(qo: u32, qs: u32, nq: u32, ko: u32, ks: u32, nk: u32, D: u32, lid: u32) -> vec2<f32> {
     var sd = vec2<f32>(0.0);
+    var ch = aq_fetch(qo, qs, nq, ko, ks, nk, 0u, D, lid);
     for (var d0 = 0u; d0 < D; d0 += AC) {
         workgroupBarrier();   // the previous chunk (and tile) has been read
-        for (var e = lid; e < AS * AC; e += AO * AS) {
-            let r = e / AC;
-            let d = d0 + e % AC;
-            var a = 0.0;
-            var b = 0.0;
-            if (r < nk && d < D) { a = aq_k[ko + r * ks + d]; b = aq_v[ko + r * ks + d]; }
-            at_stage(e, a, 2u);
-            at_stage(e, b, 3u);
-            if (e < AO * AC) {
-                var c = 0.0;
-                var w = 0.0;
-                if (r < nq && d < D) { c = aq_q[qo + r * qs + d]; w = aq_do[qo + r * qs + d]; }
-                at_stage(e, c, 0u);
-                at_stage(e, w, 1u);
-            }
-        }
+        at_put(ch, lid, true);
         workgroupBarrier();
+        if (d0 + AC < D) { ch = aq_fetch(qo, qs, nq, ko, ks, nk, d0 + AC, D, lid); }
         sd += at_dots(lid / AS, lid % AS);
     }
     return sd;
+}
+
+fn aq_kv(ko: u32, ks: u32, nk: u32, r: u32, d: u32) -> vec2<f32> {   // (k, v) of streamed row r, dim d
+    if (r < nk) { return vec2<f32>(aq_k[ko + r * ks + d], aq_v[ko + r * ks + d]); }
+    return vec2<f32>(0.0);
+}
+
+fn aq_fetch(qo: u32, qs: u32, nq: u32, ko: u32, ks: u32, nk: u32, d0: u32, D: u32, lid: u32) -> AtChunk {
+    var ch = AtChunk(vec4<f32>(0.0), vec4<f32>(0.0), 0.0, 0.0);
+    let r = lid / AC;
+    let d = d0 + lid % AC;
+    if (d < D) {
+        let a = aq_kv(ko, ks, nk, r, d);
+        let b = aq_kv(ko, ks, nk, r + 8u, d);
+        let c = aq_kv(ko, ks, nk, r + 16u, d);
+        let e = aq_kv(ko, ks, nk, r + 24u, d);
+        ch.sa = vec4<f32>(a.x, b.x, c.x, e.x);
+        ch.sb = vec4<f32>(a.y, b.y, c.y, e.y);
+        if (r < nq) { ch.oa = aq_q[qo + r * qs + d]; ch.ob = aq_do[qo + r * qs + d]; }
+    }
+    return ch;
 }
 
 fn aq_k4(o: u32, D: u32) -> vec4<f32> {   // k[o .. o+3], clamped to the row's last dim (D: dims left)
@@ -472,28 +502,36 @@ fn aq_dq_sweep(h: u32, i0: u32, first: u32, nq: u32, lid: u32) {
 // (k_j . q_i, v_j . dout_i) for thread (o, s): key j = j0 + o, query i = i0 + s
 fn ak_scores(qo: u32, qs: u32, nq: u32, ko: u32, ks: u32, nk: u32, D: u32, lid: u32) -> vec2<f32> {
     var sd = vec2<f32>(0.0);
+    var ch = ak_fetch(qo, qs, nq, ko, ks, nk, 0u, D, lid);
     for (var d0 = 0u; d0 < D; d0 += AC) {
         workgroupBarrier();
-        for (var e = lid; e < AS * AC; e += AO * AS) {
-            let r = e / AC;
-            let d = d0 + e % AC;
-            var a = 0.0;
-            var b = 0.0;
-            if (r < nq && d < D) { a = ak_q[qo + r * qs + d]; b = ak_do[qo + r * qs + d]; }
-            at_stage(e, a, 2u);
-            at_stage(e, b, 3u);
-            if (e < AO * AC) {
-                var c = 0.0;
-                var w = 0.0;
-                if (r < nk && d < D) { c = ak_k[ko + r * ks + d]; w = ak_v[ko + r * ks + d]; }
-                at_stage(e, c, 0u);
-                at_stage(e, w, 1u);
-            }
-        }
+        at_put(ch, lid, true);
         workgroupBarrier();
+        if (d0 + AC < D) { ch = ak_fetch(qo, qs, nq, ko, ks, nk, d0 + AC, D, lid); }
         sd += at_dots(lid / AS, lid % AS);
     }
     return sd;
+}
+
+fn ak_qd(qo: u32, qs: u32, nq: u32, r: u32, d: u32) -> vec2<f32> {   // (q, dout) of streamed row r, dim d
+    if (r < nq) { return vec2<f32>(ak_q[qo + r * qs + d], ak_do[qo + r * qs + d]); }
+    return vec2<f32>(0.0);
+}
+
+fn ak_fetch(qo: u32, qs: u32, nq: u32, ko: u32, ks: u32, nk: u32, d0: u32, D: u32, lid: u32) -> AtChunk {
+    var ch = AtChunk(vec4<f32>(0.0), vec4<f32>(0.0), 0.0, 0.0);
+    let r = lid / AC;
+    let d = d0 + lid % AC;
+    if (d < D) {
+        let a = ak_qd(qo, qs, nq, r, d);
+        let b = ak_qd(qo, qs, nq, r + 8u, d);
+        let c = ak_qd(qo, qs, nq, r + 16u, d);
+        let e = ak_qd(qo, qs, nq, r + 24u, d);
+        ch.sa = vec4<f32>(a.x, b.x, c.x, e.x);
+        ch.sb = vec4<f32>(a.y, b.y, c.y, e.y);
+        if (r < nk) { ch.oa = ak_k[ko + r * ks + d]; ch.ob = ak_v[ko + r * ks + d]; }
+    }
+    return ch;
 }
 
 fn ak_q4(o: u32, D: u32) -> vec4<f32> {
@@ -581,6 +619,23 @@ fn af_vc4(o: u32, D: u32) -> vec4<f32> {   // v[o .. o+3], clamped to the row's 
     return vec4<f32>(vc[o], vc[o + min(1u, D - 1u)], vc[o + min(2u, D - 1u)], vc[o + min(3u, D - 1u)]);
 }
 
+fn af_k(ko: u32, ks: u32, nk: u32, r: u32, d: u32) -> f32 {   // k of streamed row r, dim d
+    if (r < nk) { return kc[ko + r * ks + d]; }
+    return 0.0;
+}
+
+fn af_fetch(qo: u32, qs: u32, nq: u32, ko: u32, ks: u32, nk: u32, d0: u32, D: u32, lid: u32) -> AtChunk {
+    var ch = AtChunk(vec4<f32>(0.0), vec4<f32>(0.0), 0.0, 0.0);   // (k rows, q rows; the second pair unused)
+    let r = lid / AC;
+    let d = d0 + lid % AC;
+    if (d < D) {
+        ch.sa = vec4<f32>(af_k(ko, ks, nk, r, d), af_k(ko, ks, nk, r + 8u, d), af_k(ko, ks, nk, r + 16u, d),
+                          af_k(ko, ks, nk, r + 24u, d));
+        if (r < nq) { ch.oa = q[qo + r * qs + d]; }
+    }
+    return ch;
+}
+
 @compute @workgroup_size(AO * AS)
 fn attention_forward_tiled(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>,
                            @builtin(num_workgroups) nw: vec3<u32>) {
@@ -612,21 +667,13 @@ fn attention_forward_tiled(@builtin(local_invocation_index) lid: u32, @builtin(w
     for (var j0 = 0u; j0 < nkeys; j0 += AS) {
         let nk = min(AS, nkeys - j0);
         var sc = 0.0;
+        let ko = kvo + j0 * W;
+        var ch = af_fetch(qo, HD, nq, ko, W, nk, 0u, D, lid);
         for (var c0 = 0u; c0 < D; c0 += AC) {
             workgroupBarrier();           // the previous chunk (and tile) has been read
-            for (var e = lid; e < AS * AC; e += AO * AS) {
-                let r = e / AC;
-                let d = c0 + e % AC;
-                var kv = 0.0;
-                if (r < nk && d < D) { kv = kc[kvo + (j0 + r) * W + d]; }
-                at_stage(e, kv, 2u);
-                if (e < AO * AC) {
-                    var qv = 0.0;
-                    if (r < nq && d < D) { qv = q[qo + r * HD + d]; }
-                    at_stage(e, qv, 0u);
-                }
-            }
+            at_put(ch, lid, false);
             workgroupBarrier();
+            if (c0 + AC < D) { ch = af_fetch(qo, HD, nq, ko, W, nk, c0 + AC, D, lid); }
             for (var c = 0u; c < AC / 4u; c++) { sc += dot(at_oa[o * AP + c], at_sa[s * AP + c]); }
         }
         let ok = j0 + s <= pos0 + i && i < p.t;   // causal; rows past T are never stored
