@@ -245,8 +245,10 @@ fn kv_store(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id)
 // (o, s) = (lid / AS, lid % AS) computes one s and dP over 32-dim chunks of q, dout,
 // k, v staged in workgroup memory (rows padded to 9 vec4s against bank conflicts);
 // then P / dS of the tile go through workgroup memory and thread (o, s) updates owned
-// row o's dims 4s + 128e .. +3 (e < 2; vec4 sums in named variables). Few owned rows
-// keep the longest workgroup short (the causal triangle makes the work uneven).
+// row o: in dq its dims 4s + 128e .. +3 (e < 2; vec4 sums in named variables, k rows read
+// from global memory), in dkv its dims 32k + s (k < 8), each chunk of the streamed q and
+// dout rows staged again (the sums over the streamed rows in the same order either way).
+// Few owned rows keep the longest workgroup short (the causal triangle makes the work uneven).
 struct AttentionBackwardParams { b: u32, t: u32, h: u32, hkv: u32, d: u32, scale: f32 };
 const AO: u32 = 8u;           // owned rows per workgroup
 const AS: u32 = 32u;          // streamed rows per tile (AO * AS = 256 threads)
@@ -534,13 +536,6 @@ fn ak_fetch(qo: u32, qs: u32, nq: u32, ko: u32, ks: u32, nk: u32, d0: u32, D: u3
     return ch;
 }
 
-fn ak_q4(o: u32, D: u32) -> vec4<f32> {
-    return vec4<f32>(ak_q[o], ak_q[o + min(1u, D - 1u)], ak_q[o + min(2u, D - 1u)], ak_q[o + min(3u, D - 1u)]);
-}
-fn ak_do4(o: u32, D: u32) -> vec4<f32> {
-    return vec4<f32>(ak_do[o], ak_do[o + min(1u, D - 1u)], ak_do[o + min(2u, D - 1u)], ak_do[o + min(3u, D - 1u)]);
-}
-
 @compute @workgroup_size(AO * AS)
 fn attention_backward_dkv(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>,
                           @builtin(num_workgroups) nw: vec3<u32>) {
@@ -559,20 +554,26 @@ fn attention_backward_dkv(@builtin(local_invocation_index) lid: u32, @builtin(wo
     let KD = p.hkv * D;
     let ko = (first + j0) * KD + g * D;
     let o = lid / AS;                     // key in the tile
-    let s = lid % AS;                     // query in the tile; dims 4s + 128e when accumulating
+    let s = lid % AS;                     // query in the tile; dims 32k + s when accumulating
     let j = j0 + o;
 
-    var acck0 = vec4<f32>(0.0);
-    var acck1 = vec4<f32>(0.0);
-    var accv0 = vec4<f32>(0.0);
-    var accv1 = vec4<f32>(0.0);
-    let d0 = min(4u * s, D - 1u);         // clamped: sums past D are computed, never written
-    let d1 = min(4u * s + 128u, D - 1u);
+    // (dk, dv) of key j's dims 32k + s, k < 8 (D <= 256), accumulated chunk by chunk from the
+    // block's q and dout rows staged in workgroup memory (ak_restage, ak_accum)
+    var a0 = vec2<f32>(0.0);
+    var a1 = vec2<f32>(0.0);
+    var a2 = vec2<f32>(0.0);
+    var a3 = vec2<f32>(0.0);
+    var a4 = vec2<f32>(0.0);
+    var a5 = vec2<f32>(0.0);
+    var a6 = vec2<f32>(0.0);
+    var a7 = vec2<f32>(0.0);
     for (var r = 0u; r < rep; r++) {
         let h = g * rep + r;
         for (var i0 = j0; i0 < p.t; i0 += AS) {   // query blocks from the diagonal on
             let nq = min(AS, p.t - i0);
-            let sd = ak_scores((first + i0) * HD + h * D, HD, nq, ko, KD, nk, D, lid);
+            let qo = (first + i0) * HD + h * D;
+            let sd = ak_scores(qo, HD, nq, ko, KD, nk, D, lid);
+            var ch = ak_fetch(qo, HD, nq, ko, KD, nk, 0u, D, lid);   // chunk 0 again, for the sums
             let i = i0 + s;
             var pr = 0.0;
             var ds = 0.0;
@@ -583,26 +584,57 @@ fn attention_backward_dkv(@builtin(local_invocation_index) lid: u32, @builtin(wo
             }
             at_p[lid] = pr;
             at_ds[lid] = ds;
-            workgroupBarrier();
-            for (var ii = 0u; ii < nq; ii++) {
-                let pa = at_p[o * AS + ii];
-                let pb = at_ds[o * AS + ii];
-                let qo = (first + i0 + ii) * HD + h * D;
-                accv0 += pa * ak_do4(qo + d0, D - d0);
-                acck0 += pb * ak_q4(qo + d0, D - d0);
-                if (D > 128u) { accv1 += pa * ak_do4(qo + d1, D - d1); acck1 += pb * ak_q4(qo + d1, D - d1); }
-            }
+            ch = ak_restage(ch, 0u, qo, HD, nq, ko, KD, nk, D, lid);
+            a0 = ak_accum(a0, o, s, nq);
+            if (D > 32u) { ch = ak_restage(ch, 1u, qo, HD, nq, ko, KD, nk, D, lid); a1 = ak_accum(a1, o, s, nq); }
+            if (D > 64u) { ch = ak_restage(ch, 2u, qo, HD, nq, ko, KD, nk, D, lid); a2 = ak_accum(a2, o, s, nq); }
+            if (D > 96u) { ch = ak_restage(ch, 3u, qo, HD, nq, ko, KD, nk, D, lid); a3 = ak_accum(a3, o, s, nq); }
+            if (D > 128u) { ch = ak_restage(ch, 4u, qo, HD, nq, ko, KD, nk, D, lid); a4 = ak_accum(a4, o, s, nq); }
+            if (D > 160u) { ch = ak_restage(ch, 5u, qo, HD, nq, ko, KD, nk, D, lid); a5 = ak_accum(a5, o, s, nq); }
+            if (D > 192u) { ch = ak_restage(ch, 6u, qo, HD, nq, ko, KD, nk, D, lid); a6 = ak_accum(a6, o, s, nq); }
+            if (D > 224u) { ch = ak_restage(ch, 7u, qo, HD, nq, ko, KD, nk, D, lid); a7 = ak_accum(a7, o, s, nq); }
         }
     }
     if (j < p.t) {
         let r = ko + o * KD;
-        for (var c = 0u; c < 4u; c++) {
-            if (4u * s + c < D) { ak_dk[r + 4u * s + c] = p.scale * acck0[c]; ak_dv[r + 4u * s + c] = accv0[c]; }
-            if (4u * s + 128u + c < D) {
-                ak_dk[r + 4u * s + 128u + c] = p.scale * acck1[c];
-                ak_dv[r + 4u * s + 128u + c] = accv1[c];
-            }
-        }
+        ak_store(r, s, 0u, a0, D);
+        ak_store(r, s, 1u, a1, D);
+        ak_store(r, s, 2u, a2, D);
+        ak_store(r, s, 3u, a3, D);
+        ak_store(r, s, 4u, a4, D);
+        ak_store(r, s, 5u, a5, D);
+        ak_store(r, s, 6u, a6, D);
+        ak_store(r, s, 7u, a7, D);
+    }
+}
+
+// Stage chunk k (registers ch: the block's q, dout rows and the owned k, v rows, dims
+// 32k ..) once the previous chunk has been read, then load chunk k + 1 (where D has it)
+fn ak_restage(ch: AtChunk, k: u32, qo: u32, qs: u32, nq: u32, ko: u32, ks: u32, nk: u32, D: u32,
+              lid: u32) -> AtChunk {
+    workgroupBarrier();
+    at_put(ch, lid, true);
+    workgroupBarrier();
+    if (AC * (k + 1u) < D) { return ak_fetch(qo, qs, nq, ko, ks, nk, AC * (k + 1u), D, lid); }
+    return ch;
+}
+
+// (dk, dv) of key o's dim s of the staged chunk += sum over the block's queries (in order) of
+// dS q, P dout; P and dS in at_p, at_ds
+fn ak_accum(a: vec2<f32>, o: u32, s: u32, nq: u32) -> vec2<f32> {
+    var acc = a;
+    for (var ii = 0u; ii < nq; ii++) {
+        let e = ii * AP + s / 4u;
+        acc.y += at_p[o * AS + ii] * at_sb[e][s % 4u];
+        acc.x += at_ds[o * AS + ii] * at_sa[e][s % 4u];
+    }
+    return acc;
+}
+
+fn ak_store(r: u32, s: u32, k: u32, a: vec2<f32>, D: u32) {   // dim 32k + s of the key row at r
+    if (AC * k + s < D) {
+        ak_dk[r + AC * k + s] = ak_p.scale * a.x;
+        ak_dv[r + AC * k + s] = a.y;
     }
 }
 
