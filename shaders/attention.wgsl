@@ -302,58 +302,78 @@ fn at_put(ch: AtChunk, lid: u32, both: bool) {   // both: the second arrays too 
     }
 }
 
-@group(0) @binding(0) var<uniform> aq_p: AttentionBackwardParams;
-@group(0) @binding(1) var<storage, read> aq_do: array<f32>;
-@group(0) @binding(2) var<storage, read> aq_q: array<f32>;
-@group(0) @binding(3) var<storage, read> aq_k: array<f32>;
-@group(0) @binding(4) var<storage, read> aq_v: array<f32>;
+// Bindings 0-4 of both backward kernels (dq, dqs and dkv); the rest are each kernel's own.
+@group(0) @binding(0) var<uniform> ab_p: AttentionBackwardParams;
+@group(0) @binding(1) var<storage, read> ab_do: array<f32>;
+@group(0) @binding(2) var<storage, read> ab_q: array<f32>;
+@group(0) @binding(3) var<storage, read> ab_k: array<f32>;
+@group(0) @binding(4) var<storage, read> ab_v: array<f32>;
 @group(0) @binding(5) var<storage, read_write> aq_dq: array<f32>;
 @group(0) @binding(6) var<storage, read_write> aq_stats: array<f32>;
 
-// (q_i . k_j, dout_i . v_j) for thread (o, s): query i = i0 + o, key j = j0 + s.
-// qo, ko: offsets of the tiles' first rows; nq, nk: their valid rows (others read 0)
-fn aq_scores(qo: u32, qs: u32, nq: u32, ko: u32, ks: u32, nk: u32, D: u32, lid: u32) -> vec2<f32> {
+// Thread (o, s)'s (owned . streamed) over the staged chunks of both pairs: in dq (kvs: k, v
+// streamed) (q_i . k_j, dout_i . v_j) for query i = i0 + o, key j = j0 + s; in dkv (q, dout
+// streamed) (k_j . q_i, v_j . dout_i) for key j = j0 + o, query i = i0 + s.
+// qo, ko: offsets of the q / k tiles' first rows; nq, nk: their valid rows (others read 0)
+fn at_scores(kvs: bool, qo: u32, qs: u32, nq: u32, ko: u32, ks: u32, nk: u32, D: u32, lid: u32) -> vec2<f32> {
     var sd = vec2<f32>(0.0);
-    var ch = aq_fetch(qo, qs, nq, ko, ks, nk, 0u, D, lid);
+    var ch = at_fetch(kvs, qo, qs, nq, ko, ks, nk, 0u, D, lid);
     for (var d0 = 0u; d0 < D; d0 += AC) {
         workgroupBarrier();   // the previous chunk (and tile) has been read
         at_put(ch, lid, true);
         workgroupBarrier();
-        if (d0 + AC < D) { ch = aq_fetch(qo, qs, nq, ko, ks, nk, d0 + AC, D, lid); }
+        if (d0 + AC < D) { ch = at_fetch(kvs, qo, qs, nq, ko, ks, nk, d0 + AC, D, lid); }
         sd += at_dots(lid / AS, lid % AS);
     }
     return sd;
 }
 
-fn aq_kv(ko: u32, ks: u32, nk: u32, r: u32, d: u32) -> vec2<f32> {   // (k, v) of streamed row r, dim d
-    if (r < nk) { return vec2<f32>(aq_k[ko + r * ks + d], aq_v[ko + r * ks + d]); }
+fn ab_kv(ko: u32, ks: u32, nk: u32, r: u32, d: u32) -> vec2<f32> {   // (k, v) of row r, dim d (0 past nk)
+    if (r < nk) { return vec2<f32>(ab_k[ko + r * ks + d], ab_v[ko + r * ks + d]); }
     return vec2<f32>(0.0);
 }
 
-fn aq_fetch(qo: u32, qs: u32, nq: u32, ko: u32, ks: u32, nk: u32, d0: u32, D: u32, lid: u32) -> AtChunk {
-    var ch = AtChunk(vec4<f32>(0.0), vec4<f32>(0.0), 0.0, 0.0);
+fn ab_qd(qo: u32, qs: u32, nq: u32, r: u32, d: u32) -> vec2<f32> {   // (q, dout) of row r, dim d (0 past nq)
+    if (r < nq) { return vec2<f32>(ab_q[qo + r * qs + d], ab_do[qo + r * qs + d]); }
+    return vec2<f32>(0.0);
+}
+
+// A thread's share of chunk d0.. (AtChunk): k, v streamed and q, dout owned where kvs (dq),
+// the other way round otherwise (dkv)
+fn at_fetch(kvs: bool, qo: u32, qs: u32, nq: u32, ko: u32, ks: u32, nk: u32, d0: u32, D: u32,
+            lid: u32) -> AtChunk {
     let r = lid / AC;
     let d = d0 + lid % AC;
-    if (d < D) {
-        let a = aq_kv(ko, ks, nk, r, d);
-        let b = aq_kv(ko, ks, nk, r + 8u, d);
-        let c = aq_kv(ko, ks, nk, r + 16u, d);
-        let e = aq_kv(ko, ks, nk, r + 24u, d);
-        ch.sa = vec4<f32>(a.x, b.x, c.x, e.x);
-        ch.sb = vec4<f32>(a.y, b.y, c.y, e.y);
-        if (r < nq) { ch.oa = aq_q[qo + r * qs + d]; ch.ob = aq_do[qo + r * qs + d]; }
+    if (d >= D) { return AtChunk(vec4<f32>(0.0), vec4<f32>(0.0), 0.0, 0.0); }
+    var a: vec2<f32>;
+    var b: vec2<f32>;
+    var c: vec2<f32>;
+    var e: vec2<f32>;
+    var own: vec2<f32>;
+    if (kvs) {
+        a = ab_kv(ko, ks, nk, r, d);
+        b = ab_kv(ko, ks, nk, r + 8u, d);
+        c = ab_kv(ko, ks, nk, r + 16u, d);
+        e = ab_kv(ko, ks, nk, r + 24u, d);
+        own = ab_qd(qo, qs, nq, r, d);
+    } else {
+        a = ab_qd(qo, qs, nq, r, d);
+        b = ab_qd(qo, qs, nq, r + 8u, d);
+        c = ab_qd(qo, qs, nq, r + 16u, d);
+        e = ab_qd(qo, qs, nq, r + 24u, d);
+        own = ab_kv(ko, ks, nk, r, d);
     }
-    return ch;
+    return AtChunk(vec4<f32>(a.x, b.x, c.x, e.x), vec4<f32>(a.y, b.y, c.y, e.y), own.x, own.y);
 }
 
 fn aq_k4(o: u32, D: u32) -> vec4<f32> {   // k[o .. o+3], clamped to the row's last dim (D: dims left)
-    return vec4<f32>(aq_k[o], aq_k[o + min(1u, D - 1u)], aq_k[o + min(2u, D - 1u)], aq_k[o + min(3u, D - 1u)]);
+    return vec4<f32>(ab_k[o], ab_k[o + min(1u, D - 1u)], ab_k[o + min(2u, D - 1u)], ab_k[o + min(3u, D - 1u)]);
 }
 
 // The block of workgroup wid: (h, i0 = its first query row, first = the row of its
 // sequence's position 0, nq = its rows); x = the heads' count of blocks when out of range
 fn aq_block(wid: vec3<u32>, nw: vec3<u32>) -> vec4<u32> {
-    let p = aq_p;
+    let p = ab_p;
     let nqb = (p.t + AO - 1u) / AO;
     let kidx = wid.x + wid.y * nw.x;      // = (b * nqb + block) * H + h
     if (kidx >= p.b * nqb * p.h) { return vec4<u32>(p.h, 0u, 0u, 0u); }
@@ -365,7 +385,7 @@ fn aq_block(wid: vec3<u32>, nw: vec3<u32>) -> vec4<u32> {
 @compute @workgroup_size(AO * AS)
 fn attention_backward_dq(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>,
                          @builtin(num_workgroups) nw: vec3<u32>) {
-    let p = aq_p;
+    let p = ab_p;
     let blk = aq_block(wid, nw);
     if (blk.x >= p.h) { return; }
     let h = blk.x;
@@ -387,7 +407,7 @@ fn attention_backward_dq(@builtin(local_invocation_index) lid: u32, @builtin(wor
     var u = 0.0;
     for (var kb = 0u; kb < nkb; kb++) {
         let j0 = kb * AS;
-        let sd = aq_scores(qo, HD, nq, (first + j0) * KD + g * D, KD, min(AS, p.t - j0), D, lid);
+        let sd = at_scores(true, qo, HD, nq, (first + j0) * KD + g * D, KD, min(AS, p.t - j0), D, lid);
         if (j0 + s <= i && i < p.t) {
             let sc = p.scale * sd.x;
             if (sc > m) { let c = exp(m - sc); l = l * c + 1.0; u = u * c + sd.y; m = sc; }
@@ -424,7 +444,7 @@ fn attention_backward_dq(@builtin(local_invocation_index) lid: u32, @builtin(wor
 @compute @workgroup_size(AO * AS)
 fn attention_backward_dqs(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>,
                           @builtin(num_workgroups) nw: vec3<u32>) {
-    let p = aq_p;
+    let p = ab_p;
     let blk = aq_block(wid, nw);
     if (blk.x >= p.h) { return; }
     let o = lid / AS;
@@ -433,7 +453,7 @@ fn attention_backward_dqs(@builtin(local_invocation_index) lid: u32, @builtin(wo
     var u = 0.0;   // dims s, s + AS, ... of row o's dout . out
     if (o < blk.w) {
         let r = (blk.z + i) * p.h * p.d + blk.x * p.d;
-        for (var d = s; d < p.d; d += AS) { u += aq_do[r + d] * aq_out[r + d]; }
+        for (var d = s; d < p.d; d += AS) { u += ab_do[r + d] * aq_out[r + d]; }
     }
     at_x[lid] = u;
     workgroupBarrier();
@@ -450,7 +470,7 @@ fn attention_backward_dqs(@builtin(local_invocation_index) lid: u32, @builtin(wo
 // The dq kernels' sweep over the key blocks: dS tile by tile, dq_i += dS_ij k_j, with
 // row o's (lse, Dsum) in at_row[o], at_row[AO + o]; writes dq and stats
 fn aq_dq_sweep(h: u32, i0: u32, first: u32, nq: u32, lid: u32) {
-    let p = aq_p;
+    let p = ab_p;
     let D = p.d;
     let HD = p.h * D;
     let KD = p.hkv * D;
@@ -469,7 +489,7 @@ fn aq_dq_sweep(h: u32, i0: u32, first: u32, nq: u32, lid: u32) {
     for (var kb = 0u; kb < nkb; kb++) {
         let j0 = kb * AS;
         let nk = min(AS, p.t - j0);
-        let sd = aq_scores(qo, HD, nq, (first + j0) * KD + g * D, KD, nk, D, lid);
+        let sd = at_scores(true, qo, HD, nq, (first + j0) * KD + g * D, KD, nk, D, lid);
         var ds = 0.0;
         if (j0 + s <= i && i < p.t) { ds = exp(p.scale * sd.x - lse) * (sd.y - dsum); }
         at_ds[lid] = ds;
@@ -492,54 +512,14 @@ fn aq_dq_sweep(h: u32, i0: u32, first: u32, nq: u32, lid: u32) {
     }
 }
 
-@group(0) @binding(0) var<uniform> ak_p: AttentionBackwardParams;
-@group(0) @binding(1) var<storage, read> ak_do: array<f32>;
-@group(0) @binding(2) var<storage, read> ak_q: array<f32>;
-@group(0) @binding(3) var<storage, read> ak_k: array<f32>;
-@group(0) @binding(4) var<storage, read> ak_v: array<f32>;
 @group(0) @binding(5) var<storage, read> ak_stats: array<f32>;
 @group(0) @binding(6) var<storage, read_write> ak_dk: array<f32>;
 @group(0) @binding(7) var<storage, read_write> ak_dv: array<f32>;
 
-// (k_j . q_i, v_j . dout_i) for thread (o, s): key j = j0 + o, query i = i0 + s
-fn ak_scores(qo: u32, qs: u32, nq: u32, ko: u32, ks: u32, nk: u32, D: u32, lid: u32) -> vec2<f32> {
-    var sd = vec2<f32>(0.0);
-    var ch = ak_fetch(qo, qs, nq, ko, ks, nk, 0u, D, lid);
-    for (var d0 = 0u; d0 < D; d0 += AC) {
-        workgroupBarrier();
-        at_put(ch, lid, true);
-        workgroupBarrier();
-        if (d0 + AC < D) { ch = ak_fetch(qo, qs, nq, ko, ks, nk, d0 + AC, D, lid); }
-        sd += at_dots(lid / AS, lid % AS);
-    }
-    return sd;
-}
-
-fn ak_qd(qo: u32, qs: u32, nq: u32, r: u32, d: u32) -> vec2<f32> {   // (q, dout) of streamed row r, dim d
-    if (r < nq) { return vec2<f32>(ak_q[qo + r * qs + d], ak_do[qo + r * qs + d]); }
-    return vec2<f32>(0.0);
-}
-
-fn ak_fetch(qo: u32, qs: u32, nq: u32, ko: u32, ks: u32, nk: u32, d0: u32, D: u32, lid: u32) -> AtChunk {
-    var ch = AtChunk(vec4<f32>(0.0), vec4<f32>(0.0), 0.0, 0.0);
-    let r = lid / AC;
-    let d = d0 + lid % AC;
-    if (d < D) {
-        let a = ak_qd(qo, qs, nq, r, d);
-        let b = ak_qd(qo, qs, nq, r + 8u, d);
-        let c = ak_qd(qo, qs, nq, r + 16u, d);
-        let e = ak_qd(qo, qs, nq, r + 24u, d);
-        ch.sa = vec4<f32>(a.x, b.x, c.x, e.x);
-        ch.sb = vec4<f32>(a.y, b.y, c.y, e.y);
-        if (r < nk) { ch.oa = ak_k[ko + r * ks + d]; ch.ob = ak_v[ko + r * ks + d]; }
-    }
-    return ch;
-}
-
 @compute @workgroup_size(AO * AS)
 fn attention_backward_dkv(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>,
                           @builtin(num_workgroups) nw: vec3<u32>) {
-    let p = ak_p;
+    let p = ab_p;
     let D = p.d;
     let nkb = (p.t + AO - 1u) / AO;
     let kidx = wid.x + wid.y * nw.x;      // = (b * nkb + block) * Hkv + g
@@ -572,8 +552,8 @@ fn attention_backward_dkv(@builtin(local_invocation_index) lid: u32, @builtin(wo
         for (var i0 = j0; i0 < p.t; i0 += AS) {   // query blocks from the diagonal on
             let nq = min(AS, p.t - i0);
             let qo = (first + i0) * HD + h * D;
-            let sd = ak_scores(qo, HD, nq, ko, KD, nk, D, lid);
-            var ch = ak_fetch(qo, HD, nq, ko, KD, nk, 0u, D, lid);   // chunk 0 again, for the sums
+            let sd = at_scores(false, qo, HD, nq, ko, KD, nk, D, lid);
+            var ch = at_fetch(false, qo, HD, nq, ko, KD, nk, 0u, D, lid);   // chunk 0 again, for the sums
             let i = i0 + s;
             var pr = 0.0;
             var ds = 0.0;
@@ -615,7 +595,7 @@ fn ak_restage(ch: AtChunk, k: u32, qo: u32, qs: u32, nq: u32, ko: u32, ks: u32, 
     workgroupBarrier();
     at_put(ch, lid, true);
     workgroupBarrier();
-    if (AC * (k + 1u) < D) { return ak_fetch(qo, qs, nq, ko, ks, nk, AC * (k + 1u), D, lid); }
+    if (AC * (k + 1u) < D) { return at_fetch(false, qo, qs, nq, ko, ks, nk, AC * (k + 1u), D, lid); }
     return ch;
 }
 
@@ -633,7 +613,7 @@ fn ak_accum(a: vec2<f32>, o: u32, s: u32, nq: u32) -> vec2<f32> {
 
 fn ak_store(r: u32, s: u32, k: u32, a: vec2<f32>, D: u32) {   // dim 32k + s of the key row at r
     if (AC * k + s < D) {
-        ak_dk[r + AC * k + s] = ak_p.scale * a.x;
+        ak_dk[r + AC * k + s] = ab_p.scale * a.x;
         ak_dv[r + AC * k + s] = a.y;
     }
 }
