@@ -46,6 +46,19 @@ def test_gradient_checkpointing_is_bitwise_the_same_in_less_memory(tiny_model, t
     assert e1["parts"]["activations"] < e0["parts"]["activations"]
 
 
+@pytest.mark.parametrize("kind", ["cpu", "gpu"])
+def test_training_where_the_head_dim_is_not_a_multiple_of_4(tmp_path, kind):
+    """Head dim 18: on a CPU adapter the GPU attention kernels are the fallback, and the
+    backward takes the forward's out and lse there too; both kinds prepare what they run."""
+    model = load_model(str(make_hf(tmp_path / "d18", "online_f32", dims=dict(SMALL, hidden_size=72),
+                                   seed=4)))
+    assert model.D == 18
+    with model.dev.kind_as(kind):
+        tr = Trainer(model, RECORDS, dict(CFG, max_steps=2), out=str(tmp_path / "out"))
+        tr.train()
+    assert len(tr.metrics) == 2 and all(m["loss"] == m["loss"] and m["loss"] > 0 for m in tr.metrics)
+
+
 def test_resume_equals_uninterrupted_and_runs_repeat_bitwise(tiny_model, tmp_path):
     full = Trainer(tiny_model, RECORDS, CFG, out=str(tmp_path / "a"))
     full.train()

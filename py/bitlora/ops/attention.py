@@ -23,6 +23,7 @@ def kernel_specs(table_dtype: str = "f32", training: bool = False, kind: str | N
     """The GPU kernels (the CPU's fallback where D % 4 != 0; the tiled forward unless kind is
     "cpu") and the CPU variants; with `shapes`, the one CPU variant its D picks."""
     entries = ["attention_forward"] + (["attention_backward_dq", "attention_backward_dkv"] if training else [])
+    gpu_saved = ["attention_backward_dqs"] if training else []   # the GPU dq with out and lse (no CPU variant)
     always = ["kv_store", "kv_advance"]
     saved = ["attention_backward_dq_d32s"] if training else []   # the model's: with out and lse
     if shapes is not None and shapes["D"] % 4 == 0:
@@ -30,9 +31,9 @@ def kernel_specs(table_dtype: str = "f32", training: bool = False, kind: str | N
             return [(SHADER, e) for e in always + ["attention_forward_d32"] +
                     (["attention_backward_dkv_d32"] + saved if training else [])]
         return [(SHADER, e) for e in always + [e + "_rows" for e in entries]]
-    tiled = ["attention_forward_tiled"] + (["attention_backward_dqs"] if training else []) if kind in (None, "gpu") else []
+    tiled = ["attention_forward_tiled"] if kind in (None, "gpu") else []
     cpu = [e + v for v in ("_rows", "_d32") for e in entries] + saved if kind in (None, "cpu") else []
-    return [(SHADER, e) for e in entries + always + tiled + cpu]
+    return [(SHADER, e) for e in entries + gpu_saved + always + tiled + cpu]
 
 
 ROWS_WG = 16   # invocations per workgroup of the CPU variants (AR in the shader)
