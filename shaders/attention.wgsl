@@ -45,6 +45,9 @@
 //     dispatch: one workgroup (256) per (sequence, block of 8 query rows, h):
 //     B*ceil(T/8)*H workgroups split over x, y. Two sweeps over the key blocks up to
 //     the diagonal: (lse, Dsum) by an online softmax, then dS and dq.
+//   attention_backward_dqs: attention_backward_dq given the forward's 7 out[N, H*D] read
+//     and 8 lse[N, H] read (of the same q, k, v and scale): (lse, Dsum = dout_i . out_i)
+//     per row, one sweep over the key blocks; the same stats.
 //   attention_backward_dkv:
 //     0 params (same) | 1 dout read | 2 q read | 3 k read | 4 v read |
 //     5 stats[N, H, 2] read | 6 dk[N, Hkv*D] write | 7 dv[N, Hkv*D] write
@@ -252,7 +255,7 @@ fn kv_store(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id)
 struct AttentionBackwardParams { b: u32, t: u32, h: u32, hkv: u32, d: u32, scale: f32 };
 const AO: u32 = 8u;           // owned rows per workgroup
 const AS: u32 = 32u;          // streamed rows per tile (AO * AS = 256 threads)
-const AC: u32 = 32u;          // head dims per staged chunk (at_put and the *_fetch helpers take these
+const AC: u32 = 32u;          // head dims per staged chunk (at_put, at_fetch and af_fetch take these
                               // three: 4 streamed elements a thread, rows lid / AC + 8 t)
 const AP: u32 = 9u;           // vec4s per staged row (AC / 4 + 1 pad)
 var<workgroup> at_oa: array<vec4<f32>, 72>;    // [AO, AP] owned rows: q (dq) or k (dkv)
@@ -308,7 +311,7 @@ fn at_put(ch: AtChunk, lid: u32, both: bool) {   // both: the second arrays too 
 @group(0) @binding(2) var<storage, read> ab_q: array<f32>;
 @group(0) @binding(3) var<storage, read> ab_k: array<f32>;
 @group(0) @binding(4) var<storage, read> ab_v: array<f32>;
-@group(0) @binding(5) var<storage, read_write> aq_dq: array<f32>;
+@group(0) @binding(5) var<storage, read_write> aq_dq: array<f32>;    // dq's and dqs' own
 @group(0) @binding(6) var<storage, read_write> aq_stats: array<f32>;
 
 // Thread (o, s)'s (owned . streamed) over the staged chunks of both pairs: in dq (kvs: k, v
