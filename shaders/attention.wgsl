@@ -290,18 +290,19 @@ fn at_dots(o: u32, s: u32) -> vec2<f32> {   // (oa . sa, ob . sb) over the stage
 // (the kernels' chunks are each a memory latency otherwise), then staged by at_put.
 struct AtChunk { sa: vec4<f32>, sb: vec4<f32>, oa: f32, ob: f32 };
 
-fn at_put(ch: AtChunk, lid: u32, both: bool) {   // both: the second arrays too (sb, ob)
+// both: the second arrays too (sb, and ob where owned); owned: the owned rows too (oa, ob)
+fn at_put(ch: AtChunk, lid: u32, both: bool, owned: bool) {
     at_stage(lid, ch.sa.x, 2u);
     at_stage(lid + 256u, ch.sa.y, 2u);
     at_stage(lid + 512u, ch.sa.z, 2u);
     at_stage(lid + 768u, ch.sa.w, 2u);
-    at_stage(lid, ch.oa, 0u);
+    if (owned) { at_stage(lid, ch.oa, 0u); }
     if (both) {
         at_stage(lid, ch.sb.x, 3u);
         at_stage(lid + 256u, ch.sb.y, 3u);
         at_stage(lid + 512u, ch.sb.z, 3u);
         at_stage(lid + 768u, ch.sb.w, 3u);
-        at_stage(lid, ch.ob, 1u);
+        if (owned) { at_stage(lid, ch.ob, 1u); }
     }
 }
 
@@ -320,12 +321,12 @@ fn at_put(ch: AtChunk, lid: u32, both: bool) {   // both: the second arrays too 
 // qo, ko: offsets of the q / k tiles' first rows; nq, nk: their valid rows (others read 0)
 fn at_scores(kvs: bool, qo: u32, qs: u32, nq: u32, ko: u32, ks: u32, nk: u32, D: u32, lid: u32) -> vec2<f32> {
     var sd = vec2<f32>(0.0);
-    var ch = at_fetch(kvs, qo, qs, nq, ko, ks, nk, 0u, D, lid);
+    var ch = at_fetch(kvs, true, qo, qs, nq, ko, ks, nk, 0u, D, lid);
     for (var d0 = 0u; d0 < D; d0 += AC) {
         workgroupBarrier();   // the previous chunk (and tile) has been read
-        at_put(ch, lid, true);
+        at_put(ch, lid, true, true);
         workgroupBarrier();
-        if (d0 + AC < D) { ch = at_fetch(kvs, qo, qs, nq, ko, ks, nk, d0 + AC, D, lid); }
+        if (d0 + AC < D) { ch = at_fetch(kvs, true, qo, qs, nq, ko, ks, nk, d0 + AC, D, lid); }
         sd += at_dots(lid / AS, lid % AS);
     }
     return sd;
@@ -342,8 +343,8 @@ fn ab_qd(qo: u32, qs: u32, nq: u32, r: u32, d: u32) -> vec2<f32> {   // (q, dout
 }
 
 // A thread's share of chunk d0.. (AtChunk): k, v streamed and q, dout owned where kvs (dq),
-// the other way round otherwise (dkv)
-fn at_fetch(kvs: bool, qo: u32, qs: u32, nq: u32, ko: u32, ks: u32, nk: u32, d0: u32, D: u32,
+// the other way round otherwise (dkv); the owned rows only where `owned` (else 0)
+fn at_fetch(kvs: bool, owned: bool, qo: u32, qs: u32, nq: u32, ko: u32, ks: u32, nk: u32, d0: u32, D: u32,
             lid: u32) -> AtChunk {
     let r = lid / AC;
     let d = d0 + lid % AC;
@@ -352,19 +353,19 @@ fn at_fetch(kvs: bool, qo: u32, qs: u32, nq: u32, ko: u32, ks: u32, nk: u32, d0:
     var b: vec2<f32>;
     var c: vec2<f32>;
     var e: vec2<f32>;
-    var own: vec2<f32>;
+    var own = vec2<f32>(0.0);
     if (kvs) {
         a = ab_kv(ko, ks, nk, r, d);
         b = ab_kv(ko, ks, nk, r + 8u, d);
         c = ab_kv(ko, ks, nk, r + 16u, d);
         e = ab_kv(ko, ks, nk, r + 24u, d);
-        own = ab_qd(qo, qs, nq, r, d);
+        if (owned) { own = ab_qd(qo, qs, nq, r, d); }
     } else {
         a = ab_qd(qo, qs, nq, r, d);
         b = ab_qd(qo, qs, nq, r + 8u, d);
         c = ab_qd(qo, qs, nq, r + 16u, d);
         e = ab_qd(qo, qs, nq, r + 24u, d);
-        own = ab_kv(ko, ks, nk, r, d);
+        if (owned) { own = ab_kv(ko, ks, nk, r, d); }
     }
     return AtChunk(vec4<f32>(a.x, b.x, c.x, e.x), vec4<f32>(a.y, b.y, c.y, e.y), own.x, own.y);
 }
@@ -556,7 +557,7 @@ fn attention_backward_dkv(@builtin(local_invocation_index) lid: u32, @builtin(wo
             let nq = min(AS, p.t - i0);
             let qo = (first + i0) * HD + h * D;
             let sd = at_scores(false, qo, HD, nq, ko, KD, nk, D, lid);
-            var ch = at_fetch(false, qo, HD, nq, ko, KD, nk, 0u, D, lid);   // chunk 0 again, for the sums
+            var ch = at_fetch(false, false, qo, HD, nq, ko, KD, nk, 0u, D, lid);   // chunk 0 again, for the sums
             let i = i0 + s;
             var pr = 0.0;
             var ds = 0.0;
@@ -591,14 +592,14 @@ fn attention_backward_dkv(@builtin(local_invocation_index) lid: u32, @builtin(wo
     }
 }
 
-// Stage chunk k (registers ch: the block's q, dout rows and the owned k, v rows, dims
-// 32k ..) once the previous chunk has been read, then load chunk k + 1 (where D has it)
+// Stage chunk k (registers ch: the block's q and dout rows, dims 32k ..) once the previous
+// chunk has been read, then load chunk k + 1 (where D has it)
 fn ak_restage(ch: AtChunk, k: u32, qo: u32, qs: u32, nq: u32, ko: u32, ks: u32, nk: u32, D: u32,
               lid: u32) -> AtChunk {
     workgroupBarrier();
-    at_put(ch, lid, true);
+    at_put(ch, lid, true, false);   // the q, dout rows only: the sums read no owned row
     workgroupBarrier();
-    if (AC * (k + 1u) < D) { return at_fetch(false, qo, qs, nq, ko, ks, nk, AC * (k + 1u), D, lid); }
+    if (AC * (k + 1u) < D) { return at_fetch(false, false, qo, qs, nq, ko, ks, nk, AC * (k + 1u), D, lid); }
     return ch;
 }
 
@@ -686,7 +687,7 @@ fn attention_forward_tiled(@builtin(local_invocation_index) lid: u32, @builtin(w
         var ch = af_fetch(qo, HD, nq, ko, W, nk, 0u, D, lid);
         for (var c0 = 0u; c0 < D; c0 += AC) {
             workgroupBarrier();           // the previous chunk (and tile) has been read
-            at_put(ch, lid, false);
+            at_put(ch, lid, false, true);
             workgroupBarrier();
             if (c0 + AC < D) { ch = af_fetch(qo, HD, nq, ko, W, nk, c0 + AC, D, lid); }
             for (var c = 0u; c < AC / 4u; c++) { sc += dot(at_oa[o * AP + c], at_sa[s * AP + c]); }
