@@ -370,10 +370,6 @@ fn at_fetch(kvs: bool, owned: bool, qo: u32, qs: u32, nq: u32, ko: u32, ks: u32,
     return AtChunk(vec4<f32>(a.x, b.x, c.x, e.x), vec4<f32>(a.y, b.y, c.y, e.y), own.x, own.y);
 }
 
-fn aq_k4(o: u32, D: u32) -> vec4<f32> {   // k[o .. o+3], clamped to the row's last dim (D: dims left)
-    return vec4<f32>(ab_k[o], ab_k[o + min(1u, D - 1u)], ab_k[o + min(2u, D - 1u)], ab_k[o + min(3u, D - 1u)]);
-}
-
 // The block of workgroup wid: (h, i0 = its first query row, first = the row of its
 // sequence's position 0, nq = its rows); x = the heads' count of blocks when out of range
 fn aq_block(wid: vec3<u32>, nw: vec3<u32>) -> vec4<u32> {
@@ -472,7 +468,9 @@ fn attention_backward_dqs(@builtin(local_invocation_index) lid: u32, @builtin(wo
 }
 
 // The dq kernels' sweep over the key blocks: dS tile by tile, dq_i += dS_ij k_j, with
-// row o's (lse, Dsum) in at_row[o], at_row[AO + o]; writes dq and stats
+// row o's (lse, Dsum) in at_row[o], at_row[AO + o]; writes dq and stats. Thread (o, s)
+// sums dims 32k + s (k < 8: D <= 256) of row o's dq from the key block's k rows, restaged
+// chunk by chunk in workgroup memory (aq_restage, aq_accum), keys in order.
 fn aq_dq_sweep(h: u32, i0: u32, first: u32, nq: u32, lid: u32) {
     let p = ab_p;
     let D = p.d;
@@ -481,39 +479,84 @@ fn aq_dq_sweep(h: u32, i0: u32, first: u32, nq: u32, lid: u32) {
     let g = h / (p.h / p.hkv);
     let qo = (first + i0) * HD + h * D;
     let o = lid / AS;                     // query row in the tile
-    let s = lid % AS;                     // key in the tile; dims 4s + 128e when accumulating
+    let s = lid % AS;                     // key in the tile; dims 32k + s when accumulating
     let i = i0 + o;
     let nkb = (i0 + nq + AS - 1u) / AS;
     let lse = at_row[o];
     let dsum = at_row[AO + o];
-    var acc0 = vec4<f32>(0.0);
-    var acc1 = vec4<f32>(0.0);
-    let d0 = min(4u * s, D - 1u);         // clamped: sums past D are computed, never written
-    let d1 = min(4u * s + 128u, D - 1u);
+    var a0 = 0.0;
+    var a1 = 0.0;
+    var a2 = 0.0;
+    var a3 = 0.0;
+    var a4 = 0.0;
+    var a5 = 0.0;
+    var a6 = 0.0;
+    var a7 = 0.0;
     for (var kb = 0u; kb < nkb; kb++) {
         let j0 = kb * AS;
         let nk = min(AS, p.t - j0);
-        let sd = at_scores(true, qo, HD, nq, (first + j0) * KD + g * D, KD, nk, D, lid);
+        let ko = (first + j0) * KD + g * D;
+        let sd = at_scores(true, qo, HD, nq, ko, KD, nk, D, lid);
+        var kc = aq_kfetch(ko, KD, nk, 0u, D, lid);   // chunk 0 of the k rows again, for the sums
         var ds = 0.0;
         if (j0 + s <= i && i < p.t) { ds = exp(p.scale * sd.x - lse) * (sd.y - dsum); }
         at_ds[lid] = ds;
-        workgroupBarrier();
         let last = min(nk, i0 + nq - j0);   // keys past the block's last row have dS = 0
-        for (var jj = 0u; jj < last; jj++) {
-            let w = at_ds[o * AS + jj];
-            let ko = (first + j0 + jj) * KD + g * D;
-            acc0 += w * aq_k4(ko + d0, D - d0);
-            if (D > 128u) { acc1 += w * aq_k4(ko + d1, D - d1); }
-        }
+        kc = aq_restage(kc, 0u, ko, KD, nk, D, lid);
+        a0 = aq_accum(a0, o, s, last);
+        if (D > 32u) { kc = aq_restage(kc, 1u, ko, KD, nk, D, lid); a1 = aq_accum(a1, o, s, last); }
+        if (D > 64u) { kc = aq_restage(kc, 2u, ko, KD, nk, D, lid); a2 = aq_accum(a2, o, s, last); }
+        if (D > 96u) { kc = aq_restage(kc, 3u, ko, KD, nk, D, lid); a3 = aq_accum(a3, o, s, last); }
+        if (D > 128u) { kc = aq_restage(kc, 4u, ko, KD, nk, D, lid); a4 = aq_accum(a4, o, s, last); }
+        if (D > 160u) { kc = aq_restage(kc, 5u, ko, KD, nk, D, lid); a5 = aq_accum(a5, o, s, last); }
+        if (D > 192u) { kc = aq_restage(kc, 6u, ko, KD, nk, D, lid); a6 = aq_accum(a6, o, s, last); }
+        if (D > 224u) { kc = aq_restage(kc, 7u, ko, KD, nk, D, lid); a7 = aq_accum(a7, o, s, last); }
     }
     if (i < p.t) {
         let r = (first + i) * HD + h * D;
-        for (var c = 0u; c < 4u; c++) {
-            if (4u * s + c < D) { aq_dq[r + 4u * s + c] = p.scale * acc0[c]; }
-            if (4u * s + 128u + c < D) { aq_dq[r + 4u * s + 128u + c] = p.scale * acc1[c]; }
-        }
+        aq_store(r, s, 0u, a0, D);
+        aq_store(r, s, 1u, a1, D);
+        aq_store(r, s, 2u, a2, D);
+        aq_store(r, s, 3u, a3, D);
+        aq_store(r, s, 4u, a4, D);
+        aq_store(r, s, 5u, a5, D);
+        aq_store(r, s, 6u, a6, D);
+        aq_store(r, s, 7u, a7, D);
         if (s == 0u) { aq_stats[2u * ((first + i) * p.h + h)] = lse; aq_stats[2u * ((first + i) * p.h + h) + 1u] = dsum; }
     }
+}
+
+// A thread's share of chunk d0.. of the key block's k rows: at_fetch's streamed k (rows
+// lid / AC + 8 t, dim d0 + lid % AC; 0 past nk or D) without v or the owned rows
+fn aq_kfetch(ko: u32, ks: u32, nk: u32, d0: u32, D: u32, lid: u32) -> vec4<f32> {
+    let r = lid / AC;
+    let d = d0 + lid % AC;
+    var x = vec4<f32>(0.0);
+    if (d >= D) { return x; }
+    for (var t = 0u; t < 4u; t++) { if (r + 8u * t < nk) { x[t] = ab_k[ko + (r + 8u * t) * ks + d]; } }
+    return x;
+}
+
+// Stage chunk k of the k rows (registers kc) once the previous chunk has been read, then
+// load chunk k + 1 (where D has it)
+fn aq_restage(kc: vec4<f32>, k: u32, ko: u32, ks: u32, nk: u32, D: u32, lid: u32) -> vec4<f32> {
+    workgroupBarrier();
+    at_put(AtChunk(kc, vec4<f32>(0.0), 0.0, 0.0), lid, false, false);
+    workgroupBarrier();
+    if (AC * (k + 1u) < D) { return aq_kfetch(ko, ks, nk, AC * (k + 1u), D, lid); }
+    return kc;
+}
+
+// dq of query o's dim s of the staged chunk += sum over the block's first `last` keys (in
+// order) of dS k; dS in at_ds
+fn aq_accum(a: f32, o: u32, s: u32, last: u32) -> f32 {
+    var acc = a;
+    for (var jj = 0u; jj < last; jj++) { acc += at_ds[o * AS + jj] * at_sa[jj * AP + s / 4u][s % 4u]; }
+    return acc;
+}
+
+fn aq_store(r: u32, s: u32, k: u32, a: f32, D: u32) {   // dim 32k + s of the query row at r
+    if (AC * k + s < D) { aq_dq[r + AC * k + s] = ab_p.scale * a; }
 }
 
 @group(0) @binding(5) var<storage, read> ak_stats: array<f32>;
