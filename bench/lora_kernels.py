@@ -51,7 +51,7 @@ async def run(shapes: list, reps: int) -> list:
         dy, du, dx = f(N * O, "dy"), f(N * R, "du"), f(N * I, "dx")
         stream = dev.buffer(16, "stream", data=struct.pack("<4I", 3, 0, 0, 0))
         wide = (-(-N // lora.TRD), -(-R // lora.TK), 1)
-        cols4 = lambda c: -(-(-(-N // lora.TR)) * (c // 4) // lora.WR)  # noqa: E731
+        cols4 = lambda c: -(-(-(-N // lora.TR)) * (c // 4) // lora.WT)  # noqa: E731
         row = {"shape": f"{N}x{I}x{O}x{R}"}
         for name, bufs, plain, tile in (
             ("lora_down", [x, a, u, stream], N * R, wide),

@@ -69,7 +69,8 @@ struct LoraParams {
     per: u32, acc: u32,
 };
 
-const WR: u32 = 64u;  // workgroup of the reductions over I or O
+const WR: u32 = 256u;  // workgroup of the reductions over I or O (H200: 64 lanes left lora_down_tile
+                       // 1.6-2.3x slower at 2B-4T widths, N = 1024)
 
 fn dropout_hash(seed: u32, step: u32, idx: u32) -> u32 {
     return pcg(idx ^ pcg(seed ^ pcg(step)));
@@ -286,19 +287,20 @@ fn lora_grad_a_split(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(wor
 //   wg_sum's tree. dispatch: (ceil(N / TRD), ceil(R / TK))
 // lora_grad_u_tile (R % 4 == 0): 1 dy[N, O] read | 2 b[O, R] read, vec4 | 3 du[N, R] write;
 //   as lora_down_tile over o, b[o, r0 ..] as vec4s. dispatch: (ceil(N / TRD), ceil(R / TK))
-// Both keep the plain kernel's one 64-lane chain per (row, rank), so they pay only with
+// Both keep the plain kernel's one WR-lane chain per (row, rank), so they pay only with
 // enough workgroups (ops/lora.py TILE_MIN_GROUPS; on an H200 at N = 256, 64 workgroups of
 // 4 rows ran 2x slower than lora_down's N*R; 256 at N = 1024, 1.3-3x faster).
 // lora_up_tile     (O % 4 == 0, R % 4 == 0): bindings as lora_up_rows. Invocation: rows
 //   n0 .. n0+TR-1, columns o..o+3: b[o..o+3, :] read once for TR rows (vec4s along r),
-//   each output's sum over r in order. dispatch: ceil(ceil(N / TR) * O/4 / WR) split over x, y
+//   each output's sum over r in order. dispatch: ceil(ceil(N / TR) * O/4 / WT) split over x, y
 // lora_grad_x_tile (I % 4 == 0): 1 du[N, R] read | 2 a[R, I] read, vec4 | 3 dx[N, I]
 //   read_write, vec4 | 4 stream. As lora_up_tile over i: a[r, i..i+3] one vec4,
-//   the mask of 4 elements hashed once. dispatch: ceil(ceil(N / TR) * I/4 / WR) split over x, y
+//   the mask of 4 elements hashed once. dispatch: ceil(ceil(N / TR) * I/4 / WT) split over x, y
 const TK: u32 = 16u;   // ranks per workgroup of lora_down_tile / lora_grad_u_tile
 const TRD: u32 = 4u;   // rows per workgroup of lora_down_tile / lora_grad_u_tile
 const TR: u32 = 4u;    // rows per invocation of lora_up_tile / lora_grad_x_tile
-const WRP: u32 = 65u;  // a rank's row of lane sums in tile_red (padded: the tree's reads spread over banks)
+const WT: u32 = 64u;   // workgroup of lora_up_tile / lora_grad_x_tile (ops/lora.py WT)
+const WRP: u32 = WR + 1u;  // a rank's row of lane sums in tile_red (padded: the tree's reads spread over banks)
 // The sums are named vec4 variables (row j, rank quad q: sjq), not a function-local array
 // (which NVIDIA's Vulkan compiler keeps in memory: bitlinear.wgsl). A vec4 sum adds
 // component by component: each (row, rank) pair's sum is the plain kernel's.
@@ -404,13 +406,13 @@ fn lora_grad_u_tile(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(work
     }
 }
 
-@compute @workgroup_size(WR)
+@compute @workgroup_size(WT)
 fn lora_up_tile(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>,
                 @builtin(num_workgroups) nw: vec3<u32>) {
     let p = p_upr;
     let R4 = p.r / 4u;
     let O4 = p.o / 4u;
-    let k = (wid.x + wid.y * nw.x) * WR + lid3.x;   // = n/TR * O/4 + o/4
+    let k = (wid.x + wid.y * nw.x) * WT + lid3.x;   // = n/TR * O/4 + o/4
     if (k >= (p.n + TR - 1u) / TR * O4) { return; }
     let n0 = k / O4 * TR;
     let o4 = k % O4;
@@ -435,13 +437,13 @@ fn lora_up_tile(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgrou
     up_store(n0, o4, acc0); up_store(n0 + 1u, o4, acc1); up_store(n0 + 2u, o4, acc2); up_store(n0 + 3u, o4, acc3);
 }
 
-@compute @workgroup_size(WR)
+@compute @workgroup_size(WT)
 fn lora_grad_x_tile(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>,
                     @builtin(num_workgroups) nw: vec3<u32>) {
     let p = p_gxr;
     let step = gxr_stream[0];
     let I4 = p.i / 4u;
-    let k = (wid.x + wid.y * nw.x) * WR + lid3.x;   // = n/TR * I/4 + i/4
+    let k = (wid.x + wid.y * nw.x) * WT + lid3.x;   // = n/TR * I/4 + i/4
     if (k >= (p.n + TR - 1u) / TR * I4) { return; }
     let n0 = k / I4 * TR;
     let i4 = k % I4;

@@ -23,7 +23,7 @@
 //   rmsnorm_quant; workgroup k = p*R + r < 3R, where part p is adapted (a_p != NONE), takes
 //   rmsnorm_quant's rstd (its first pass, the same bits), then
 //     u[k] = sum_i y[i] A_p[r, i]   with y[i] = w[i] * (x[i] * rstd) recomputed, in
-//   lora_down_parts' order (its first WR = 64 threads, columns strided, wg_sum): the same
+//   lora_down_parts' order (its WR = 256 threads, columns strided, wg_sum): the same
 //   bits as the two dispatches. A_p at float a_p of ab. Params NormQuantParams' r, a0..a2.
 //   Bindings as rmsnorm_quant | 7 ab read (the LoRA arena's params) | 8 u[3R] read_write
 //   dispatch: 3R + 1 workgroups split over x, y.
@@ -169,7 +169,7 @@ fn rmsnorm_quant(@builtin(local_invocation_id) lid3: vec3<u32>) {
 }
 
 const NQ_NONE: u32 = 0xffffffffu;   // "part not adapted" (ops/lora.py NONE)
-const NQ_WR: u32 = 64u;             // lora.wgsl WR: lora_down_parts' threads
+const NQ_WR: u32 = 256u;            // lora.wgsl WR: lora_down_parts' threads
 
 fn nq_a(part: u32) -> u32 {
     return select(select(nq_p.a2, nq_p.a1, part == 1u), nq_p.a0, part == 0u);

@@ -27,7 +27,8 @@ BACKWARD_ENTRIES = ("lora_grad_b", "lora_grad_u", "lora_grad_a", "lora_grad_x")
 SPLIT_ENTRIES = ("lora_grad_b_split", "lora_grad_a_split")
 DROPOUT_ENTRIES = ("lora_down", "lora_grad_a", "lora_grad_x", "lora_grad_a_split")   # these also bind stream
 LR = 16  # invocations per workgroup of the CPU variants (lora.wgsl LR)
-WR = 64  # lanes of the GPU reductions and workgroup of the tiles (lora.wgsl WR)
+WR = 256  # lanes of the GPU reductions over I or O and workgroup of their tiles (lora.wgsl WR)
+WT = 64   # workgroup of lora_up_tile / lora_grad_x_tile (lora.wgsl WT)
 TK, TRD = 16, 4  # ranks, rows per workgroup of lora_down_tile / lora_grad_u_tile (lora.wgsl)
 TR = 4   # rows per invocation of lora_up_tile / lora_grad_x_tile (lora.wgsl TR)
 TILE_MIN_GROUPS = 256   # lora_down_tile / lora_grad_u_tile only with this many workgroups (else the plain kernels)
@@ -88,9 +89,9 @@ def _tile(entry: str, s: LoraShape):
     few = wide[0] * wide[1] < TILE_MIN_GROUPS   # with few rows the plain N*R workgroups hide latency better
     groups, widths = {
         "lora_down": (None if few else wide, ()),
-        "lora_up": (-(-rows * (O // 4) // WR), (O, R)),
+        "lora_up": (-(-rows * (O // 4) // WT), (O, R)),
         "lora_grad_u": (None if few else wide, (R,)),
-        "lora_grad_x": (-(-rows * (I // 4) // WR), (I,)),
+        "lora_grad_x": (-(-rows * (I // 4) // WT), (I,)),
     }.get(entry, (None, ()))
     return groups if groups is not None and all(w % 4 == 0 for w in widths) else None
 
