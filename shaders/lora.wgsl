@@ -230,6 +230,10 @@ fn lora_grad_x(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup
 @group(0) @binding(2) var<storage, read> gbs_u: array<f32>;
 @group(0) @binding(3) var<storage, read_write> gbs_part: array<f32>;
 
+fn gbs_u4(b: u32, last: u32) -> vec4<f32> {   // u[b .. b+3], clamped to the buffer's last float
+    return vec4<f32>(gbs_u[min(b, last)], gbs_u[min(b + 1u, last)], gbs_u[min(b + 2u, last)], gbs_u[min(b + 3u, last)]);
+}
+
 @compute @workgroup_size(WG)
 fn lora_grad_b_split(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
     let p = p_gbs;
@@ -239,12 +243,22 @@ fn lora_grad_b_split(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(wor
     let last = p.n * p.r - 1u;       // u reads past rank R-1 are clamped inside the buffer, their sums unused
     let n1 = min(p.n, (wid.z + 1u) * p.per);
     var acc = vec4<f32>(0.0);
-    for (var n = wid.z * p.per; n < n1; n++) {
-        let b = n * p.r + r0;
-        let u = vec4<f32>(gbs_u[min(b, last)], gbs_u[min(b + 1u, last)], gbs_u[min(b + 2u, last)],
-                          gbs_u[min(b + 3u, last)]);
-        acc += gbs_dy[n * p.o + o] * u;
+    var n = wid.z * p.per;
+    for (; n + 4u <= n1; n += 4u) {   // four rows' loads issued together, added in order
+        let d0 = gbs_dy[n * p.o + o];
+        let d1 = gbs_dy[(n + 1u) * p.o + o];
+        let d2 = gbs_dy[(n + 2u) * p.o + o];
+        let d3 = gbs_dy[(n + 3u) * p.o + o];
+        let u0 = gbs_u4(n * p.r + r0, last);
+        let u1 = gbs_u4((n + 1u) * p.r + r0, last);
+        let u2 = gbs_u4((n + 2u) * p.r + r0, last);
+        let u3 = gbs_u4((n + 3u) * p.r + r0, last);
+        acc += d0 * u0;
+        acc += d1 * u1;
+        acc += d2 * u2;
+        acc += d3 * u3;
     }
+    for (; n < n1; n++) { acc += gbs_dy[n * p.o + o] * gbs_u4(n * p.r + r0, last); }
     let base = wid.z * p.o * p.r + o * p.r + r0;
     for (var k = 0u; k < 4u && r0 + k < p.r; k++) { gbs_part[base + k] = acc[k]; }
 }
@@ -254,6 +268,11 @@ fn lora_grad_b_split(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(wor
 @group(0) @binding(2) var<storage, read> gas_x: array<f32>;
 @group(0) @binding(3) var<storage, read_write> gas_part: array<f32>;
 @group(0) @binding(4) var<storage, read> gas_stream: array<u32>;
+
+fn gas_du4(b: u32, last: u32) -> vec4<f32> {   // du[b .. b+3], clamped to the buffer's last float
+    return vec4<f32>(gas_du[min(b, last)], gas_du[min(b + 1u, last)], gas_du[min(b + 2u, last)],
+                     gas_du[min(b + 3u, last)]);
+}
 
 @compute @workgroup_size(WG)
 fn lora_grad_a_split(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
@@ -265,13 +284,22 @@ fn lora_grad_a_split(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(wor
     let last = p.n * p.r - 1u;
     let n1 = min(p.n, (wid.z + 1u) * p.per);
     var acc = vec4<f32>(0.0);
-    for (var n = wid.z * p.per; n < n1; n++) {
-        let b = n * p.r + r0;
-        let du = vec4<f32>(gas_du[min(b, last)], gas_du[min(b + 1u, last)], gas_du[min(b + 2u, last)],
-                           gas_du[min(b + 3u, last)]);
-        let idx = n * p.i + i;
-        acc += du * (gas_x[idx] * keep_factor(p, step, idx));
+    var n = wid.z * p.per;
+    for (; n + 4u <= n1; n += 4u) {   // four rows' loads issued together, added in order
+        let x0 = gas_x[n * p.i + i];
+        let x1 = gas_x[(n + 1u) * p.i + i];
+        let x2 = gas_x[(n + 2u) * p.i + i];
+        let x3 = gas_x[(n + 3u) * p.i + i];
+        let e0 = gas_du4(n * p.r + r0, last);
+        let e1 = gas_du4((n + 1u) * p.r + r0, last);
+        let e2 = gas_du4((n + 2u) * p.r + r0, last);
+        let e3 = gas_du4((n + 3u) * p.r + r0, last);
+        acc += e0 * (x0 * keep_factor(p, step, n * p.i + i));
+        acc += e1 * (x1 * keep_factor(p, step, (n + 1u) * p.i + i));
+        acc += e2 * (x2 * keep_factor(p, step, (n + 2u) * p.i + i));
+        acc += e3 * (x3 * keep_factor(p, step, (n + 3u) * p.i + i));
     }
+    for (; n < n1; n++) { acc += gas_du4(n * p.r + r0, last) * (gas_x[n * p.i + i] * keep_factor(p, step, n * p.i + i)); }
     let base = wid.z * p.r * p.i + r0 * p.i + i;
     for (var k = 0u; k < 4u && r0 + k < p.r; k++) { gas_part[base + k * p.i] = acc[k]; }
 }
