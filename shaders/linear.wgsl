@@ -91,9 +91,9 @@ fn linear_forward_rows(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(w
     }
 }
 
-const KT: u32 = 32u;                                   // columns per staged chunk
-var<workgroup> t_x: array<array<vec4<f32>, 9>, 64>;    // [row][column quad] (+1 pad, see the header)
-var<workgroup> t_w: array<array<vec4<f32>, 9>, 64>;    // [output][column quad] (+1 pad)
+const KT: u32 = 16u;                                   // columns per staged chunk
+var<workgroup> t_x: array<array<vec4<f32>, 5>, 64>;    // [row][column quad] (+1 pad, see the header)
+var<workgroup> t_w: array<array<vec4<f32>, 5>, 128>;   // [output][column quad] (+1 pad)
 
 fn lf_x(e: u32, c0: u32, n0: u32) -> f32 {   // staging element e of x's chunk at column c0
     let r = e / KT;
@@ -107,10 +107,12 @@ fn lf_w(e: u32, c0: u32, o0: u32) -> f32 {
     if (c < p.i && o0 + r < p.oc) { return w_at((o0 + r) * p.i + c); }
     return 0.0;
 }
-fn lf_put(e: u32, xv: f32, wv: f32) {
-    let r = e / KT;
-    t_x[r][(e % KT) / 4u][e % 4u] = xv;
-    t_w[r][(e % KT) / 4u][e % 4u] = wv;
+fn lf_put_x(e: u32, v: f32) { t_x[e / KT][(e % KT) / 4u][e % 4u] = v; }
+fn lf_put_w(e: u32, v: f32) { t_w[e / KT][(e % KT) / 4u][e % 4u] = v; }
+
+// acc + (u . v0, u . v1, u . v2, u . v3)
+fn lf_dots(acc: vec4<f32>, u: vec4<f32>, v0: vec4<f32>, v1: vec4<f32>, v2: vec4<f32>, v3: vec4<f32>) -> vec4<f32> {
+    return acc + vec4<f32>(dot(u, v0), dot(u, v1), dot(u, v2), dot(u, v3));
 }
 
 @compute @workgroup_size(16, 16)
@@ -119,23 +121,26 @@ fn linear_forward(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgr
     let ty = lid3.y;
     let lid = ty * 16u + tx;
     let n0 = wid.y * 64u;
-    let o0 = wid.x * 64u;
-    var acc0 = vec4<f32>(0.0);                         // acc<a>[b]: row ty + 16a, output tx + 16b
-    var acc1 = vec4<f32>(0.0);                         // (named: see bitlinear.wgsl)
-    var acc2 = vec4<f32>(0.0);
+    let o0 = wid.x * 128u;
+    var acc0 = vec4<f32>(0.0);                         // acc<a>[b]: row ty + 16a, output tx + 16b,
+    var acc1 = vec4<f32>(0.0);                         // hcc<a>[b]: output tx + 64 + 16b
+    var acc2 = vec4<f32>(0.0);                         // (named: see bitlinear.wgsl)
     var acc3 = vec4<f32>(0.0);
-    // the next chunk's 8 x and 8 W values of this thread (elements lid + 256m), in registers
+    var hcc0 = vec4<f32>(0.0);
+    var hcc1 = vec4<f32>(0.0);
+    var hcc2 = vec4<f32>(0.0);
+    var hcc3 = vec4<f32>(0.0);
+    // the next chunk's 4 x and 8 W values of this thread (elements lid + 256m), in registers
     var x0 = lf_x(lid, 0u, n0); var x1 = lf_x(lid + 256u, 0u, n0); var x2 = lf_x(lid + 512u, 0u, n0); var x3 = lf_x(lid + 768u, 0u, n0);
-    var x4 = lf_x(lid + 1024u, 0u, n0); var x5 = lf_x(lid + 1280u, 0u, n0); var x6 = lf_x(lid + 1536u, 0u, n0); var x7 = lf_x(lid + 1792u, 0u, n0);
     var w0 = lf_w(lid, 0u, o0); var w1 = lf_w(lid + 256u, 0u, o0); var w2 = lf_w(lid + 512u, 0u, o0); var w3 = lf_w(lid + 768u, 0u, o0);
     var w4 = lf_w(lid + 1024u, 0u, o0); var w5 = lf_w(lid + 1280u, 0u, o0); var w6 = lf_w(lid + 1536u, 0u, o0); var w7 = lf_w(lid + 1792u, 0u, o0);
     for (var c0 = 0u; c0 < p.i; c0 += KT) {
-        lf_put(lid, x0, w0); lf_put(lid + 256u, x1, w1); lf_put(lid + 512u, x2, w2); lf_put(lid + 768u, x3, w3);
-        lf_put(lid + 1024u, x4, w4); lf_put(lid + 1280u, x5, w5); lf_put(lid + 1536u, x6, w6); lf_put(lid + 1792u, x7, w7);
+        lf_put_x(lid, x0); lf_put_x(lid + 256u, x1); lf_put_x(lid + 512u, x2); lf_put_x(lid + 768u, x3);
+        lf_put_w(lid, w0); lf_put_w(lid + 256u, w1); lf_put_w(lid + 512u, w2); lf_put_w(lid + 768u, w3);
+        lf_put_w(lid + 1024u, w4); lf_put_w(lid + 1280u, w5); lf_put_w(lid + 1536u, w6); lf_put_w(lid + 1792u, w7);
         workgroupBarrier();
         let c1 = c0 + KT;
         x0 = lf_x(lid, c1, n0); x1 = lf_x(lid + 256u, c1, n0); x2 = lf_x(lid + 512u, c1, n0); x3 = lf_x(lid + 768u, c1, n0);
-        x4 = lf_x(lid + 1024u, c1, n0); x5 = lf_x(lid + 1280u, c1, n0); x6 = lf_x(lid + 1536u, c1, n0); x7 = lf_x(lid + 1792u, c1, n0);
         w0 = lf_w(lid, c1, o0); w1 = lf_w(lid + 256u, c1, o0); w2 = lf_w(lid + 512u, c1, o0); w3 = lf_w(lid + 768u, c1, o0);
         w4 = lf_w(lid + 1024u, c1, o0); w5 = lf_w(lid + 1280u, c1, o0); w6 = lf_w(lid + 1536u, c1, o0); w7 = lf_w(lid + 1792u, c1, o0);
         for (var q = 0u; q < KT / 4u; q++) {
@@ -143,14 +148,22 @@ fn linear_forward(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgr
             let v1 = t_w[tx + 16u][q];
             let v2 = t_w[tx + 32u][q];
             let v3 = t_w[tx + 48u][q];
+            let v4 = t_w[tx + 64u][q];
+            let v5 = t_w[tx + 80u][q];
+            let v6 = t_w[tx + 96u][q];
+            let v7 = t_w[tx + 112u][q];
             let u0 = t_x[ty][q];
             let u1 = t_x[ty + 16u][q];
             let u2 = t_x[ty + 32u][q];
             let u3 = t_x[ty + 48u][q];
-            acc0 += vec4<f32>(dot(u0, v0), dot(u0, v1), dot(u0, v2), dot(u0, v3));
-            acc1 += vec4<f32>(dot(u1, v0), dot(u1, v1), dot(u1, v2), dot(u1, v3));
-            acc2 += vec4<f32>(dot(u2, v0), dot(u2, v1), dot(u2, v2), dot(u2, v3));
-            acc3 += vec4<f32>(dot(u3, v0), dot(u3, v1), dot(u3, v2), dot(u3, v3));
+            acc0 = lf_dots(acc0, u0, v0, v1, v2, v3);
+            acc1 = lf_dots(acc1, u1, v0, v1, v2, v3);
+            acc2 = lf_dots(acc2, u2, v0, v1, v2, v3);
+            acc3 = lf_dots(acc3, u3, v0, v1, v2, v3);
+            hcc0 = lf_dots(hcc0, u0, v4, v5, v6, v7);
+            hcc1 = lf_dots(hcc1, u1, v4, v5, v6, v7);
+            hcc2 = lf_dots(hcc2, u2, v4, v5, v6, v7);
+            hcc3 = lf_dots(hcc3, u3, v4, v5, v6, v7);
         }
         workgroupBarrier();
     }
@@ -158,6 +171,10 @@ fn linear_forward(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgr
     head_store(n0 + ty + 16u, o0 + tx, acc1);
     head_store(n0 + ty + 32u, o0 + tx, acc2);
     head_store(n0 + ty + 48u, o0 + tx, acc3);
+    head_store(n0 + ty, o0 + 64u + tx, hcc0);
+    head_store(n0 + ty + 16u, o0 + 64u + tx, hcc1);
+    head_store(n0 + ty + 32u, o0 + 64u + tx, hcc2);
+    head_store(n0 + ty + 48u, o0 + 64u + tx, hcc3);
 }
 
 fn head_store(n: u32, o: u32, acc: vec4<f32>) {    // outputs o + 16b of row n

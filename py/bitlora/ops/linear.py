@@ -76,7 +76,7 @@ def linear_forward(dev, x, chunks, y, N: int, I: int, O: int, x_row0: int = 0, x
     elif cpu:
         entry = "linear_forward_cpu"
     else:
-        entry, cols, rows = "linear_forward", 64, 64
+        entry, cols, rows = "linear_forward", 128, 64
     k = dev.prepared(SHADER, entry, _constants("bf16" if bf16 else "f32"))
     for v0, oc, w in chunks:
         need(w, -(-oc * I // 2) if bf16 else oc * I, "w", "linear_forward")
