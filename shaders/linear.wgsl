@@ -10,17 +10,19 @@
 //   x_step = T for the last token of each sequence when decoding)
 //   0 params LinearParams {N, I, Oc, ld_y, v0, x_row0, x_step} | 1 x[N, I] read |
 //   2 w[Oc, I] read | 3 y[N, ld_y] read_write
-//   dispatch: groups (ceil(Oc/64), ceil(N/64)); a 16x16 workgroup owns a 64 x 64 tile of
-//   y, thread (tx, ty) rows ty + 16a and outputs tx + 16b (a, b < 4). x and W are staged
-//   through workgroup memory 32 columns at a time and read back as vec4, so each
-//   workgroup-memory load feeds 16 multiply-adds (see bitlinear.wgsl). Staged rows are
-//   padded to 9 vec4s: unpadded, the W rows that neighbouring threads read lie 128
-//   bytes apart, all in one bank, and the head ran at 3.4 TMAC/s on an H200 (5.7
-//   padded, the same bits; 64 x 128 tiles ran 2.9, a transposed W tile as the input
-//   gradient's 5.7). The next chunk's x and W values are loaded into registers while the
-//   current chunk is multiplied (as bitlinear_backward_input; the same bits): 5.9 -> 7.6
-//   TMAC/s (57.4 -> 44.3 ms at 1024 x 2560 x 128256, bf16 W), and the input gradient's
-//   likewise 7.6 -> 9.5 (44.0 -> 35.4 ms).
+//   dispatch: groups (ceil(Oc/128), ceil(N/64)); a 16x16 workgroup owns a 64 x 128 tile
+//   of y, thread (tx, ty) rows ty + 16a (a < 4) and outputs tx + 16b (b < 8). x and W are
+//   staged through workgroup memory 16 columns at a time (15 KB) and read back as vec4,
+//   so each workgroup-memory vec4 feeds 2.7 dot products (see bitlinear.wgsl). Staged
+//   rows are padded to 5 vec4s: unpadded, the W rows that neighbouring threads read lie
+//   in one bank (with 64 x 64 tiles and 32 columns the head ran 3.4 TMAC/s on an H200
+//   unpadded, 5.7 padded, the same bits; 64 x 128 tiles without the prefetch below ran
+//   2.9, a transposed W tile as the input gradient's 5.7). The next chunk's x and W values
+//   are loaded into registers while the current chunk is multiplied (as
+//   bitlinear_backward_input; the same bits). At 1024 x 2560 x 128256, bf16 W: 64 x 64
+//   tiles 5.9 -> 7.6 TMAC/s with the prefetch (57.4 -> 44.3 ms), 64 x 128 tiles 11.1
+//   (30.4 ms); the input gradient's prefetch 7.6 -> 9.5 (44.0 -> 35.4 ms), and its
+//   64 x 128 tiles (two slices) ran slower, 50.1 ms.
 //
 // linear_forward_rows   the same for a few rows (decoding); bindings as linear_forward.
 //   dispatch: groups (ceil(Oc/64), ceil(N/8)); a workgroup (64) owns 64 outputs x 8 rows,
