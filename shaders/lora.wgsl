@@ -317,7 +317,8 @@ fn lora_grad_a_split(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(wor
 //   as lora_down_tile over o, b[o, r0 ..] as vec4s. dispatch: (ceil(N / TRD), ceil(R / TK))
 // Both keep the plain kernel's one WR-lane chain per (row, rank), so they pay only with
 // enough workgroups (ops/lora.py TILE_MIN_GROUPS; on an H200 at N = 256, 64 workgroups of
-// 4 rows ran 2x slower than lora_down's N*R; 256 at N = 1024, 1.3-3x faster).
+// 4 rows ran 2x slower than lora_down's N*R with 64 lanes, 1.2-1.3x with 256; at N = 1024
+// 256 workgroups ran 1.3-3x faster with 64 lanes, 1.4-5.5x with 256).
 // lora_up_tile     (O % 4 == 0, R % 4 == 0): bindings as lora_up_rows. Invocation: rows
 //   n0 .. n0+TR-1, columns o..o+3: b[o..o+3, :] read once for TR rows (vec4s along r),
 //   each output's sum over r in order. dispatch: ceil(ceil(N / TR) * O/4 / WT) split over x, y
