@@ -329,7 +329,10 @@ const TK: u32 = 16u;   // ranks per workgroup of lora_down_tile / lora_grad_u_ti
 const TRD: u32 = 4u;   // rows per workgroup of lora_down_tile / lora_grad_u_tile
 const TR: u32 = 4u;    // rows per invocation of lora_up_tile / lora_grad_x_tile
 const WT: u32 = 64u;   // workgroup of lora_up_tile / lora_grad_x_tile (ops/lora.py WT)
-const WRP: u32 = WR + 1u;  // a rank's row of lane sums in tile_red (padded: the tree's reads spread over banks)
+const WRP: u32 = WR;   // a rank's row of lane sums in tile_red: unpadded, so that TK * WR floats
+                       // fit WebGPU's default 16 KiB (tests/test_shader_limits.py); the tree's
+                       // stages below 32 then read rows 1 KiB apart, in one bank (at most 16
+                       // values a row: with 64 lanes a pad of one spread them)
 // The sums are named vec4 variables (row j, rank quad q: sjq), not a function-local array
 // (which NVIDIA's Vulkan compiler keeps in memory: bitlinear.wgsl). A vec4 sum adds
 // component by component: each (row, rank) pair's sum is the plain kernel's.
