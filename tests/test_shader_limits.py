@@ -1,9 +1,9 @@
-"""Every compute entry point fits WebGPU's default limits on workgroup memory and
-invocations, read from the WGSL sources (with the prelude, as gpu/device.py compiles
-them). The page runs on any adapter a browser offers, and a browser may offer only the
-defaults (16 KiB of workgroup memory, 256 invocations); wgpu-native does not check the
-workgroup memory of a pipeline, so a kernel over it would pass every native test and
-fail on such a device."""
+"""Every compute entry point fits WebGPU's default limits on workgroup memory, storage
+buffers and invocations, read from the WGSL sources (with the prelude, as gpu/device.py
+compiles them). The page runs on any adapter a browser offers, and a browser may offer
+only the defaults (16 KiB of workgroup memory, 8 storage buffers, 256 invocations);
+wgpu-native does not check a pipeline's workgroup memory, so a kernel over it would
+pass every native test and fail on such a device."""
 from __future__ import annotations
 
 import importlib.resources
@@ -15,6 +15,7 @@ from bitlora.gpu.device import read_shader
 
 MAX_WORKGROUP_BYTES = 16384      # WebGPU's default maxComputeWorkgroupStorageSize
 MAX_INVOCATIONS = 256            # ... and maxComputeInvocationsPerWorkgroup
+MAX_STORAGE_BUFFERS = 8          # ... and maxStorageBuffersPerShaderStage
 
 SCALARS = {"f32": (4, 4), "i32": (4, 4), "u32": (4, 4), "f16": (2, 2), "atomic<u32>": (4, 4),
            "atomic<i32>": (4, 4)}
@@ -92,26 +93,38 @@ def entry_points(src: str) -> dict[str, str]:
             re.findall(r"@compute\s*@workgroup_size\(([^)]*)\)\s*fn\s+(\w+)", src)}
 
 
+def reached(src: str) -> dict[str, set]:
+    """Each entry point's identifiers, through the functions it calls."""
+    fns = functions(src)
+    out = {}
+    for entry in entry_points(src):
+        seen, todo, words = set(), [entry], set()
+        while todo:
+            f = todo.pop()
+            if f in seen:
+                continue
+            seen.add(f)
+            w = set(re.findall(r"\b\w+\b", fns[f]))
+            words |= w
+            todo += [g for g in w & fns.keys() if g != f]
+        out[entry] = words
+    return out
+
+
 def workgroup_bytes(src: str) -> dict[str, int]:
     """Each entry point's workgroup memory: the variables it reaches through its calls,
     each rounded up to 16 bytes (as the WebGPU spec counts them)."""
     consts = constants(src)
     wg = {name: size_align(t, consts)[0] for name, t in
           re.findall(r"var<workgroup>\s+(\w+)\s*:\s*([^;]+);", src)}
-    fns = functions(src)
-    out = {}
-    for entry in entry_points(src):
-        seen, todo, used = set(), [entry], set()
-        while todo:
-            f = todo.pop()
-            if f in seen:
-                continue
-            seen.add(f)
-            words = set(re.findall(r"\b\w+\b", fns[f]))
-            used |= words & wg.keys()
-            todo += [w for w in words & fns.keys() if w != f]
-        out[entry] = sum(-(-wg[v] // 16) * 16 for v in used)
-    return out
+    return {entry: sum(-(-wg[v] // 16) * 16 for v in words & wg.keys()) for entry, words in reached(src).items()}
+
+
+def storage_bindings(src: str) -> dict[str, set]:
+    """Each entry point's storage buffer bindings (group, binding) that it reaches."""
+    var = {name: (g, b) for g, b, name in
+           re.findall(r"@group\((\d+)\)\s*@binding\((\d+)\)\s*var<storage[^>]*>\s+(\w+)", src)}
+    return {entry: {var[v] for v in words & var.keys()} for entry, words in reached(src).items()}
 
 
 @pytest.mark.parametrize("shader", shader_files())
@@ -121,6 +134,13 @@ def test_workgroup_memory_fits_the_default_limit(shader):
     assert sizes and len(sizes) == src.count("@compute"), f"{shader}: entry points {sorted(sizes)} not all read"
     over = {e: b for e, b in sizes.items() if b > MAX_WORKGROUP_BYTES}
     assert not over, f"{shader}: workgroup memory over {MAX_WORKGROUP_BYTES} bytes: {over}"
+
+
+@pytest.mark.parametrize("shader", shader_files())
+def test_storage_buffers_fit_the_default_limit(shader):
+    src = strip_comments(read_shader(shader))
+    over = {e: len(b) for e, b in storage_bindings(src).items() if len(b) > MAX_STORAGE_BUFFERS}
+    assert not over, f"{shader}: more than {MAX_STORAGE_BUFFERS} storage buffers: {over}"
 
 
 @pytest.mark.parametrize("shader", shader_files())
@@ -149,3 +169,12 @@ fn helper() -> f32 { return b[0][1]; }
 @compute @workgroup_size(64) fn k2() { c[1] = vec3<f32>(1.0); }
 """)
     assert workgroup_bytes(src) == {"k1": 144 + 48, "k2": 32}
+    src = strip_comments("""
+@group(0) @binding(1) var<storage, read> x: array<f32>;
+@group(0) @binding(2) var<storage, read_write> y: array<f32>;
+@group(0) @binding(2) var<storage, read_write> y4: array<vec4<f32>>;   // the same binding seen as vec4
+fn put(i: u32) { y[i] = x[i]; }
+@compute @workgroup_size(64) fn k1() { put(0u); }
+@compute @workgroup_size(64) fn k2() { y4[0] = vec4<f32>(x[0]); }
+""")
+    assert storage_bindings(src) == {"k1": {("0", "1"), ("0", "2")}, "k2": {("0", "1"), ("0", "2")}}
