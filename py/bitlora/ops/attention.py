@@ -142,11 +142,7 @@ def attention_backward(dev, dout, q, k, v, dq, dk, dv, stats, B: int, T: int, H:
                      groups=_groups(variant, B, T, Hkv), params=params)
         return
     blocks = B * -(-T // TILE_ROWS)   # 8-row blocks, never straddling sequences
-    if saved:
-        dev.dispatch(dev.prepared(SHADER, "attention_backward_dqs"), [dout, q, k, v, dq, stats, out, lse],
-                     groups=blocks * H, params=params)
-    else:
-        dev.dispatch(dev.prepared(SHADER, "attention_backward_dq"), [dout, q, k, v, dq, stats],
-                     groups=blocks * H, params=params)
+    dev.dispatch(dev.prepared(SHADER, "attention_backward_dqs" if saved else "attention_backward_dq"),
+                 [dout, q, k, v, dq, stats] + ([out, lse] if saved else []), groups=blocks * H, params=params)
     dev.dispatch(dev.prepared(SHADER, "attention_backward_dkv"), [dout, q, k, v, stats, dk, dv],
                  groups=blocks * Hkv, params=params)
