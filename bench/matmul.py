@@ -140,6 +140,7 @@ async def main(args):
             entry, rows, cols, unit = v.split(":")
             kernels.append(("bwd", entry, await dev.compile(variants, entry, label=entry), int(rows), int(cols),
                             int(unit), False))
+        first = {}   # (kind, slices, per) -> the first kernel's output: a variant's bits against it
         for kind, entry, k, tile_r, tile_c, unit, packed in kernels:
             K = words if kind == "fwd" else O
             cols = O if kind == "fwd" else I
@@ -167,6 +168,9 @@ async def main(args):
                 got = np.frombuffer(await dev.read(out), np.float32).reshape(N, cols)
                 want = want_y if kind == "fwd" else want_dx
                 err = np.abs(got - want).max() / np.abs(want).max()
+                ref = first.setdefault((kind, slices, per), (entry, got))
+                bits = "" if ref[0] == entry else \
+                    f"  bits {'=' if np.array_equal(ref[1], got) else '!='} {ref[0]}'s"
                 best = 1e9
                 for _ in range(3):
                     await dev.read(out, 0, 4)
@@ -181,7 +185,7 @@ async def main(args):
                     ref = rates["peak_i8"] if packed else rates["peak_f32"]
                     pk = f"  {100 * rate / ref:5.1f}% of {'dot4I8Packed' if packed else 'f32 fma'} peak"
                 print(f"{shape:>16} {kind} {entry:26} split {slices:2d}: {best * 1e3:8.3f} ms  "
-                      f"{rate:7.3f} TMAC/s{pk}  err {err:.1e}", flush=True)
+                      f"{rate:7.3f} TMAC/s{pk}  err {err:.1e}{bits}", flush=True)
         for b in (bw, bx, bs, bdy, bx8, y, dx):
             dev.destroy(b)
 
