@@ -12,6 +12,15 @@
 //            occupancy). Per o: 4 workgroup loads for 64 multiply-adds (kept: 3 for 32).
 //            H200, N = 1024: 0.83-2.2 ms against the kept kernel's 0.74-1.84 (before its
 //            prefetch): slower at every 2B-4T width, not kept.
+// bwd_88p    bwd_t88 with the kept kernel's prefetch and conflict-free transposed dy stores
+// bwd_84p    the same rows x one column quad (128 x 64, 32 sums). H200, N = 1024, best of
+//            1-6 slices, ms (kept kernel / 88p / 84p): 2560 -> 2560 0.675 / 0.682 / 0.913,
+//            6912 -> 2560 1.552 / 1.547 / 2.137, 2560 -> 6912 1.529 / 1.592 / 2.207, 640 ->
+//            2560 0.259 / 0.291 / 0.366: no tile shape beat the kept one. Not kept.
+// bwd_fma    the kept kernel with fma() for its multiply-adds: the same bits and within 3-5 %
+//            (0.653 against 0.684 ms at 2560 x 2560, two slices; equal elsewhere), so NVIDIA
+//            already fuses naga's multiply and add. The kept kernel is 35-42 % of the
+//            measured in-register fma peak (28.3 TMAC/s, `--peak 8192`) at every tiling tried.
 
 struct BitlinearBackwardParams { n: u32, i: u32, o: u32, scale: f32, accumulate: u32, ko: u32, split: u32 };
 @group(0) @binding(0) var<uniform> bl_p: BitlinearBackwardParams;
@@ -115,3 +124,213 @@ fn bwd_t88(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id)
     bl_store(n + 6u, c0, r6.a, wid.z); bl_store(n + 6u, c1, r6.b, wid.z);
     bl_store(n + 7u, c0, r7.a, wid.z); bl_store(n + 7u, c1, r7.b, wid.z);
 }
+
+// ---------------------------------------------------------------------------- bwd_88p, bwd_84p
+// 128-row tiles with the kept kernel's prefetch (the next 16 o's loads issued before this
+// chunk's products): dy staged transposed [o][row quad] so a thread's 8 rows of one o are
+// two vec4 loads. A thread stages dy as vec4s along o of one row (lanes: consecutive rows,
+// so the transposed scalar stores hit 32 banks). bwd_88p: 128 x 128, rows 8ty .. 8ty+7 x
+// column quads tx, tx+16 (64 sums; per o 4 workgroup loads, 6 wavefronts for 64 products).
+// bwd_84p: 128 x 64, rows 8ty .. 8ty+7 x column quad tx (32 sums; 3 loads, 4 wavefronts).
+var<workgroup> p8_dy: array<array<vec4<f32>, 32>, 16>;   // [o][row quad], 128 rows
+var<workgroup> p8_w: array<array<vec4<f32>, 32>, 16>;    // [o][column quad], up to 128 columns
+
+fn p8_dy4(n: u32, o: u32, oend: u32) -> vec4<f32> {   // dy[n, o .. o+3], 0 past the slice's or the rows' end
+    var v = vec4<f32>(0.0);
+    if (n < bl_p.n) {
+        let b = n * bl_p.o + o;
+        if (o + 3u < oend) {
+            v = vec4<f32>(bl_dy[b], bl_dy[b + 1u], bl_dy[b + 2u], bl_dy[b + 3u]);
+        } else {
+            if (o < oend) { v.x = bl_dy[b]; }
+            if (o + 1u < oend) { v.y = bl_dy[b + 1u]; }
+            if (o + 2u < oend) { v.z = bl_dy[b + 2u]; }
+        }
+    }
+    return v;
+}
+
+fn p8_w_at(o: u32, wi: u32, oend: u32) -> u32 {   // word wi of w_packed row o, zeros (code 1) past the edges
+    if (o < oend && wi < (bl_p.i + 15u) / 16u) { return bl_w[o * ((bl_p.i + 15u) / 16u) + wi]; }
+    return 0x55555555u;
+}
+
+fn p8_put_dy(r: u32, q: u32, v: vec4<f32>) {   // row r's dy of o quad q, transposed
+    p8_dy[4u * q][r / 4u][r % 4u] = v.x;
+    p8_dy[4u * q + 1u][r / 4u][r % 4u] = v.y;
+    p8_dy[4u * q + 2u][r / 4u][r % 4u] = v.z;
+    p8_dy[4u * q + 3u][r / 4u][r % 4u] = v.w;
+}
+
+@compute @workgroup_size(16, 16)
+fn bwd_88p(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
+    let tx = lid3.x;
+    let ty = lid3.y;
+    let lid = ty * 16u + tx;
+    let n0 = wid.y * 128u;
+    let wq0 = wid.x * 8u;
+    let obeg = wid.z * bl_p.ko;
+    let oend = min(bl_p.o, (wid.z + 1u) * bl_p.ko);
+    let sr = lid % 128u;          // staged dy row; o quads sq, sq + 2
+    let sq = lid / 128u;
+    let wo = lid / 32u;           // staged weights: o wo, wo + 8, column quad lid % 32
+    let wq = lid % 32u;
+    let wi = wq0 + wq / 4u;
+    var pd0 = p8_dy4(n0 + sr, obeg + 4u * sq, oend); var pd1 = p8_dy4(n0 + sr, obeg + 4u * sq + 8u, oend);
+    var pw0 = p8_w_at(obeg + wo, wi, oend); var pw1 = p8_w_at(obeg + wo + 8u, wi, oend);
+    let z = vec4<f32>(0.0);
+    var a0 = z; var b0 = z; var a1 = z; var b1 = z; var a2 = z; var b2 = z; var a3 = z; var b3 = z;
+    var a4 = z; var b4 = z; var a5 = z; var b5 = z; var a6 = z; var b6 = z; var a7 = z; var b7 = z;
+    for (var o0 = obeg; o0 < oend; o0 += 16u) {
+        p8_put_dy(sr, sq, pd0);
+        p8_put_dy(sr, sq + 2u, pd1);
+        p8_w[wo][wq] = ternary_quad(pw0, wq % 4u);
+        p8_w[wo + 8u][wq] = ternary_quad(pw1, wq % 4u);
+        workgroupBarrier();
+        let o1 = o0 + 16u;
+        pd0 = p8_dy4(n0 + sr, o1 + 4u * sq, oend); pd1 = p8_dy4(n0 + sr, o1 + 4u * sq + 8u, oend);
+        pw0 = p8_w_at(o1 + wo, wi, oend); pw1 = p8_w_at(o1 + wo + 8u, wi, oend);
+        for (var o = 0u; o < 16u; o++) {
+            let da = p8_dy[o][2u * ty];
+            let db = p8_dy[o][2u * ty + 1u];
+            let w0 = p8_w[o][tx];
+            let w1 = p8_w[o][tx + 16u];
+            a0 += da.x * w0; b0 += da.x * w1; a1 += da.y * w0; b1 += da.y * w1;
+            a2 += da.z * w0; b2 += da.z * w1; a3 += da.w * w0; b3 += da.w * w1;
+            a4 += db.x * w0; b4 += db.x * w1; a5 += db.y * w0; b5 += db.y * w1;
+            a6 += db.z * w0; b6 += db.z * w1; a7 += db.w * w0; b7 += db.w * w1;
+        }
+        workgroupBarrier();
+    }
+    let c0 = (wq0 * 4u + tx) * 4u;
+    let c1 = (wq0 * 4u + tx + 16u) * 4u;
+    let n = n0 + 8u * ty;
+    bl_store(n, c0, a0, wid.z); bl_store(n, c1, b0, wid.z);
+    bl_store(n + 1u, c0, a1, wid.z); bl_store(n + 1u, c1, b1, wid.z);
+    bl_store(n + 2u, c0, a2, wid.z); bl_store(n + 2u, c1, b2, wid.z);
+    bl_store(n + 3u, c0, a3, wid.z); bl_store(n + 3u, c1, b3, wid.z);
+    bl_store(n + 4u, c0, a4, wid.z); bl_store(n + 4u, c1, b4, wid.z);
+    bl_store(n + 5u, c0, a5, wid.z); bl_store(n + 5u, c1, b5, wid.z);
+    bl_store(n + 6u, c0, a6, wid.z); bl_store(n + 6u, c1, b6, wid.z);
+    bl_store(n + 7u, c0, a7, wid.z); bl_store(n + 7u, c1, b7, wid.z);
+}
+
+@compute @workgroup_size(16, 16)
+fn bwd_84p(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
+    let tx = lid3.x;
+    let ty = lid3.y;
+    let lid = ty * 16u + tx;
+    let n0 = wid.y * 128u;
+    let wq0 = wid.x * 4u;
+    let obeg = wid.z * bl_p.ko;
+    let oend = min(bl_p.o, (wid.z + 1u) * bl_p.ko);
+    let sr = lid % 128u;
+    let sq = lid / 128u;
+    let wo = lid / 16u;           // staged weights: o wo, column quad lid % 16
+    let wq = lid % 16u;
+    let wi = wq0 + wq / 4u;
+    var pd0 = p8_dy4(n0 + sr, obeg + 4u * sq, oend); var pd1 = p8_dy4(n0 + sr, obeg + 4u * sq + 8u, oend);
+    var pw0 = p8_w_at(obeg + wo, wi, oend);
+    let z = vec4<f32>(0.0);
+    var a0 = z; var a1 = z; var a2 = z; var a3 = z; var a4 = z; var a5 = z; var a6 = z; var a7 = z;
+    for (var o0 = obeg; o0 < oend; o0 += 16u) {
+        p8_put_dy(sr, sq, pd0);
+        p8_put_dy(sr, sq + 2u, pd1);
+        p8_w[wo][wq] = ternary_quad(pw0, wq % 4u);
+        workgroupBarrier();
+        let o1 = o0 + 16u;
+        pd0 = p8_dy4(n0 + sr, o1 + 4u * sq, oend); pd1 = p8_dy4(n0 + sr, o1 + 4u * sq + 8u, oend);
+        pw0 = p8_w_at(o1 + wo, wi, oend);
+        for (var o = 0u; o < 16u; o++) {
+            let da = p8_dy[o][2u * ty];
+            let db = p8_dy[o][2u * ty + 1u];
+            let w0 = p8_w[o][tx];
+            a0 += da.x * w0; a1 += da.y * w0; a2 += da.z * w0; a3 += da.w * w0;
+            a4 += db.x * w0; a5 += db.y * w0; a6 += db.z * w0; a7 += db.w * w0;
+        }
+        workgroupBarrier();
+    }
+    let c0 = (wq0 * 4u + tx) * 4u;
+    let n = n0 + 8u * ty;
+    bl_store(n, c0, a0, wid.z); bl_store(n + 1u, c0, a1, wid.z); bl_store(n + 2u, c0, a2, wid.z);
+    bl_store(n + 3u, c0, a3, wid.z); bl_store(n + 4u, c0, a4, wid.z); bl_store(n + 5u, c0, a5, wid.z);
+    bl_store(n + 6u, c0, a6, wid.z); bl_store(n + 6u + 1u, c0, a7, wid.z);
+}
+
+// ---------------------------------------------------------------------------- bwd_fma
+// The kept kernel with its multiply-adds written as fma(): whether NVIDIA's compiler fuses
+// `a += d * w` from naga's SPIR-V (an OpFMul and an OpFAdd) by itself. Same bits if it does.
+var<workgroup> fm_dy_sh: array<array<vec4<f32>, 4>, 64>;
+var<workgroup> fm_w_sh: array<array<vec4<f32>, 32>, 16>;
+
+fn fm_dy_at(n: u32, o: u32, oend: u32) -> f32 {
+    if (n < bl_p.n && o < oend) { return bl_dy[n * bl_p.o + o]; }
+    return 0.0;
+}
+
+@compute @workgroup_size(16, 16)
+fn bwd_fma(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
+    let tx = lid3.x;
+    let ty = lid3.y;
+    let lid = ty * 16u + tx;
+    let n0 = wid.y * 64u;
+    let wq0 = wid.x * 8u;
+    let obeg = wid.z * bl_p.ko;
+    let oend = min(bl_p.o, (wid.z + 1u) * bl_p.ko);
+    // this thread's staging slots: dy (row lid/16 + 16m, o lid%16), w (o (lid + 256m)/32, quad lid%32)
+    let sr = lid / 16u;
+    let so = lid % 16u;
+    let wo0 = lid / 32u;
+    let wq = lid % 32u;
+    let wi = wq0 + wq / 4u;
+    var p0 = fm_dy_at(n0 + sr, obeg + so, oend); var p1 = fm_dy_at(n0 + sr + 16u, obeg + so, oend);
+    var p2 = fm_dy_at(n0 + sr + 32u, obeg + so, oend); var p3 = fm_dy_at(n0 + sr + 48u, obeg + so, oend);
+    var pw0 = p8_w_at(obeg + wo0, wi, oend); var pw1 = p8_w_at(obeg + wo0 + 8u, wi, oend);
+    var a00 = vec4<f32>(0.0); var a01 = vec4<f32>(0.0);
+    var a10 = vec4<f32>(0.0); var a11 = vec4<f32>(0.0);
+    var a20 = vec4<f32>(0.0); var a21 = vec4<f32>(0.0);
+    var a30 = vec4<f32>(0.0); var a31 = vec4<f32>(0.0);
+    for (var o0 = obeg; o0 < oend; o0 += 16u) {
+        fm_dy_sh[sr][so / 4u][so % 4u] = p0;
+        fm_dy_sh[sr + 16u][so / 4u][so % 4u] = p1;
+        fm_dy_sh[sr + 32u][so / 4u][so % 4u] = p2;
+        fm_dy_sh[sr + 48u][so / 4u][so % 4u] = p3;
+        fm_w_sh[wo0][wq] = ternary_quad(pw0, wq % 4u);
+        fm_w_sh[wo0 + 8u][wq] = ternary_quad(pw1, wq % 4u);
+        workgroupBarrier();
+        let o1 = o0 + 16u;
+        p0 = fm_dy_at(n0 + sr, o1 + so, oend); p1 = fm_dy_at(n0 + sr + 16u, o1 + so, oend);
+        p2 = fm_dy_at(n0 + sr + 32u, o1 + so, oend); p3 = fm_dy_at(n0 + sr + 48u, o1 + so, oend);
+        pw0 = p8_w_at(o1 + wo0, wi, oend); pw1 = p8_w_at(o1 + wo0 + 8u, wi, oend);
+        for (var oq = 0u; oq < 4u; oq++) {
+            let d0 = fm_dy_sh[ty][oq];
+            let d1 = fm_dy_sh[ty + 16u][oq];
+            let d2 = fm_dy_sh[ty + 32u][oq];
+            let d3 = fm_dy_sh[ty + 48u][oq];
+            var w0 = fm_w_sh[oq * 4u][tx];
+            var w1 = fm_w_sh[oq * 4u][tx + 16u];
+            a00 = fma(vec4<f32>(d0.x), w0, a00); a01 = fma(vec4<f32>(d0.x), w1, a01); a10 = fma(vec4<f32>(d1.x), w0, a10); a11 = fma(vec4<f32>(d1.x), w1, a11);
+            a20 = fma(vec4<f32>(d2.x), w0, a20); a21 = fma(vec4<f32>(d2.x), w1, a21); a30 = fma(vec4<f32>(d3.x), w0, a30); a31 = fma(vec4<f32>(d3.x), w1, a31);
+            w0 = fm_w_sh[oq * 4u + 1u][tx];
+            w1 = fm_w_sh[oq * 4u + 1u][tx + 16u];
+            a00 = fma(vec4<f32>(d0.y), w0, a00); a01 = fma(vec4<f32>(d0.y), w1, a01); a10 = fma(vec4<f32>(d1.y), w0, a10); a11 = fma(vec4<f32>(d1.y), w1, a11);
+            a20 = fma(vec4<f32>(d2.y), w0, a20); a21 = fma(vec4<f32>(d2.y), w1, a21); a30 = fma(vec4<f32>(d3.y), w0, a30); a31 = fma(vec4<f32>(d3.y), w1, a31);
+            w0 = fm_w_sh[oq * 4u + 2u][tx];
+            w1 = fm_w_sh[oq * 4u + 2u][tx + 16u];
+            a00 = fma(vec4<f32>(d0.z), w0, a00); a01 = fma(vec4<f32>(d0.z), w1, a01); a10 = fma(vec4<f32>(d1.z), w0, a10); a11 = fma(vec4<f32>(d1.z), w1, a11);
+            a20 = fma(vec4<f32>(d2.z), w0, a20); a21 = fma(vec4<f32>(d2.z), w1, a21); a30 = fma(vec4<f32>(d3.z), w0, a30); a31 = fma(vec4<f32>(d3.z), w1, a31);
+            w0 = fm_w_sh[oq * 4u + 3u][tx];
+            w1 = fm_w_sh[oq * 4u + 3u][tx + 16u];
+            a00 = fma(vec4<f32>(d0.w), w0, a00); a01 = fma(vec4<f32>(d0.w), w1, a01); a10 = fma(vec4<f32>(d1.w), w0, a10); a11 = fma(vec4<f32>(d1.w), w1, a11);
+            a20 = fma(vec4<f32>(d2.w), w0, a20); a21 = fma(vec4<f32>(d2.w), w1, a21); a30 = fma(vec4<f32>(d3.w), w0, a30); a31 = fma(vec4<f32>(d3.w), w1, a31);
+        }
+        workgroupBarrier();
+    }
+    let c0 = (wq0 * 4u + tx) * 4u;
+    let c1 = (wq0 * 4u + tx + 16u) * 4u;
+    bl_store(n0 + ty, c0, a00, wid.z); bl_store(n0 + ty, c1, a01, wid.z);
+    bl_store(n0 + ty + 16u, c0, a10, wid.z); bl_store(n0 + ty + 16u, c1, a11, wid.z);
+    bl_store(n0 + ty + 32u, c0, a20, wid.z); bl_store(n0 + ty + 32u, c1, a21, wid.z);
+    bl_store(n0 + ty + 48u, c0, a30, wid.z); bl_store(n0 + ty + 48u, c1, a31, wid.z);
+}
+
