@@ -157,9 +157,6 @@ async def main(args):
                     groups = (-(-O // tile_c), -(-N // tile_r), slices)
                 else:
                     binds, out = [bdy, bw, dx, part], dx
-                    if entry == "bitlinear_backward_input":   # one part: dy bound again for the others
-                        params = bitlinear.BACKWARD.pack(N, I, O, 0.5, 0, per, int(slices > 1), O, 0, 0, 0, 1.0, 1.0, 1.0)
-                        binds += [bdy, bdy]
                     groups = (-(-words // (tile_c // 16)), -(-N // tile_r), slices)
 
                 async def record():

@@ -41,20 +41,12 @@
 //   a thread one output for 8 rows; xq is staged through workgroup memory 256 columns
 //   (16 words) at a time.
 //
-// bitlinear_backward_input   dx (= or +=) dy Wq, Wq = t[O, I] * scale, or the sum of that over up
-//   to three projections of one input (q, k, v; gate, up) in one dispatch:
-//   dx (= or +=) sum_p dy_p Wq_p, their outputs seen as one reduction over o in [0, O),
-//   O = O0 + O1 + O2 (part p: o in [b_p, b_p + O_p), b_0 = 0, b_1 = O0, b_2 = O0 + O1).
+// bitlinear_backward_input   dx (= or +=) dy Wq, Wq = t[O, I] * scale
 //   Straight-through estimator at both quantisers (HF's ActQuant / WeightQuant
 //   backward return the gradient unchanged), so dx = dy Wq = scale * dy t.
-//   dy_p[n, o - b_p] is staged times f_p, the sums times scale at the end: one projection
-//   passes f0 = 1 and its scale (so scale * sum dy t), a group f_p = its scales and scale = 1
-//   (sum (dy_p scale_p) t: one sum over the group, not one a projection added after another).
-//   0 params BitlinearBackwardParams {N, I, O, scale, accumulate, ko, split, o0, o1, wbase1,
-//   wbase2, f0, f1, f2} | 1 dy0[N, O0] read | 2 w_packed u32 read (part 0's rows
-//   [O0, ceil(I/16)] at word 0, part p's at word wbase_p) | 3 dx[N, I] read_write |
-//   4 part[slices, N, I] read_write | 5 dy1[N, O1] read | 6 dy2[N, O2] read (dy0 bound again
-//   where a part is absent: O1 = 0 and / or O2 = O - O0 - O1 = 0)
+//   0 params BitlinearBackwardParams {N, I, O, scale, accumulate, ko, split} |
+//   1 dy[N, O] read | 2 w_packed[O, ceil(I/16)] u32 read | 3 dx[N, I] read_write |
+//   4 part[slices, N, I] read_write
 //   Split-K: workgroup z sums o in [z*ko, (z+1)*ko) only (ko a multiple of 16); with
 //   split = 1 it writes its raw sums to part[z, N, I] and splitk_reduce scales and adds
 //   them (part is bound, unused, when split = 0).
@@ -253,15 +245,12 @@ fn bl_forward_store(n: u32, o: u32, acc: vec4<f32>, z: u32) {
 }
 
 // ---------------------------------------------------------------------------- backward
-struct BitlinearBackwardParams { n: u32, i: u32, o: u32, scale: f32, accumulate: u32, ko: u32, split: u32,
-                                  o0: u32, o1: u32, wbase1: u32, wbase2: u32, f0: f32, f1: f32, f2: f32 };
+struct BitlinearBackwardParams { n: u32, i: u32, o: u32, scale: f32, accumulate: u32, ko: u32, split: u32 };
 @group(0) @binding(0) var<uniform> bl_p: BitlinearBackwardParams;
 @group(0) @binding(1) var<storage, read> bl_dy: array<f32>;
 @group(0) @binding(2) var<storage, read> bl_w: array<u32>;
 @group(0) @binding(3) var<storage, read_write> bl_dx: array<f32>;
 @group(0) @binding(4) var<storage, read_write> bl_part: array<f32>;   // split: [z, N, I] raw sums
-@group(0) @binding(5) var<storage, read> bl_dy1: array<f32>;
-@group(0) @binding(6) var<storage, read> bl_dy2: array<f32>;
 var<workgroup> bl_dy_sh: array<array<vec4<f32>, 4>, 64>;  // [row][o quad], 16 o
 var<workgroup> bl_w_sh: array<array<vec4<f32>, 32>, 16>;   // [o][column quad], 128 columns, decoded
 
@@ -331,23 +320,14 @@ fn bitlinear_backward_input(@builtin(local_invocation_id) lid3: vec3<u32>, @buil
     bl_store(n0 + ty + 48u, c0, a30, wid.z); bl_store(n0 + ty + 48u, c1, a31, wid.z);
 }
 
-fn bl_dy_at(n: u32, o: u32, oend: u32) -> f32 {   // f_p dy_p[n, o - b_p], 0 past the edges of the tile's slice
-    if (n >= bl_p.n || o >= oend) { return 0.0; }
-    let b1 = bl_p.o0;
-    let b2 = b1 + bl_p.o1;
-    if (o < b1) { return bl_dy[n * b1 + o] * bl_p.f0; }
-    if (o < b2) { return bl_dy1[n * bl_p.o1 + (o - b1)] * bl_p.f1; }
-    return bl_dy2[n * (bl_p.o - b2) + (o - b2)] * bl_p.f2;
+fn bl_dy_at(n: u32, o: u32, oend: u32) -> f32 {   // dy[n, o], 0 past the edges of the tile's slice
+    if (n < bl_p.n && o < oend) { return bl_dy[n * bl_p.o + o]; }
+    return 0.0;
 }
 
-fn bl_w_at(o: u32, wi: u32, oend: u32) -> u32 {   // word wi of output o's row, zeros (code 1) past the edges
-    let words = (bl_p.i + 15u) / 16u;
-    if (o >= oend || wi >= words) { return 0x55555555u; }
-    let b1 = bl_p.o0;
-    let b2 = b1 + bl_p.o1;
-    var row = o * words;
-    if (o >= b2) { row = bl_p.wbase2 + (o - b2) * words; } else if (o >= b1) { row = bl_p.wbase1 + (o - b1) * words; }
-    return bl_w[row + wi];
+fn bl_w_at(o: u32, wi: u32, oend: u32) -> u32 {   // word wi of w_packed row o, zeros (code 1) past the edges
+    if (o < oend && wi < (bl_p.i + 15u) / 16u) { return bl_w[o * ((bl_p.i + 15u) / 16u) + wi]; }
+    return 0x55555555u;
 }
 
 fn bl_store(n: u32, i0: u32, acc: vec4<f32>, z: u32) {

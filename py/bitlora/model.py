@@ -56,7 +56,7 @@ from .formats import open_checkpoint, peft, source_name
 from .ops import bitlinear, linear, matvec
 from .ops import lora as lora_ops
 from .ops.attention import attention_backward, attention_forward, kv_advance
-from .ops.bitlinear import bitlinear_backward_input_parts, bitlinear_forward_parts
+from .ops.bitlinear import bitlinear_backward_input, bitlinear_forward_parts
 from .ops.cross_entropy import cross_entropy_forward_backward, cross_entropy_sum
 from .ops.embedding import embedding_forward
 from .ops.linear import linear_backward_input, linear_forward
@@ -862,19 +862,16 @@ class Model:
                 self._layer_forward(li, acts, lora, None, acts.B, acts.T, 0, out=top.x_out)   # masks
             self._layer_backward(li, acts, lora, accumulate)
 
-    def _proj_back(self, li, mods, dys, x, dx, accumulate, acts, lora, grads_accumulate=True):
-        """dx (= or +=) the input gradient of the projections `mods` of one input x from
-        their output gradients `dys` (q, k, v or gate, up: one dispatch, bitlinear_backward_input_parts),
-        plus each adapted one's LoRA branch (whose A, B gradients go into the arena, += or =
-        by grads_accumulate); dx None: the LoRA gradients only."""
-        projs, N = [self.layers[li].proj[m] for m in mods], acts.B * acts.T
+    def _proj_back(self, li, mod, dy, x, dx, accumulate, acts, lora, grads_accumulate=True):
+        """dx (= or +=) the input gradient of projection `mod` from dy, plus its LoRA
+        branch's (whose A, B gradients go into the arena, += or = by grads_accumulate); dx
+        None: the LoRA gradients only."""
+        p, N = self.layers[li].proj[mod], acts.B * acts.T
         if dx is not None:
-            wp, parts = self._parts(projs, dys)
-            bitlinear_backward_input_parts(self.dev, wp, parts, dx, N, projs[0].I, accumulate)
-        for mod, dy in zip(mods, dys):
-            if lora is not None and lora.adapts(mod):
-                lora.apply_backward(li, mod, dy, x, acts.lora_u(li, mod), dx, acts.grad.du_lora, N,
-                                    acts.io(acts.micro)[2], grads_accumulate)
+            bitlinear_backward_input(self.dev, dy, p.buf, p.scale, dx, N, p.I, p.O, accumulate)
+        if lora is not None and lora.adapts(mod):
+            lora.apply_backward(li, mod, dy, x, acts.lora_u(li, mod), dx, acts.grad.du_lora, N,
+                                acts.io(acts.micro)[2], grads_accumulate)
 
     def _layer_backward(self, li, acts, lora, grads_accumulate=True):
         """The backward of one layer; g.dh holds the gradient of its output on entry and of
@@ -882,16 +879,17 @@ class Model:
         dev, C, F, H, Hkv, D = self.dev, self.C, self.F, self.H, self.Hkv, self.D
         B, T, N = acts.B, acts.T, acts.B * acts.T
         W, a, g = self.layers[li].norms, acts.layer(li), acts.grad
-        back = lambda mods, dys, x, dx, acc: self._proj_back(li, mods, dys, x, dx, acc, acts, lora,  # noqa: E731
-                                                             grads_accumulate)
+        back = lambda mod, dy, x, dx, acc: self._proj_back(li, mod, dy, x, dx, acc, acts, lora,  # noqa: E731
+                                                           grads_accumulate)
         # FFN: x_out = x_mid + down(ffn_sub_norm(act(gate(n2)) * up(n2)))
-        back(("down_proj",), (g.dh,), a.fn, g.d_fn, False)
+        back("down_proj", g.dh, a.fn, g.d_fn, False)
         rmsnorm_backward(dev, g.d_fn, a.hf, W["mlp.ffn_sub_norm"], a.rstd_f, g.d_hf, N, F)
         gating_backward(dev, self.act, g.d_hf, a.g, a.u, g.dg, g.du, N * F)
-        back(("gate_proj", "up_proj"), (g.dg, g.du), a.n2, g.dn, False)
+        back("gate_proj", g.dg, a.n2, g.dn, False)
+        back("up_proj", g.du, a.n2, g.dn, True)
         rmsnorm_backward(dev, g.dn, a.x_mid, W["post_attention_layernorm"], a.rstd2, g.dh, N, C, accumulate=True)
         # attention: x_mid = x + o(attn_sub_norm(attention(rope(q(n1)), rope(k(n1)), v(n1))))
-        back(("o_proj",), (g.dh,), a.an, g.d_an, False)
+        back("o_proj", g.dh, a.an, g.d_an, False)
         rmsnorm_backward(dev, g.d_an, a.att, W["self_attn.attn_sub_norm"], a.rstd_a, g.d_att, N, C)
         attention_backward(dev, g.d_att, a.q, a.k, a.v, g.dq, g.dk, g.dv, g.stats, B, T, H, Hkv, D,
                            out=a.att, lse=a.lse)
@@ -900,7 +898,9 @@ class Model:
         # the first layer's input is the frozen embedding's output: nothing needs its
         # gradient (nor does torch's autograd compute it), so q, k, v give LoRA gradients only
         dn = g.dn if li > 0 else None
-        back(("q_proj", "k_proj", "v_proj"), (g.dq, g.dk, g.dv), a.n1, dn, False)
+        back("q_proj", g.dq, a.n1, dn, False)
+        back("k_proj", g.dk, a.n1, dn, True)
+        back("v_proj", g.dv, a.n1, dn, True)
         if li > 0:
             rmsnorm_backward(dev, g.dn, a.x, W["input_layernorm"], a.rstd1, g.dh, N, C, accumulate=True)
 

@@ -93,18 +93,6 @@ async def case_bitlinear_backward_input(dev, dy, packed, scale, dx0, N, I, O, ac
     return out
 
 
-async def case_bitlinear_backward_input_parts(dev, dys, packed, offsets, Os, scales, dx0, N, I, accumulate,
-                                              split=None, kind="gpu"):
-    """dx from bitlinear_backward_input_parts: the parts' packed rows in one buffer at word
-    `offsets` (packed holds them, gaps included), dy_p = dys[p]."""
-    await _prepare(dev)
-    bw, bdx = _u32(dev, packed, "w_group"), _f32(dev, dx0, "dx")
-    parts = [(off, O, sc, _f32(dev, dy, f"dy{j}")) for j, (off, O, sc, dy) in enumerate(zip(offsets, Os, scales, dys))]
-    with dev.kind_as(kind):
-        bitlinear.bitlinear_backward_input_parts(dev, bw, parts, bdx, N, I, accumulate, split=split)
-    return await _get(dev, bdx, N * I)
-
-
 async def case_linear_backward_input(dev, dy, w, dx0, N, I, O, scale, accumulate, split=None, kind="gpu"):
     await _prepare(dev)
     bdx = _f32(dev, dx0, "dx")

@@ -25,8 +25,7 @@ I8_KC = 8  # packed words per staged chunk of bitlinear_forward_i8 (its split-K 
 # Up to this many rows (a short prompt) bitlinear_forward_i8 takes tiles of 32 rows, not 64
 # (its override I8_ROWS): a 64-row tile would multiply as many zero rows as real ones.
 I8_SHORT = 32
-BACKWARD = Uniform("BitlinearBackwardParams", "n:u32 i:u32 o:u32 scale:f32 accumulate:u32 ko:u32 split:u32 "
-                                            "o0:u32 o1:u32 wbase1:u32 wbase2:u32 f0:f32 f1:f32 f2:f32")
+BACKWARD = Uniform("BitlinearBackwardParams", "n:u32 i:u32 o:u32 scale:f32 accumulate:u32 ko:u32 split:u32")
 
 # Up to this many rows (decoding one token per sequence) the 8-row kernel wastes less
 # than the 64 x 64 tiles; both give the same bits (integer sums are exact in f32).
@@ -300,50 +299,10 @@ def bitlinear_backward_input(dev, dy, w_packed, scale: float, dx, N: int, I: int
     if dev.kind == "cpu":   # dy binds as s too (unused: no division)
         cpu_matmul(dev, dy, dy, w_packed, scale, dx, N, O, I, accumulate, divide=False)
         return
-    _backward_gpu(dev, w_packed, [(0, O, 1.0, dy)], scale, dx, N, I, accumulate, split)
-
-
-def bitlinear_backward_input_parts(dev, w, parts, dx, N: int, I: int, accumulate: bool = False,
-                                   split: int | None = None) -> None:
-    """dx[N, I] (= or +=) the input gradients of up to MAX_PARTS projections of one input:
-    parts = [(word offset of w_p in w, O_p, scale_p, dy_p[N, O_p]), ...] (the first at word
-    0; bitlinear_forward_parts' layout, dy_p for y_p). On a GPU one dispatch (and one reduce
-    of its slices) sums them all as one reduction over the parts' outputs side by side, each
-    dy_p scaled by scale_p as it is staged: sum_p (dy_p scale_p) t_p, rounded differently from
-    adding one projection's scale_p (dy_p t_p) after another, which is what a CPU device
-    does (bitlinear_backward_input per part). One part is bitlinear_backward_input itself."""
-    if not 1 <= len(parts) <= MAX_PARTS:
-        raise ValueError(f"bitlinear_backward_input_parts: 1 to {MAX_PARTS} parts, got {len(parts)}")
-    if parts[0][0] != 0:
-        raise ValueError("bitlinear_backward_input_parts: the first part must start at word 0 of w")
-    words = -(-I // 16)
-    if len(parts) == 1:   # the scale after the sums: bitlinear_backward_input's bits
-        _, O, scale, dy = parts[0]
-        bitlinear_backward_input(dev, dy, w, scale, dx, N, I, O, accumulate, split)
-        return
-    if dev.kind == "cpu":
-        for j, (off, O, scale, dy) in enumerate(parts):
-            bitlinear_backward_input(dev, dy, w.view(4 * off, 4 * O * words), scale, dx, N, I, O,
-                                     accumulate or j > 0)
-        return
-    for j, (off, O, _, dy) in enumerate(parts):
-        need(w, off + O * words, f"w (part {j})", "bitlinear_backward_input_parts")
-        need(dy, N * O, f"dy{j}", "bitlinear_backward_input_parts")
-    need(dx, N * I, "dx", "bitlinear_backward_input_parts")
-    _backward_gpu(dev, w, parts, 1.0, dx, N, I, accumulate, split)
-
-
-def _backward_gpu(dev, w, parts, scale: float, dx, N: int, I: int, accumulate: bool, split: int | None) -> None:
-    """bitlinear_backward_input's GPU kernel over `parts` (as bitlinear_backward_input_parts':
-    dy_p staged times scale_p, the sums times `scale`), then its reduce if split."""
-    full = list(parts) + [(0, 0, 1.0, parts[0][3])] * (MAX_PARTS - len(parts))   # absent: O_p = 0, dy0 bound
-    (_, o0, f0, dy0), (b1, o1, f1, dy1), (b2, o2, f2, dy2) = full
-    O = o0 + o1 + o2
-    words = -(-I // 16)
     slices, ko = backward_input_plan(N, I, O, split)
     part = splitk.scratch(dev, splitk.floats(slices, N, I))
-    dev.dispatch(dev.prepared(SHADER, "bitlinear_backward_input"), [dy0, w, dx, part, dy1, dy2],
+    dev.dispatch(dev.prepared(SHADER, "bitlinear_backward_input"), [dy, w_packed, dx, part],
                  groups=(-(-words // 8), -(-N // 64), slices),
-                 params=BACKWARD.pack(N, I, O, scale, int(accumulate), ko, int(slices > 1), o0, o1, b1, b2, f0, f1, f2))
+                 params=BACKWARD.pack(N, I, O, scale, int(accumulate), ko, int(slices > 1)))
     if slices > 1:
         splitk.reduce(dev, part, None, dx, N * I, slices, I, scale, accumulate)
