@@ -83,10 +83,40 @@ def _profile_name(kernel, params) -> str:
     return kernel.name
 
 
+PROFILE_METHODS = {True: "timestamps after each dispatch of the step replayed, median of 5",
+                   False: "each dispatch repeated in one submit, less an empty submit's time"}
+
+
+async def _one_at_a_time(dev, dispatch, calls: list, reps: int) -> list:
+    """Seconds per call: each dispatch repeated `reps` times in one submit and waited for
+    (recording them not timed), less the time of an empty submit, per call. Launch and
+    wait costs stay in: a small kernel's figure is mostly them."""
+    idle = await _idle_s(dev, 1)
+    out = []
+    for call in calls:
+        for _ in range(reps):
+            dispatch(*call)
+        t = time.perf_counter()
+        await dev.sync()
+        out.append(max(time.perf_counter() - t - idle, 0.0) / reps)
+    return out
+
+
+async def _stamped(dev, dispatch, calls: list, reps: int) -> list:
+    """Seconds per call in place: the calls recorded as one program, replayed `reps` times
+    with a GPU timestamp after every dispatch (gpu/native.py replay_timed); each call's
+    median over the replays."""
+    prog = dev.record(lambda: [dispatch(*call) for call in calls])
+    runs = [dev.backend.replay_timed(prog.prepared) for _ in range(reps)]
+    await dev.sync()
+    return [sorted(r)[len(r) // 2] for r in zip(*runs)]
+
+
 async def _profile(dev, record_step, reps: int = 5) -> tuple:
-    """GPU time per kernel over one step: each dispatch repeated `reps` times in one
-    submit and waited for (recording them not timed), less the time of an empty
-    submit, per call. Returns
+    """GPU time per kernel over one step: where the backend can stamp times between
+    dispatches (natively, with timestamp-query-inside-passes), each dispatch's time in
+    place in the whole step replayed (`_stamped`); else each dispatch timed alone
+    (`_one_at_a_time`). Returns
     ([name, ms per step, calls] by kernel, [name, groups, ms per step, calls] by kernel
     and grid: the shapes that cost most)."""
     times, counts = collections.Counter(), collections.Counter()
@@ -105,15 +135,11 @@ async def _profile(dev, record_step, reps: int = 5) -> tuple:
     dev.submit()
     await res[1].get()
     await dev.sync()
-    t = time.perf_counter()
-    await dev.sync()
-    idle = time.perf_counter() - t
-    for kernel, bindings, groups, params in pending:   # the same dispatches again, one at a time
-        for _ in range(reps):
-            plain(kernel, bindings, groups, params)
-        t = time.perf_counter()   # recorded: time the submit and the wait only
-        await dev.sync()
-        sec = max(time.perf_counter() - t - idle, 0.0) / reps
+    if getattr(dev.backend, "can_time", False):
+        secs = await _stamped(dev, plain, pending, reps)
+    else:
+        secs = await _one_at_a_time(dev, plain, pending, reps)
+    for (kernel, bindings, groups, params), sec in zip(pending, secs):
         name = _profile_name(kernel, params)
         times[name] += sec
         counts[name] += 1
@@ -216,6 +242,7 @@ async def case_bench_steps(dev, config: dict, B: int, T: int, steps: int, r: int
                 "gpu_bytes_peak": dev.peak_allocated - base})
     if profile:   # dispatch by dispatch: recorded anew (a replay has no dispatch() calls to time)
         out["profile"], out["profile_by_grid"] = await _profile(dev, lambda: step(steps + 2, None))
+        out["profile_method"] = PROFILE_METHODS[getattr(dev.backend, "can_time", False)]
     return out
 
 

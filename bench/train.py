@@ -217,7 +217,7 @@ def bench_train(shape: str = "2b4t", micro_batch: int = 1, seq: int = 256, steps
         res[f"ratio_vs_torch_{dtype}"] = res["tokens_per_s"] / res[f"torch_tokens_per_s_{dtype}"]
         print(line + f"; bitlora / torch tokens/s = {res[f'ratio_vs_torch_{dtype}']:.3f}")
     if "profile" in res:
-        print(f"  per kernel over one step (each dispatch repeated in one submit, less an empty submit's time; "
+        print(f"  per kernel over one step ({res.get('profile_method', '')}; "
               f"sum {sum(r[1] for r in res['profile']):.1f} ms):")
     for name, ms, n in res.get("profile", [])[:25]:
         print(f"    {ms:9.2f} ms  {n:4d} x  {name}")

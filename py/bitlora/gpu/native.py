@@ -80,6 +80,10 @@ def _replay_pass(cpass, run) -> None:
         dispatch(cpass, x, y, z)
 
 
+TIMESTAMP_FEATURES = ("timestamp-query", "timestamp-query-inside-passes")
+QUERIES_PER_SET = 4096   # wgpu's most queries in one query set
+
+
 class NativeBackend:
     name = "native"
     # Put before every shader module (gpu/device.py read_shader). Empty: naga needs no
@@ -90,7 +94,9 @@ class NativeBackend:
         adapter = _pick_adapter()
         alimits = adapter.limits
         wanted = {_hyphen(k): alimits[_hyphen(k)] for k in RAISED_LIMITS if _hyphen(k) in alimits}
-        feats = [f for f in required_features if f in adapter.features]
+        # timestamps between dispatches (replay_timed: the benchmarks' per-kernel profile)
+        # where the adapter has them; requesting them changes nothing else
+        feats = [f for f in (*required_features, *TIMESTAMP_FEATURES) if f in adapter.features]
         self._error = None
         try:
             self.device = adapter.request_device_sync(required_limits=wanted, required_features=feats)
@@ -223,6 +229,50 @@ class NativeBackend:
                 encoder.copy_buffer_to_buffer(*item)
             else:
                 encoder.clear_buffer(*item)
+
+    @property
+    def can_time(self) -> bool:
+        return _lib is not None and all(f in self.features for f in TIMESTAMP_FEATURES)
+
+    def replay_timed(self, prepared) -> list:
+        """Submit a recorded program alone with a GPU timestamp at the start of each of its
+        passes and after each dispatch, wait for it, and return the seconds between each
+        dispatch's stamp and the one before it (the dispatch in place: the barrier before
+        it and its drain included), in order. Needs `can_time`."""
+        runs = [item for what, item in prepared[0] if what == "pass"]
+        total = sum(len(run) + 1 for run in runs)
+        sets = [self.device.create_query_set(type="timestamp", count=min(QUERIES_PER_SET, total - i))
+                for i in range(0, total, QUERIES_PER_SET)]
+        stamp, null = _lib.wgpuComputePassEncoderWriteTimestamp, _ffi.NULL
+        set_pipeline, set_bind_group = _lib.wgpuComputePassEncoderSetPipeline, _lib.wgpuComputePassEncoderSetBindGroup
+        dispatch = _lib.wgpuComputePassEncoderDispatchWorkgroups
+        encoder, q, after = self.device.create_command_encoder(), 0, []   # after: each dispatch's stamp
+        for what, item in prepared[0]:
+            if what != "pass":
+                (encoder.copy_buffer_to_buffer if what == "copy" else encoder.clear_buffer)(*item)
+                continue
+            cpass = encoder.begin_compute_pass()
+            handle = cpass._internal
+            stamp(handle, sets[q // QUERIES_PER_SET]._internal, q % QUERIES_PER_SET)
+            q += 1
+            for pipeline, bind_group, x, y, z in item:
+                set_pipeline(handle, pipeline)
+                set_bind_group(handle, 0, bind_group, 0, null)
+                dispatch(handle, x, y, z)
+                stamp(handle, sets[q // QUERIES_PER_SET]._internal, q % QUERIES_PER_SET)
+                after.append(q)
+                q += 1
+            cpass.end()
+        out = self.device.create_buffer(size=8 * total, usage=wgpu.BufferUsage.QUERY_RESOLVE | COPY_SRC)
+        for k, qs in enumerate(sets):
+            encoder.resolve_query_set(qs, 0, qs.count, out, 8 * QUERIES_PER_SET * k)
+        self.submit(encoder)
+        ticks = memoryview(self.queue.read_buffer(out)).cast("Q")
+        period = _lib.wgpuQueueGetTimestampPeriod(self.queue._internal) * 1e-9   # seconds a tick
+        out.destroy()
+        for qs in sets:
+            qs.destroy()
+        return [max(int(ticks[a]) - int(ticks[a - 1]), 0) * period for a in after]
 
     def copy(self, encoder, src, src_off, dst, dst_off, size):
         encoder.copy_buffer_to_buffer(src, src_off, dst, dst_off, size)
