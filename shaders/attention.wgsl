@@ -767,6 +767,140 @@ fn attention_forward_tiled(@builtin(local_invocation_index) lid: u32, @builtin(w
     if (s == 0u) { lse[(b * p.t + i) * p.h + h] = m + log(l); }
 }
 
+// attention_forward_q32: attention_forward_tiled's bindings, outputs and math where
+// D % 4 == 0 and D <= 128 (ops/attention.py picks it), in blocks of FQ = 32 query rows:
+// one workgroup (256) per (sequence, block, head), longest first, B*ceil(T/32)*H
+// workgroups split over x, y; each key tile of FK = 32 keys is staged once per 32 rows
+// (the 8-row tiles stage it once per 8). Thread (g, c) = (lid / 32, lid % 32) owns rows
+// 4g .. 4g+3 of the block: their scores against key c of the tile (q . k over staged
+// chunks of 8 vec4s), then their output dims 4c .. 4c+3 (sum over the tile's keys of
+// P v, v staged 16 keys at a time). A row's max and sum live in registers: the 32 lanes
+// that own it read its scores and probabilities back from workgroup memory alike.
+const FQ: u32 = 32u;          // query rows per block
+const FK: u32 = 32u;          // keys per tile
+const FV: u32 = 16u;          // keys per staged v sub-tile
+@group(0) @binding(1) var<storage, read> ff_q4: array<vec4<f32>>;
+@group(0) @binding(2) var<storage, read> ff_k4: array<vec4<f32>>;
+@group(0) @binding(3) var<storage, read> ff_v4: array<vec4<f32>>;
+@group(0) @binding(4) var<storage, read_write> ff_out4: array<vec4<f32>>;
+// [0, 256): a q chunk [FQ rows, 8 vec4s]; [256, 544): a k chunk [FK keys, 9 vec4s (a pad
+// against bank conflicts)]; in the P v phase [0, 512): v rows [FV keys, 32 vec4s]
+var<workgroup> ff_sh: array<vec4<f32>, 544>;
+var<workgroup> ff_p: array<vec4<f32>, 256>;   // [FQ rows, FK / 4]: scores, then probabilities
+
+struct FfChunk { q: vec4<f32>, k: vec4<f32> };
+
+// Thread lid's share of chunk v0 (vec4s v0 .. v0+7 of a row): q row lid / 8 and key
+// row lid / 8 of the tile, vec4 v0 + lid % 8 (zero past the row's D4, nq rows, nk keys)
+fn ff_fetch(qo4: u32, qs4: u32, nq: u32, ko4: u32, ks4: u32, nk: u32, v0: u32, D4: u32, lid: u32) -> FfChunk {
+    let r = lid / 8u;
+    let v = v0 + lid % 8u;
+    var ch = FfChunk(vec4<f32>(0.0), vec4<f32>(0.0));
+    if (v < D4) {
+        if (r < nq) { ch.q = ff_q4[qo4 + r * qs4 + v]; }
+        if (r < nk) { ch.k = ff_k4[ko4 + r * ks4 + v]; }
+    }
+    return ch;
+}
+
+@compute @workgroup_size(256)
+fn attention_forward_q32(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>,
+                         @builtin(num_workgroups) nw: vec3<u32>) {
+    let p = af_p;
+    let D4 = p.d / 4u;
+    let nqb = (p.t + FQ - 1u) / FQ;
+    let kidx = wid.x + wid.y * nw.x;      // = (b * nqb + block) * H + h
+    if (kidx >= p.b * nqb * p.h) { return; }
+    let h = kidx % p.h;
+    let bq = kidx / p.h;
+    let b = bq / nqb;
+    let i0 = (nqb - 1u - bq % nqb) * FQ;  // longest blocks first
+    let nq = min(FQ, p.t - i0);
+    let HD4 = p.h * D4;
+    let W4 = p.hkv * D4;
+    let qo4 = (b * p.t + i0) * HD4 + h * D4;
+    let kvo4 = b * p.s * W4 + (h / (p.h / p.hkv)) * D4;   // key 0 of this sequence and kv head
+    let g = lid / 32u;
+    let c = lid % 32u;
+    let r0 = 4u * g;                      // the thread's first row in the block
+    let pos0 = p.pos0 + kv_pos[0];        // the first query row's position
+    let pos = pos0 + i0 + r0;             // ... and the thread's first row's
+    let nkeys = pos0 + i0 + nq;           // keys up to the block's last row's position
+    var m = vec4<f32>(NEG_BIG);           // rows r0 .. r0+3: running max, sum, output dims 4c ..
+    var l = vec4<f32>(0.0);
+    var a0 = vec4<f32>(0.0); var a1 = vec4<f32>(0.0); var a2 = vec4<f32>(0.0); var a3 = vec4<f32>(0.0);
+    for (var j0 = 0u; j0 < nkeys; j0 += FK) {
+        let nk = min(FK, nkeys - j0);
+        let ko4 = kvo4 + j0 * W4;
+        var sc = vec4<f32>(0.0);          // scores of rows r0 .. r0+3 against key j0 + c
+        var ch = ff_fetch(qo4, HD4, nq, ko4, W4, nk, 0u, D4, lid);
+        for (var v0 = 0u; v0 < D4; v0 += 8u) {
+            workgroupBarrier();           // the previous chunk (or tile's v rows) has been read
+            ff_sh[lid] = ch.q;
+            ff_sh[256u + (lid / 8u) * 9u + lid % 8u] = ch.k;
+            workgroupBarrier();
+            if (v0 + 8u < D4) { ch = ff_fetch(qo4, HD4, nq, ko4, W4, nk, v0 + 8u, D4, lid); }
+            for (var v = 0u; v < 8u; v++) {
+                let k = ff_sh[256u + c * 9u + v];
+                sc += vec4<f32>(dot(ff_sh[r0 * 8u + v], k), dot(ff_sh[(r0 + 1u) * 8u + v], k),
+                                dot(ff_sh[(r0 + 2u) * 8u + v], k), dot(ff_sh[(r0 + 3u) * 8u + v], k));
+            }
+        }
+        let ok = vec4<u32>(j0 + c) <= vec4<u32>(pos) + vec4<u32>(0u, 1u, 2u, 3u);   // causal
+        sc = select(vec4<f32>(NEG_BIG), p.scale * sc, ok);
+        for (var i = 0u; i < 4u; i++) { ff_p[(r0 + i) * 8u + c / 4u][c % 4u] = sc[i]; }
+        workgroupBarrier();
+        var mx = m;
+        for (var e = 0u; e < 8u; e++) {
+            mx = max(mx, vec4<f32>(ff_max4(ff_p[r0 * 8u + e]), ff_max4(ff_p[(r0 + 1u) * 8u + e]),
+                                   ff_max4(ff_p[(r0 + 2u) * 8u + e]), ff_max4(ff_p[(r0 + 3u) * 8u + e])));
+        }
+        let pr = select(vec4<f32>(0.0), exp(sc - mx), ok);
+        let corr = exp(m - mx);
+        m = mx;
+        a0 *= corr.x; a1 *= corr.y; a2 *= corr.z; a3 *= corr.w;
+        l *= corr;
+        workgroupBarrier();               // every row's scores have been read
+        for (var i = 0u; i < 4u; i++) { ff_p[(r0 + i) * 8u + c / 4u][c % 4u] = pr[i]; }
+        for (var u0 = 0u; u0 < nk; u0 += FV) {
+            if (u0 > 0u) { workgroupBarrier(); }   // the previous v rows have been read
+            for (var e = lid; e < FV * 32u; e += 256u) {   // v rows j0+u0 .. +15, vec4 e % 32
+                let j = e / 32u;
+                let v = e % 32u;
+                var x = vec4<f32>(0.0);
+                if (u0 + j < nk && v < D4) { x = ff_v4[ko4 + (u0 + j) * W4 + v]; }
+                ff_sh[e] = x;
+            }
+            workgroupBarrier();
+            for (var e = 0u; e < FV / 4u; e++) {   // keys u0 + 4e .. +3
+                let kq = (u0 / 4u) + e;
+                let p0 = ff_p[r0 * 8u + kq]; let p1 = ff_p[(r0 + 1u) * 8u + kq];
+                let p2 = ff_p[(r0 + 2u) * 8u + kq]; let p3 = ff_p[(r0 + 3u) * 8u + kq];
+                l += vec4<f32>(p0.x + p0.y + p0.z + p0.w, p1.x + p1.y + p1.z + p1.w,
+                               p2.x + p2.y + p2.z + p2.w, p3.x + p3.y + p3.z + p3.w);
+                for (var k = 0u; k < 4u; k++) {
+                    let x = ff_sh[(4u * e + k) * 32u + c];
+                    a0 += p0[k] * x; a1 += p1[k] * x; a2 += p2[k] * x; a3 += p3[k] * x;
+                }
+            }
+        }
+    }
+    if (c < D4) {
+        let o = qo4 + r0 * HD4 + c;
+        if (r0 < nq) { ff_out4[o] = a0 / l.x; }
+        if (r0 + 1u < nq) { ff_out4[o + HD4] = a1 / l.y; }
+        if (r0 + 2u < nq) { ff_out4[o + 2u * HD4] = a2 / l.z; }
+        if (r0 + 3u < nq) { ff_out4[o + 3u * HD4] = a3 / l.w; }
+    }
+    if (c == 0u) {
+        let lo = (b * p.t + i0 + r0) * p.h + h;
+        let lv = m + log(l);
+        for (var i = 0u; i < 4u; i++) { if (r0 + i < nq) { lse[lo + i * p.h] = lv[i]; } }
+    }
+}
+
+fn ff_max4(x: vec4<f32>) -> f32 { return max(max(x.x, x.y), max(x.z, x.w)); }
+
 // ---------------------------------------------------------------------------- CPU variants
 // For WebGPU on CPUs (Device.kind "cpu"), which run a workgroup as a loop on one thread,
 // SIMD across invocations: one invocation per output row and head, no barriers, no

@@ -136,7 +136,8 @@ def test_linear_forward(run_case, N, I, O, chunk, row0, step, kind, w_dtype):
                                                 (2, 9, 3, 1, 4, 0, 9), (2, 11, 6, 2, 12, 0, 11),
                                                 (2, 1, 4, 2, 32, 37, 50), (1, 5, 2, 1, 16, 9, 20),
                                                 (2, 3, 4, 2, 128, 4, 8), (1, 10, 3, 3, 8, 6, 16),
-                                                (1, 41, 2, 1, 200, 30, 75), (2, 1, 4, 2, 256, 90, 100)])
+                                                (1, 41, 2, 1, 200, 30, 75), (2, 1, 4, 2, 256, 90, 100),
+                                                (2, 41, 4, 1, 64, 30, 75)])
 def test_attention_forward(run_case, B, T, H, Hkv, D, pos0, S, kind):
     """GPU kernels: T = 1 one workgroup per query row (every head dim a thread may own,
     lid + 64e, e < 4; keys in chunks of 64); T > 1 blocks of 8 query rows (T not a

@@ -31,13 +31,15 @@ def kernel_specs(table_dtype: str = "f32", training: bool = False, kind: str | N
             return [(SHADER, e) for e in always + ["attention_forward_d32"] +
                     (["attention_backward_dkv_d32"] + saved if training else [])]
         return [(SHADER, e) for e in always + [e + "_rows" for e in entries]]
-    tiled = ["attention_forward_tiled"] if kind in (None, "gpu") else []
+    tiled = ["attention_forward_tiled", "attention_forward_q32"] if kind in (None, "gpu") else []
     cpu = [e + v for v in ("_rows", "_d32") for e in entries] + saved if kind in (None, "cpu") else []
     return [(SHADER, e) for e in entries + gpu_saved + always + tiled + cpu]
 
 
 ROWS_WG = 16   # invocations per workgroup of the CPU variants (AR in the shader)
 TILE_ROWS = 8  # query rows per workgroup of attention_forward_tiled and the backward (AO in the shader)
+Q32_ROWS = 32  # query rows per workgroup of attention_forward_q32 (FQ in the shader)
+Q32_MAX_D = 128   # ... which takes D % 4 == 0 up to this
 D32_ROWS = 4   # rows per invocation of the *_d32 variants (AB in the shader)
 
 
@@ -90,8 +92,10 @@ def attention_forward(dev, q, k_cache, v_cache, out, lse, B: int, T: int, H: int
     params = FORWARD.pack(B, T, H, Hkv, D, S, pos0, D ** -0.5 if scale is None else scale)
     pos = kv_pos if kv_pos is not None else zero_pos(dev)
     if not variant and dev.kind != "cpu" and T > 1:   # whole sequences, prompts: blocks of query rows
-        dev.dispatch(dev.prepared(SHADER, "attention_forward_tiled"), [q, k_cache, v_cache, out, lse, pos],
-                     groups=B * -(-T // TILE_ROWS) * H, params=params)
+        rows, entry = ((Q32_ROWS, "attention_forward_q32") if D % 4 == 0 and D <= Q32_MAX_D
+                       else (TILE_ROWS, "attention_forward_tiled"))
+        dev.dispatch(dev.prepared(SHADER, entry), [q, k_cache, v_cache, out, lse, pos],
+                     groups=B * -(-T // rows) * H, params=params)
         return
     binds = [q, k_cache, v_cache, out, lse, pos]
     if not variant:   # the GPU kernel reads a key row as 16-byte words where D % 4 == 0
