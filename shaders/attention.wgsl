@@ -901,6 +901,242 @@ fn attention_forward_q32(@builtin(local_invocation_index) lid: u32, @builtin(wor
 
 fn ff_max4(x: vec4<f32>) -> f32 { return max(max(x.x, x.y), max(x.z, x.w)); }
 
+// ---------------------------------------------------------------------------- backward, 32 x 32 tiles
+// attention_backward_dqs_q32, attention_backward_dkv_q32: the backward where D % 4 == 0
+// and D <= 128 (ops/attention.py picks them), in tiles of 32 owned rows x 32 streamed
+// rows (the 8-row kernels' tiles above stage each streamed row once per 8 owned rows).
+// Thread (g, c) = (lid / 32, lid % 32) owns rows 4g .. 4g+3 of the tile: their two dot
+// products with streamed row c over staged chunks of 4 vec4s (fb_scores), then their dims
+// 4c .. 4c+3 of the sums over the streamed rows, those rows staged 16 at a time (fb_stage).
+//   attention_backward_dqs_q32: attention_backward_dqs's bindings and outputs, with dq
+//     and out seen as vec4s; one workgroup per (sequence, block of 32 query rows, h),
+//     longest first: B*ceil(T/32)*H workgroups split over x, y.
+//   attention_backward_dkv_q32: one workgroup per (sequence, block of 32 keys, query
+//     head h), the first blocks (most queries) first: B*ceil(T/32)*H workgroups split
+//     over x, y. Bindings as attention_backward_dkv's, but 6, 7 take head h's share of
+//     dk, dv (dk scaled) at slice h % (H/Hkv) of [H/Hkv, N, Hkv*D]: where H > Hkv the
+//     slices are scratch that ops/attention.py adds into dk, dv (splitk_reduce); where
+//     H = Hkv, dk and dv themselves.
+@group(0) @binding(1) var<storage, read> fb_do4: array<vec4<f32>>;
+@group(0) @binding(2) var<storage, read> fb_q4: array<vec4<f32>>;
+@group(0) @binding(3) var<storage, read> fb_k4: array<vec4<f32>>;
+@group(0) @binding(4) var<storage, read> fb_v4: array<vec4<f32>>;
+@group(0) @binding(5) var<storage, read_write> fb_dq4: array<vec4<f32>>;   // dqs_q32
+@group(0) @binding(7) var<storage, read> fb_out4: array<vec4<f32>>;        // dqs_q32
+@group(0) @binding(6) var<storage, read_write> fb_dk4: array<vec4<f32>>;   // dkv_q32
+@group(0) @binding(7) var<storage, read_write> fb_dv4: array<vec4<f32>>;   // dkv_q32
+// Chunk phase: [0, 128) owned rows' chunk of the first array [32 rows, 4 vec4s]; [128, 256)
+// of the second; [256, 416) streamed rows' chunk of the first [32 rows, 5 vec4s: a pad
+// against bank conflicts]; [416, 576) of the second. Sum phase: [0, 512) 16 streamed rows
+// [16, 32 vec4s].
+var<workgroup> fb_sh: array<vec4<f32>, 576>;
+var<workgroup> fb_p: array<vec4<f32>, 256>;   // [32 owned rows, 8]: P or dS against the streamed rows
+
+fn fb_load(which: u32, e: u32) -> vec4<f32> {   // vec4 e of q (0), dout (1), k (2) or v (3)
+    switch which {
+        case 0u: { return fb_q4[e]; }
+        case 1u: { return fb_do4[e]; }
+        case 2u: { return fb_k4[e]; }
+        default: { return fb_v4[e]; }
+    }
+}
+
+struct FbChunk { a: vec4<f32>, b: vec4<f32> };
+struct FbRows { o: u32, os: u32, no: u32, s: u32, ss: u32, ns: u32, kv: u32 };   // owned / streamed rows:
+// first vec4, row stride (vec4s), valid rows; kv = 1: k, v owned and q, dout streamed (dkv), else the other way
+
+// Thread lid's share of chunk v0 (vec4s v0 .. v0+3 of a row) of both arrays: owned row
+// lid / 4 (lid < 128) or streamed row (lid - 128) / 4, vec4 v0 + lid % 4 (0 past D4 or the rows)
+fn fb_fetch(t: FbRows, v0: u32, D4: u32, lid: u32) -> FbChunk {
+    let owned = lid < 128u;
+    let r = (lid % 128u) / 4u;
+    let v = v0 + lid % 4u;
+    var ch = FbChunk(vec4<f32>(0.0), vec4<f32>(0.0));
+    let n = select(t.ns, t.no, owned);
+    if (v < D4 && r < n) {
+        let e = select(t.s + r * t.ss, t.o + r * t.os, owned) + v;
+        let kv = (t.kv == 1u) == owned;   // this row is a k, v row
+        ch.a = fb_load(select(0u, 2u, kv), e);
+        ch.b = fb_load(select(1u, 3u, kv), e);
+    }
+    return ch;
+}
+
+// (a . a, b . b) of owned rows r0 .. r0+3 with streamed row c: (q . k, dout . v) in dq,
+// (k . q, v . dout) in dkv. Call in uniform control flow; it leaves the chunk phase's
+// arrays being read (barrier before writing fb_sh).
+fn fb_scores(t: FbRows, D4: u32, lid: u32) -> array<vec4<f32>, 2> {
+    let r0 = 4u * (lid / 32u);
+    let c = lid % 32u;
+    var x = vec4<f32>(0.0);
+    var y = vec4<f32>(0.0);
+    var ch = fb_fetch(t, 0u, D4, lid);
+    for (var v0 = 0u; v0 < D4; v0 += 4u) {
+        workgroupBarrier();   // the previous chunk (or sum phase) has been read
+        if (lid < 128u) { fb_sh[lid] = ch.a; fb_sh[128u + lid] = ch.b; }
+        else { let e = ((lid - 128u) / 4u) * 5u + lid % 4u; fb_sh[256u + e] = ch.a; fb_sh[416u + e] = ch.b; }
+        workgroupBarrier();
+        if (v0 + 4u < D4) { ch = fb_fetch(t, v0 + 4u, D4, lid); }
+        for (var v = 0u; v < 4u; v++) {
+            let sa = fb_sh[256u + c * 5u + v];
+            let sb = fb_sh[416u + c * 5u + v];
+            x += vec4<f32>(dot(fb_sh[r0 * 4u + v], sa), dot(fb_sh[(r0 + 1u) * 4u + v], sa),
+                           dot(fb_sh[(r0 + 2u) * 4u + v], sa), dot(fb_sh[(r0 + 3u) * 4u + v], sa));
+            y += vec4<f32>(dot(fb_sh[128u + r0 * 4u + v], sb), dot(fb_sh[128u + (r0 + 1u) * 4u + v], sb),
+                           dot(fb_sh[128u + (r0 + 2u) * 4u + v], sb), dot(fb_sh[128u + (r0 + 3u) * 4u + v], sb));
+        }
+    }
+    return array<vec4<f32>, 2>(x, y);
+}
+
+fn fb_put_p(r0: u32, c: u32, x: vec4<f32>) {   // fb_p[r0 + i, c] = x[i]
+    for (var i = 0u; i < 4u; i++) { fb_p[(r0 + i) * 8u + c / 4u][c % 4u] = x[i]; }
+}
+
+// Streamed rows u0 .. u0+15 (of n) of array `which` (first vec4 base, row stride st) into
+// the sum phase's fb_sh, 0 past n or D4. Call in uniform control flow: it barriers first.
+fn fb_stage(which: u32, base: u32, st: u32, n: u32, u0: u32, D4: u32, lid: u32) {
+    workgroupBarrier();   // the chunk phase's or the previous rows' readers are done
+    for (var e = lid; e < 512u; e += 256u) {
+        let j = e / 32u;
+        let v = e % 32u;
+        var x = vec4<f32>(0.0);
+        if (u0 + j < n && v < D4) { x = fb_load(which, base + (u0 + j) * st + v); }
+        fb_sh[e] = x;
+    }
+    workgroupBarrier();
+}
+
+// acc[i] += sum over staged rows u0 .. u0+15 of fb_p[r0 + i, u0 + j] * row j's vec4 c
+fn fb_accum(acc: array<vec4<f32>, 4>, r0: u32, c: u32, u0: u32) -> array<vec4<f32>, 4> {
+    var a0 = acc[0]; var a1 = acc[1]; var a2 = acc[2]; var a3 = acc[3];
+    for (var e = 0u; e < 4u; e++) {
+        let kq = u0 / 4u + e;
+        let p0 = fb_p[r0 * 8u + kq]; let p1 = fb_p[(r0 + 1u) * 8u + kq];
+        let p2 = fb_p[(r0 + 2u) * 8u + kq]; let p3 = fb_p[(r0 + 3u) * 8u + kq];
+        for (var k = 0u; k < 4u; k++) {
+            let x = fb_sh[(4u * e + k) * 32u + c];
+            a0 += p0[k] * x; a1 += p1[k] * x; a2 += p2[k] * x; a3 += p3[k] * x;
+        }
+    }
+    return array<vec4<f32>, 4>(a0, a1, a2, a3);
+}
+
+@compute @workgroup_size(256)
+fn attention_backward_dqs_q32(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>,
+                              @builtin(num_workgroups) nw: vec3<u32>) {
+    let p = ab_p;
+    let D4 = p.d / 4u;
+    let nqb = (p.t + FQ - 1u) / FQ;
+    let kidx = wid.x + wid.y * nw.x;      // = (b * nqb + block) * H + h
+    if (kidx >= p.b * nqb * p.h) { return; }
+    let h = kidx % p.h;
+    let bq = kidx / p.h;
+    let first = (bq / nqb) * p.t;         // the sequence's row 0
+    let i0 = (nqb - 1u - bq % nqb) * FQ;  // longest blocks first
+    let nq = min(FQ, p.t - i0);
+    let HD4 = p.h * D4;
+    let KD4 = p.hkv * D4;
+    let qo4 = (first + i0) * HD4 + h * D4;
+    let kvo4 = first * KD4 + (h / (p.h / p.hkv)) * D4;
+    let r0 = 4u * (lid / 32u);
+    let c = lid % 32u;
+    // lse and Dsum = dout . out of rows r0 .. r0+3, Dsum from the 32 lanes' parts through fb_p
+    var part = vec4<f32>(0.0);
+    var lse = vec4<f32>(0.0);
+    for (var i = 0u; i < 4u; i++) {
+        if (r0 + i < nq) {
+            if (c < D4) { let e = qo4 + (r0 + i) * HD4 + c; part[i] = dot(fb_do4[e], fb_out4[e]); }
+            lse[i] = aq_lse[(first + i0 + r0 + i) * p.h + h];
+        }
+    }
+    fb_put_p(r0, c, part);
+    workgroupBarrier();
+    var dsum = vec4<f32>(0.0);
+    for (var e = 0u; e < 8u; e++) {
+        dsum += vec4<f32>(dot(fb_p[r0 * 8u + e], vec4<f32>(1.0)), dot(fb_p[(r0 + 1u) * 8u + e], vec4<f32>(1.0)),
+                          dot(fb_p[(r0 + 2u) * 8u + e], vec4<f32>(1.0)), dot(fb_p[(r0 + 3u) * 8u + e], vec4<f32>(1.0)));
+    }
+    var acc = array<vec4<f32>, 4>(vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0));
+    let nkeys = i0 + nq;                  // keys up to the block's last row
+    for (var j0 = 0u; j0 < nkeys; j0 += FK) {
+        let nk = min(FK, nkeys - j0);
+        let ko4 = kvo4 + j0 * KD4;
+        let sd = fb_scores(FbRows(qo4, HD4, nq, ko4, KD4, nk, 0u), D4, lid);   // (q . k, dout . v)
+        let ok = vec4<u32>(j0 + c) <= vec4<u32>(i0 + r0) + vec4<u32>(0u, 1u, 2u, 3u);   // causal
+        let pr = select(vec4<f32>(0.0), exp(p.scale * sd[0] - lse), ok);
+        fb_put_p(r0, c, pr * (sd[1] - dsum));   // dS (fb_p's readers passed fb_scores' barriers)
+        for (var u0 = 0u; u0 < nk; u0 += FV) {
+            fb_stage(2u, ko4, KD4, nk, u0, D4, lid);   // k rows
+            acc = fb_accum(acc, r0, c, u0);
+        }
+    }
+    for (var i = 0u; i < 4u; i++) {
+        if (r0 + i < nq) {
+            if (c < D4) { fb_dq4[qo4 + (r0 + i) * HD4 + c] = p.scale * acc[i]; }
+            if (c == 0u) {
+                let st = 2u * ((first + i0 + r0 + i) * p.h + h);
+                aq_stats[st] = lse[i];
+                aq_stats[st + 1u] = dsum[i];
+            }
+        }
+    }
+}
+
+@compute @workgroup_size(256)
+fn attention_backward_dkv_q32(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>,
+                              @builtin(num_workgroups) nw: vec3<u32>) {
+    let p = ab_p;
+    let D4 = p.d / 4u;
+    let nkb = (p.t + FQ - 1u) / FQ;
+    let kidx = wid.x + wid.y * nw.x;      // = (b * nkb + block) * H + h
+    if (kidx >= p.b * nkb * p.h) { return; }
+    let h = kidx % p.h;
+    let bk = kidx / p.h;
+    let rep = p.h / p.hkv;
+    let first = (bk / nkb) * p.t;
+    let j0 = (bk % nkb) * FQ;             // first blocks have the most queries: they go first
+    let nk = min(FQ, p.t - j0);
+    let HD4 = p.h * D4;
+    let KD4 = p.hkv * D4;
+    let ko4 = (first + j0) * KD4 + (h / rep) * D4;
+    let r0 = 4u * (lid / 32u);            // keys j0 + r0 .. +3
+    let c = lid % 32u;                    // query i0 + c of a tile; dims 4c .. when summing
+    let zero4 = array<vec4<f32>, 4>(vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0));
+    var dk = zero4;
+    var dv = zero4;
+    for (var i0 = j0; i0 < p.t; i0 += FQ) {   // query blocks from the diagonal on
+        let nq = min(FQ, p.t - i0);
+        let qo4 = (first + i0) * HD4 + h * D4;
+        let sd = fb_scores(FbRows(ko4, KD4, nk, qo4, HD4, nq, 1u), D4, lid);   // (k . q, v . dout)
+        let i = i0 + c;
+        var st = vec2<f32>(0.0);
+        if (i < p.t) { let e = 2u * ((first + i) * p.h + h); st = vec2<f32>(ak_stats[e], ak_stats[e + 1u]); }
+        let ok = (vec4<u32>(j0 + r0) + vec4<u32>(0u, 1u, 2u, 3u) <= vec4<u32>(i)) & vec4<bool>(i < p.t);
+        let pr = select(vec4<f32>(0.0), exp(p.scale * sd[0] - st.x), ok);
+        fb_put_p(r0, c, pr);   // dv += P dout
+        for (var u0 = 0u; u0 < nq; u0 += FV) {
+            fb_stage(1u, qo4, HD4, nq, u0, D4, lid);
+            dv = fb_accum(dv, r0, c, u0);
+        }
+        workgroupBarrier();   // P has been read
+        fb_put_p(r0, c, pr * (sd[1] - st.y));   // dk += dS q
+        for (var u0 = 0u; u0 < nq; u0 += FV) {
+            fb_stage(0u, qo4, HD4, nq, u0, D4, lid);
+            dk = fb_accum(dk, r0, c, u0);
+        }
+    }
+    if (c < D4) {
+        let o = (h % rep) * p.b * p.t * KD4 + ko4 + c;   // head h's slice
+        for (var i = 0u; i < 4u; i++) {
+            if (r0 + i < nk) {
+                fb_dk4[o + (r0 + i) * KD4] = p.scale * dk[i];
+                fb_dv4[o + (r0 + i) * KD4] = dv[i];
+            }
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------- CPU variants
 // For WebGPU on CPUs (Device.kind "cpu"), which run a workgroup as a loop on one thread,
 // SIMD across invocations: one invocation per output row and head, no barriers, no

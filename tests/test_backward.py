@@ -439,7 +439,7 @@ def test_rope_forward(run_case, B, T, H, D, pos0, kind):
 @pytest.mark.parametrize("B,T,H,Hkv,D", [(1, 1, 1, 1, 4), (2, 5, 4, 4, 8), (1, 70, 4, 2, 6), (2, 3, 4, 1, 130),
                                          (1, 4, 2, 1, 200), (3, 33, 6, 3, 3), (2, 20, 2, 2, 256),
                                          (4, 37, 4, 2, 32), (1, 9, 2, 1, 128), (3, 1, 3, 1, 4),
-                                         (2, 9, 6, 2, 12), (1, 16, 4, 1, 28)])
+                                         (2, 9, 6, 2, 12), (1, 16, 4, 1, 28), (2, 70, 4, 1, 64)])
 def test_attention_backward(run_case, B, T, H, Hkv, D, kind):
     """kind "cpu": the CPU kernels where D % 4 == 0 (D <= 32: blocks of 4 rows, T not a
     multiple of 4, D/4 odd; N*H, N*Hkv not multiples of the 16-invocation workgroups),

@@ -55,6 +55,7 @@ from .bitnet import FULL, MODULES, NORMS
 from .formats import open_checkpoint, peft, source_name
 from .ops import bitlinear, linear, matvec
 from .ops import lora as lora_ops
+from .ops import attention as attention_ops
 from .ops.attention import attention_backward, attention_forward, kv_advance
 from .ops.bitlinear import bitlinear_backward_input, bitlinear_forward_parts
 from .ops.cross_entropy import cross_entropy_forward_backward, cross_entropy_sum
@@ -574,7 +575,8 @@ class Model:
         return max([bitlinear.scratch_floats(N, I, O, kind) for I, O in sizes]
                    + [bitlinear.forward_scratch_floats(N, I, O, kind) for I, O in groups]
                    + [linear.scratch_floats(N, self.C, rows, kind) for _, rows, _ in self.head]
-                   + ([lora_ops.scratch_floats(N, sizes, R)] if R and kind != "cpu" else []))
+                   + ([lora_ops.scratch_floats(N, sizes, R)] if R and kind != "cpu" else [])
+                   + [attention_ops.scratch_floats(N, self.H, self.Hkv, self.D, kind)])
 
     # -- caches and scratch ----------------------------------------------------------
     def kv_cache(self, B: int, S: int) -> KVCache:

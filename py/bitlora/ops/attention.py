@@ -8,6 +8,7 @@ attention_forward_tiled, where T > 1; one workgroup per query row when decoding)
 Browser-safe: standard library + bitlora only."""
 from __future__ import annotations
 
+from . import splitk
 from ._check import need
 from ._uniform import Uniform
 
@@ -23,7 +24,8 @@ def kernel_specs(table_dtype: str = "f32", training: bool = False, kind: str | N
     """The GPU kernels (the CPU's fallback where D % 4 != 0; the tiled forward unless kind is
     "cpu") and the CPU variants; with `shapes`, the one CPU variant its D picks."""
     entries = ["attention_forward"] + (["attention_backward_dq", "attention_backward_dkv"] if training else [])
-    gpu_saved = ["attention_backward_dqs"] if training else []   # the GPU dq with out and lse (no CPU variant)
+    # the GPU dq with out and lse (no CPU variant), and the 32 x 32 tiles of the backward
+    gpu_saved = ["attention_backward_dqs", "attention_backward_dqs_q32", "attention_backward_dkv_q32"] if training else []
     always = ["kv_store", "kv_advance"]
     saved = ["attention_backward_dq_d32s"] if training else []   # the model's: with out and lse
     if shapes is not None and shapes["D"] % 4 == 0:
@@ -49,6 +51,17 @@ def _variant(dev, D: int) -> str:
     if dev.kind != "cpu" or D % 4:
         return ""
     return "_d32" if D <= 32 else "_rows"
+
+
+def _q32(D: int) -> bool:
+    """Whether the GPU kernels in blocks of 32 rows (*_q32) take head dim D."""
+    return D % 4 == 0 and D <= Q32_MAX_D
+
+
+def scratch_floats(N: int, H: int, Hkv: int, D: int, kind: str = "gpu") -> int:
+    """The split-K scratch (floats) attention_backward needs: the query heads' shares of
+    dk, dv where several share a KV head (attention_backward_dkv_q32)."""
+    return 2 * H * N * D + 64 if kind != "cpu" and _q32(D) and H > Hkv else 1
 
 
 def _groups(variant: str, B: int, T: int, heads: int):
@@ -92,8 +105,7 @@ def attention_forward(dev, q, k_cache, v_cache, out, lse, B: int, T: int, H: int
     params = FORWARD.pack(B, T, H, Hkv, D, S, pos0, D ** -0.5 if scale is None else scale)
     pos = kv_pos if kv_pos is not None else zero_pos(dev)
     if not variant and dev.kind != "cpu" and T > 1:   # whole sequences, prompts: blocks of query rows
-        rows, entry = ((Q32_ROWS, "attention_forward_q32") if D % 4 == 0 and D <= Q32_MAX_D
-                       else (TILE_ROWS, "attention_forward_tiled"))
+        rows, entry = (Q32_ROWS, "attention_forward_q32") if _q32(D) else (TILE_ROWS, "attention_forward_tiled")
         dev.dispatch(dev.prepared(SHADER, entry), [q, k_cache, v_cache, out, lse, pos],
                      groups=B * -(-T // rows) * H, params=params)
         return
@@ -146,7 +158,28 @@ def attention_backward(dev, dout, q, k, v, dq, dk, dv, stats, B: int, T: int, H:
                      groups=_groups(variant, B, T, Hkv), params=params)
         return
     blocks = B * -(-T // TILE_ROWS)   # 8-row blocks, never straddling sequences
-    dev.dispatch(dev.prepared(SHADER, "attention_backward_dqs" if saved else "attention_backward_dq"),
-                 [dout, q, k, v, dq, stats] + ([out, lse] if saved else []), groups=blocks * H, params=params)
-    dev.dispatch(dev.prepared(SHADER, "attention_backward_dkv"), [dout, q, k, v, stats, dk, dv],
-                 groups=blocks * Hkv, params=params)
+    q32 = _q32(D)
+    if q32 and saved:
+        dev.dispatch(dev.prepared(SHADER, "attention_backward_dqs_q32"), [dout, q, k, v, dq, stats, out, lse],
+                     groups=B * -(-T // Q32_ROWS) * H, params=params)
+    else:
+        dev.dispatch(dev.prepared(SHADER, "attention_backward_dqs" if saved else "attention_backward_dq"),
+                     [dout, q, k, v, dq, stats] + ([out, lse] if saved else []), groups=blocks * H, params=params)
+    if not q32:
+        dev.dispatch(dev.prepared(SHADER, "attention_backward_dkv"), [dout, q, k, v, stats, dk, dv],
+                     groups=blocks * Hkv, params=params)
+        return
+    # one workgroup per query head and 32 keys; where heads share a KV head, their shares
+    # of dk, dv go to scratch slices [H/Hkv, N, Hkv*D] and are added up after
+    rep, n = H // Hkv, N * Hkv * D
+    parts = (dk, dv)
+    if rep > 1:
+        size = 4 * rep * n
+        off = -(-size // 256) * 256   # a storage binding's offset: a multiple of 256 suits every device
+        buf = splitk.scratch(dev, (off + size) // 4)
+        parts = (buf.view(0, size), buf.view(off, size))
+    dev.dispatch(dev.prepared(SHADER, "attention_backward_dkv_q32"), [dout, q, k, v, stats, *parts],
+                 groups=B * -(-T // Q32_ROWS) * H, params=params)
+    if rep > 1:
+        for part, y in zip(parts, (dk, dv)):
+            splitk.reduce(dev, part, None, y, n, rep, 1, 1.0, False)
