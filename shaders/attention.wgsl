@@ -370,16 +370,24 @@ fn at_fetch(kvs: bool, owned: bool, qo: u32, qs: u32, nq: u32, ko: u32, ks: u32,
     return AtChunk(vec4<f32>(a.x, b.x, c.x, e.x), vec4<f32>(a.y, b.y, c.y, e.y), own.x, own.y);
 }
 
-// The block of workgroup wid: (h, i0 = its first query row, first = the row of its
-// sequence's position 0, nq = its rows); x = the heads' count of blocks when out of range
+// The block of `rows` rows (of T a sequence, nb sequences) and the head (of `heads`) that
+// workgroup wid takes, wid.x + wid.y * nw.x = (b * blocks + block) * heads + head:
+// (head, b, its first row in the sequence, its rows); head = heads when out of range.
+// last_first: the sequence's last block first (a causal query block's work grows with it).
+fn row_block(wid: vec3<u32>, nw: vec3<u32>, nb: u32, T: u32, heads: u32, rows: u32, last_first: bool) -> vec4<u32> {
+    let blocks = (T + rows - 1u) / rows;
+    let k = wid.x + wid.y * nw.x;
+    if (k >= nb * blocks * heads) { return vec4<u32>(heads, 0u, 0u, 0u); }
+    let bq = k / heads;
+    let i0 = select(bq % blocks, blocks - 1u - bq % blocks, last_first) * rows;
+    return vec4<u32>(k % heads, bq / blocks, i0, min(rows, T - i0));
+}
+
+// The dq kernels' block of workgroup wid: (h, i0 = its first query row, first = the row of
+// its sequence's position 0, nq = its rows); x = H when out of range
 fn aq_block(wid: vec3<u32>, nw: vec3<u32>) -> vec4<u32> {
-    let p = ab_p;
-    let nqb = (p.t + AO - 1u) / AO;
-    let kidx = wid.x + wid.y * nw.x;      // = (b * nqb + block) * H + h
-    if (kidx >= p.b * nqb * p.h) { return vec4<u32>(p.h, 0u, 0u, 0u); }
-    let bq = kidx / p.h;
-    let i0 = (nqb - 1u - bq % nqb) * AO;  // longest rows first
-    return vec4<u32>(kidx % p.h, i0, (bq / nqb) * p.t, min(AO, p.t - i0));
+    let blk = row_block(wid, nw, ab_p.b, ab_p.t, ab_p.h, AO, true);
+    return vec4<u32>(blk.x, blk.z, blk.y * ab_p.t, blk.w);
 }
 
 @compute @workgroup_size(AO * AS)
@@ -568,14 +576,12 @@ fn attention_backward_dkv(@builtin(local_invocation_index) lid: u32, @builtin(wo
                           @builtin(num_workgroups) nw: vec3<u32>) {
     let p = ab_p;
     let D = p.d;
-    let nkb = (p.t + AO - 1u) / AO;
-    let kidx = wid.x + wid.y * nw.x;      // = (b * nkb + block) * Hkv + g
-    if (kidx >= p.b * nkb * p.hkv) { return; }
-    let g = kidx % p.hkv;
-    let bk = kidx / p.hkv;
-    let j0 = (bk % nkb) * AO;             // first blocks have the most queries: they go first
-    let first = (bk / nkb) * p.t;
-    let nk = min(AO, p.t - j0);
+    let blk = row_block(wid, nw, p.b, p.t, p.hkv, AO, false);   // first blocks have the most queries
+    if (blk.x >= p.hkv) { return; }
+    let g = blk.x;
+    let first = blk.y * p.t;
+    let j0 = blk.z;
+    let nk = blk.w;
     let rep = p.h / p.hkv;
     let HD = p.h * D;
     let KD = p.hkv * D;
@@ -700,14 +706,12 @@ fn attention_forward_tiled(@builtin(local_invocation_index) lid: u32, @builtin(w
                            @builtin(num_workgroups) nw: vec3<u32>) {
     let p = af_p;
     let D = p.d;
-    let nqb = (p.t + AO - 1u) / AO;
-    let kidx = wid.x + wid.y * nw.x;      // = (b * nqb + block) * H + h
-    if (kidx >= p.b * nqb * p.h) { return; }
-    let h = kidx % p.h;
-    let bq = kidx / p.h;
-    let b = bq / nqb;
-    let i0 = (nqb - 1u - bq % nqb) * AO;  // longest rows first
-    let nq = min(AO, p.t - i0);
+    let blk = row_block(wid, nw, p.b, p.t, p.h, AO, true);
+    if (blk.x >= p.h) { return; }
+    let h = blk.x;
+    let b = blk.y;
+    let i0 = blk.z;
+    let nq = blk.w;
     let HD = p.h * D;
     let W = p.hkv * D;
     let qo = (b * p.t + i0) * HD + h * D;
@@ -808,14 +812,12 @@ fn attention_forward_q32(@builtin(local_invocation_index) lid: u32, @builtin(wor
                          @builtin(num_workgroups) nw: vec3<u32>) {
     let p = af_p;
     let D4 = p.d / 4u;
-    let nqb = (p.t + FQ - 1u) / FQ;
-    let kidx = wid.x + wid.y * nw.x;      // = (b * nqb + block) * H + h
-    if (kidx >= p.b * nqb * p.h) { return; }
-    let h = kidx % p.h;
-    let bq = kidx / p.h;
-    let b = bq / nqb;
-    let i0 = (nqb - 1u - bq % nqb) * FQ;  // longest blocks first
-    let nq = min(FQ, p.t - i0);
+    let blk = row_block(wid, nw, p.b, p.t, p.h, FQ, true);
+    if (blk.x >= p.h) { return; }
+    let h = blk.x;
+    let b = blk.y;
+    let i0 = blk.z;
+    let nq = blk.w;
     let HD4 = p.h * D4;
     let W4 = p.hkv * D4;
     let qo4 = (b * p.t + i0) * HD4 + h * D4;
@@ -1027,14 +1029,12 @@ fn attention_backward_dqs_q32(@builtin(local_invocation_index) lid: u32, @builti
                               @builtin(num_workgroups) nw: vec3<u32>) {
     let p = ab_p;
     let D4 = p.d / 4u;
-    let nqb = (p.t + FQ - 1u) / FQ;
-    let kidx = wid.x + wid.y * nw.x;      // = (b * nqb + block) * H + h
-    if (kidx >= p.b * nqb * p.h) { return; }
-    let h = kidx % p.h;
-    let bq = kidx / p.h;
-    let first = (bq / nqb) * p.t;         // the sequence's row 0
-    let i0 = (nqb - 1u - bq % nqb) * FQ;  // longest blocks first
-    let nq = min(FQ, p.t - i0);
+    let blk = row_block(wid, nw, p.b, p.t, p.h, FQ, true);
+    if (blk.x >= p.h) { return; }
+    let h = blk.x;
+    let first = blk.y * p.t;              // the sequence's row 0
+    let i0 = blk.z;
+    let nq = blk.w;
     let HD4 = p.h * D4;
     let KD4 = p.hkv * D4;
     let qo4 = (first + i0) * HD4 + h * D4;
@@ -1088,15 +1088,13 @@ fn attention_backward_dkv_q32(@builtin(local_invocation_index) lid: u32, @builti
                               @builtin(num_workgroups) nw: vec3<u32>) {
     let p = ab_p;
     let D4 = p.d / 4u;
-    let nkb = (p.t + FQ - 1u) / FQ;
-    let kidx = wid.x + wid.y * nw.x;      // = (b * nkb + block) * H + h
-    if (kidx >= p.b * nkb * p.h) { return; }
-    let h = kidx % p.h;
-    let bk = kidx / p.h;
+    let blk = row_block(wid, nw, p.b, p.t, p.h, FQ, false);   // first blocks have the most queries
+    if (blk.x >= p.h) { return; }
+    let h = blk.x;
     let rep = p.h / p.hkv;
-    let first = (bk / nkb) * p.t;
-    let j0 = (bk % nkb) * FQ;             // first blocks have the most queries: they go first
-    let nk = min(FQ, p.t - j0);
+    let first = blk.y * p.t;
+    let j0 = blk.z;
+    let nk = blk.w;
     let HD4 = p.h * D4;
     let KD4 = p.hkv * D4;
     let ko4 = (first + j0) * KD4 + (h / rep) * D4;
