@@ -50,3 +50,39 @@ def test_adapter_kind_table():
     assert adapter_kind({"vendor": "apple", "architecture": "metal-3"}) == "gpu"
     dev = gpu.run(gpu.get_device("native"))
     assert dev.kind == adapter_kind(dev.adapter_info)
+
+
+def test_replay_timed_runs_the_program_and_times_each_dispatch():
+    """The benchmarks' profile (gpu/native.py replay_timed): a recorded program submitted with
+    a timestamp after each dispatch runs every dispatch once, in order (y = 2x + y three
+    times, with a buffer copy between passes), and returns one non-negative time for each."""
+    import math
+    import struct
+
+    from bitlora import gpu
+
+    dev = gpu.run(gpu.get_device("native"))
+    if not dev.backend.can_time:
+        pytest.skip("this adapter has no timestamps inside passes")
+
+    async def run():
+        n = 1000
+        k = await dev.kernel("hello.wgsl", "axpy")
+        x = dev.buffer(4 * n, "x", struct.pack(f"<{n}f", *range(n)))
+        y, z = dev.buffer(4 * n, "y"), dev.buffer(4 * n, "z")
+        params = struct.pack("<fI", 2.0, n)
+
+        def step():
+            dev.dispatch(k, [x, y], groups=gpu.groups_1d(-(-n // 256)), params=params)
+            dev.dispatch(k, [x, y], groups=gpu.groups_1d(-(-n // 256)), params=params)
+            dev.copy(y, z)
+            dev.dispatch(k, [x, z], groups=gpu.groups_1d(-(-n // 256)), params=params)
+        prog = dev.record(step)
+        await dev.sync()
+        secs = dev.backend.replay_timed(prog.prepared)
+        return secs, struct.unpack(f"<{n}f", await dev.read(y)), struct.unpack(f"<{n}f", await dev.read(z))
+
+    secs, y, z = gpu.run(run())
+    assert len(secs) == 3 and all(math.isfinite(s) and s >= 0 for s in secs)
+    assert y == tuple(4.0 * i for i in range(1000))
+    assert z == tuple(6.0 * i for i in range(1000))

@@ -241,6 +241,8 @@ class NativeBackend:
         it and its drain included), in order. Needs `can_time`."""
         runs = [item for what, item in prepared[0] if what == "pass"]
         total = sum(len(run) + 1 for run in runs)
+        if not total:
+            return []
         sets = [self.device.create_query_set(type="timestamp", count=min(QUERIES_PER_SET, total - i))
                 for i in range(0, total, QUERIES_PER_SET)]
         stamp, null = _lib.wgpuComputePassEncoderWriteTimestamp, _ffi.NULL
