@@ -19,8 +19,9 @@
 //   0 params KvAdvanceParams {T} | 1 kv_pos[1] u32 read_write
 //   Keys go 64 at a time: one score per thread, then every thread updates its
 //   (up to 4) output dims with the chunk's probabilities from workgroup memory.
-//   (Decoding, T = 1; whole sequences and prompts take attention_forward_tiled: same
-//   bindings, blocks of 8 query rows, after the backward below.)
+//   (Decoding, T = 1; whole sequences and prompts take attention_forward_q32 where
+//   D % 4 == 0 and D <= 128, else attention_forward_tiled: same bindings, blocks of 32 or
+//   8 query rows, after the backward below.)
 //
 // kv_store   k_cache[b, pos0 + t, :] = k[b*T + t, :], same for v (a kernel, not buffer
 //   copies: all of a forward stays one compute pass)
@@ -54,6 +55,8 @@
 //     dispatch: one workgroup (256) per (sequence, block of 8 keys, kv head):
 //     B*ceil(T/8)*Hkv workgroups split over x, y; it sweeps the group's heads and the
 //     query blocks from the diagonal on.
+//   Where D % 4 == 0 and D <= 128 GPUs take 32 x 32 tiles instead (dqs_q32, dkv_q32, below
+//   the tiled forward; the same stats contract).
 //
 // CPU variants (Device.kind "cpu", D % 4 == 0; ops/attention.py picks them): the same
 // bindings, outputs and stats (either dq kernel feeds either dkv kernel), with the

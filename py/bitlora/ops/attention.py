@@ -3,8 +3,9 @@ the KV-cache store, and the backward over whole sequences. They check sizes, pac
 uniform and record dispatches; the math is in the shader header. On a CPU adapter
 (dev.kind "cpu") the forward and backward record the CPU variants where D % 4 == 0:
 `*_d32` (4 rows per invocation, a row in registers) where D <= 32, else the per-row
-`*_rows`; elsewhere the kernels shaped for GPUs (the forward: blocks of query rows,
-attention_forward_tiled, where T > 1; one workgroup per query row when decoding).
+`*_rows`; elsewhere the kernels shaped for GPUs: where T > 1 blocks of 32 query rows (or
+keys) where D % 4 == 0 and D <= 128 (`*_q32`), else of 8 (attention_forward_tiled and the
+8-row backward); one workgroup per query row when decoding.
 Browser-safe: standard library + bitlora only."""
 from __future__ import annotations
 
