@@ -108,7 +108,6 @@ async def _stamped(dev, dispatch, calls: list, reps: int) -> list:
     median over the replays."""
     prog = dev.record(lambda: [dispatch(*call) for call in calls])
     runs = [dev.backend.replay_timed(prog.prepared) for _ in range(reps)]
-    await dev.sync()
     return [sorted(r)[len(r) // 2] for r in zip(*runs)]
 
 
@@ -118,7 +117,7 @@ async def _profile(dev, record_step, reps: int = 5) -> tuple:
     place in the whole step replayed (`_stamped`); else each dispatch timed alone
     (`_one_at_a_time`). Returns
     ([name, ms per step, calls] by kernel, [name, groups, ms per step, calls] by kernel
-    and grid: the shapes that cost most)."""
+    and grid: the shapes that cost most, the method's line of PROFILE_METHODS)."""
     times, counts = collections.Counter(), collections.Counter()
     by_grid, grid_counts = collections.Counter(), collections.Counter()
     plain = dev.dispatch
@@ -135,10 +134,8 @@ async def _profile(dev, record_step, reps: int = 5) -> tuple:
     dev.submit()
     await res[1].get()
     await dev.sync()
-    if getattr(dev.backend, "can_time", False):
-        secs = await _stamped(dev, plain, pending, reps)
-    else:
-        secs = await _one_at_a_time(dev, plain, pending, reps)
+    stamped = getattr(dev.backend, "can_time", False)
+    secs = await (_stamped if stamped else _one_at_a_time)(dev, plain, pending, reps)
     for (kernel, bindings, groups, params), sec in zip(pending, secs):
         name = _profile_name(kernel, params)
         times[name] += sec
@@ -147,7 +144,8 @@ async def _profile(dev, record_step, reps: int = 5) -> tuple:
         by_grid[key] += sec
         grid_counts[key] += 1
     return ([[name, round(sec * 1e3, 3), counts[name]] for name, sec in times.most_common()],
-            [[k[0], k[1], round(sec * 1e3, 3), grid_counts[k]] for k, sec in by_grid.most_common(40)])
+            [[k[0], k[1], round(sec * 1e3, 3), grid_counts[k]] for k, sec in by_grid.most_common(40)],
+            PROFILE_METHODS[stamped])
 
 
 # CPU time of this thread (Pyodide has none: its wall time, in a worker that does nothing else)
@@ -241,8 +239,7 @@ async def case_bench_steps(dev, config: dict, B: int, T: int, steps: int, r: int
                 "loss_last": struct.unpack("<f", await pending[-1][0].get())[0] / tokens,
                 "gpu_bytes_peak": dev.peak_allocated - base})
     if profile:   # dispatch by dispatch: recorded anew (a replay has no dispatch() calls to time)
-        out["profile"], out["profile_by_grid"] = await _profile(dev, lambda: step(steps + 2, None))
-        out["profile_method"] = PROFILE_METHODS[getattr(dev.backend, "can_time", False)]
+        out["profile"], out["profile_by_grid"], out["profile_method"] = await _profile(dev, lambda: step(steps + 2, None))
     return out
 
 

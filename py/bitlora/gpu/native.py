@@ -6,6 +6,7 @@ so the same `await`-based code above runs unchanged under CPython's asyncio.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import tempfile
 
@@ -65,9 +66,10 @@ except ImportError:   # another wgpu-py layout: replay through the public method
     _lib = None
 
 
-def _replay_pass(cpass, run) -> None:
+def _replay_pass(cpass, run, stamp=None) -> None:
     """One compute pass of a replayed program: `run` holds (pipeline, bind group, x, y, z)
-    C handles; the pipeline is set only where it changes."""
+    C handles; the pipeline is set only where it changes. `stamp()`, where given, is
+    called after each dispatch (NativeBackend.replay_timed)."""
     set_pipeline = _lib.wgpuComputePassEncoderSetPipeline
     set_bind_group = _lib.wgpuComputePassEncoderSetBindGroup
     dispatch = _lib.wgpuComputePassEncoderDispatchWorkgroups
@@ -78,6 +80,8 @@ def _replay_pass(cpass, run) -> None:
             last = pipeline
         set_bind_group(cpass, 0, bind_group, 0, null)
         dispatch(cpass, x, y, z)
+        if stamp is not None:
+            stamp()
 
 
 TIMESTAMP_FEATURES = ("timestamp-query", "timestamp-query-inside-passes")
@@ -239,31 +243,26 @@ class NativeBackend:
         passes and after each dispatch, wait for it, and return the seconds between each
         dispatch's stamp and the one before it (the dispatch in place: the barrier before
         it and its drain included), in order. Needs `can_time`."""
-        runs = [item for what, item in prepared[0] if what == "pass"]
-        total = sum(len(run) + 1 for run in runs)
+        total = sum(len(item) + 1 for what, item in prepared[0] if what == "pass")
         if not total:
             return []
         sets = [self.device.create_query_set(type="timestamp", count=min(QUERIES_PER_SET, total - i))
                 for i in range(0, total, QUERIES_PER_SET)]
-        stamp, null = _lib.wgpuComputePassEncoderWriteTimestamp, _ffi.NULL
-        set_pipeline, set_bind_group = _lib.wgpuComputePassEncoderSetPipeline, _lib.wgpuComputePassEncoderSetBindGroup
-        dispatch = _lib.wgpuComputePassEncoderDispatchWorkgroups
-        encoder, q, after = self.device.create_command_encoder(), 0, []   # after: each dispatch's stamp
+        write, queries, after = _lib.wgpuComputePassEncoderWriteTimestamp, itertools.count(), []
+
+        def stamp(cpass) -> int:   # a timestamp into the next query; its index
+            i = next(queries)
+            write(cpass, sets[i // QUERIES_PER_SET]._internal, i % QUERIES_PER_SET)
+            return i
+
+        encoder = self.device.create_command_encoder()
         for what, item in prepared[0]:
             if what != "pass":
                 (encoder.copy_buffer_to_buffer if what == "copy" else encoder.clear_buffer)(*item)
                 continue
             cpass = encoder.begin_compute_pass()
-            handle = cpass._internal
-            stamp(handle, sets[q // QUERIES_PER_SET]._internal, q % QUERIES_PER_SET)
-            q += 1
-            for pipeline, bind_group, x, y, z in item:
-                set_pipeline(handle, pipeline)
-                set_bind_group(handle, 0, bind_group, 0, null)
-                dispatch(handle, x, y, z)
-                stamp(handle, sets[q // QUERIES_PER_SET]._internal, q % QUERIES_PER_SET)
-                after.append(q)
-                q += 1
+            stamp(cpass._internal)   # the pass's start
+            _replay_pass(cpass._internal, item, lambda: after.append(stamp(cpass._internal)))
             cpass.end()
         out = self.device.create_buffer(size=8 * total, usage=wgpu.BufferUsage.QUERY_RESOLVE | COPY_SRC)
         for k, qs in enumerate(sets):
