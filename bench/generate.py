@@ -134,7 +134,8 @@ def bench_generate(shape: str = "2b4t", prompt: int = 32, new: int = 128, lora_r
     for title, key in (("decoding step", "profile"), ("adapted decoding step", "lora_profile"),
                        ("prompt", "profile_prefill")):
         if key in res:
-            print(f"  GPU time per kernel of the {title} (ms a call, calls, kernel; weight GB/s vs copy's):")
+            print(f"  GPU time per kernel of the {title} (ms a call, calls, kernel; weight GB/s vs copy's; "
+                  f"{res['profile_method']}):")
         for name, ms, n, nbytes, gbs in res.get(key, [])[:24]:
             print(f"    {ms:9.4f} ms  {n:3d} x  {name}" + (
                 f"  {nbytes / n / 1e6:.2f} MB a call, {gbs} GB/s = {gbs / res['copy_kernel_gb_per_s']:.2f} x copy" if gbs else ""))

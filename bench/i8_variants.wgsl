@@ -329,3 +329,83 @@ fn fwd_i8_pf(@builtin(local_invocation_id) l: vec3<u32>, @builtin(workgroup_id) 
     v_store(n0 + ty, o0 + tx, a0, wid.z); v_store(n0 + ty + 16u, o0 + tx, a1, wid.z);
     v_store(n0 + ty + 32u, o0 + tx, a2, wid.z); v_store(n0 + ty + 32u + 16u, o0 + tx, a3, wid.z);
 }
+
+// ---------------------------------------------------------------- 32-row tiles (a short prompt)
+// fwd_i8_s32p8   32 x 128, rows ty, ty + 16 x outputs tx + 16b (b < 8) a thread: 64
+//                dot4I8Packed a word for 10 workgroup loads (the kept 32-row tile: 32 for 6);
+//                4 words a chunk (10 KiB), the next chunk loaded while this one is multiplied
+// fwd_i8_s32w    32 x 64 on 128 invocations, rows ty + 8a (a < 4) x outputs tx + 16b (b < 4):
+//                the 64-row tile's 16 sums a thread on half the threads, 8 words a chunk
+const S8_KC: u32 = 4u;
+var<workgroup> s8_x: array<array<vec4<u32>, 32>, S8_KC>;
+var<workgroup> s8_t: array<array<vec4<u32>, 128>, S8_KC>;
+
+@compute @workgroup_size(16, 16)
+fn fwd_i8_s32p8(@builtin(local_invocation_id) l: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
+    let tx = l.x; let ty = l.y; let lid = ty * 16u + tx;
+    let G = (vp.i + 15u) / 16u;
+    let n0 = wid.y * 32u; let o0 = wid.x * 128u;
+    let wbeg = wid.z * vp.kw;
+    let wend = min(G, (wid.z + 1u) * vp.kw);
+    // staging: activations row lid / 4 (threads below 128), weights outputs lid / 4 and + 64; word lid % 4
+    let r = lid / 4u; let k = lid % 4u;
+    var x0 = vec4<u32>(0u);
+    if (lid < 128u) { x0 = v_xload(n0 + r, wbeg + k, wend, G); }
+    var w0 = v_wload(o0 + r, wbeg + k, wend, G); var w1 = v_wload(o0 + r + 64u, wbeg + k, wend, G);
+    var a0 = vec4<i32>(0); var a1 = vec4<i32>(0); var b0 = vec4<i32>(0); var b1 = vec4<i32>(0);
+    for (var c = wbeg; c < wend; c += S8_KC) {
+        if (lid < 128u) { s8_x[k][r] = x0; }
+        s8_t[k][r] = v_tern(w0); s8_t[k][r + 64u] = v_tern(w1);
+        workgroupBarrier();
+        let c1 = c + S8_KC;
+        if (lid < 128u) { x0 = v_xload(n0 + r, c1 + k, wend, G); }
+        w0 = v_wload(o0 + r, c1 + k, wend, G); w1 = v_wload(o0 + r + 64u, c1 + k, wend, G);
+        for (var kk = 0u; kk < S8_KC; kk++) {
+            let t0 = s8_t[kk][tx]; let t1 = s8_t[kk][tx + 16u]; let t2 = s8_t[kk][tx + 32u]; let t3 = s8_t[kk][tx + 48u];
+            let t4 = s8_t[kk][tx + 64u]; let t5 = s8_t[kk][tx + 80u]; let t6 = s8_t[kk][tx + 96u]; let t7 = s8_t[kk][tx + 112u];
+            let xa = s8_x[kk][ty]; let xb = s8_x[kk][ty + 16u];
+            a0 += v_dots(xa, t0, t1, t2, t3); a1 += v_dots(xa, t4, t5, t6, t7);
+            b0 += v_dots(xb, t0, t1, t2, t3); b1 += v_dots(xb, t4, t5, t6, t7);
+        }
+        workgroupBarrier();
+    }
+    v_store(n0 + ty, o0 + tx, a0, wid.z); v_store(n0 + ty, o0 + tx + 64u, a1, wid.z);
+    v_store(n0 + ty + 16u, o0 + tx, b0, wid.z); v_store(n0 + ty + 16u, o0 + tx + 64u, b1, wid.z);
+}
+
+var<workgroup> sw_x: array<array<vec4<u32>, 32>, 8>;
+var<workgroup> sw_t: array<array<vec4<u32>, 64>, 8>;
+
+@compute @workgroup_size(16, 8)
+fn fwd_i8_s32w(@builtin(local_invocation_id) l: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
+    let tx = l.x; let ty = l.y; let lid = ty * 16u + tx;
+    let G = (vp.i + 15u) / 16u;
+    let n0 = wid.y * 32u; let o0 = wid.x * 64u;
+    let wbeg = wid.z * vp.kw;
+    let wend = min(G, (wid.z + 1u) * vp.kw);
+    // staging: rows lid / 8 and + 16, outputs lid / 8 + 16j (j < 4); word lid % 8
+    let r = lid / 8u; let k = lid % 8u;
+    var x0 = v_xload(n0 + r, wbeg + k, wend, G); var x1 = v_xload(n0 + r + 16u, wbeg + k, wend, G);
+    var w0 = v_wload(o0 + r, wbeg + k, wend, G); var w1 = v_wload(o0 + r + 16u, wbeg + k, wend, G);
+    var w2 = v_wload(o0 + r + 32u, wbeg + k, wend, G); var w3 = v_wload(o0 + r + 48u, wbeg + k, wend, G);
+    var a0 = vec4<i32>(0); var a1 = vec4<i32>(0); var a2 = vec4<i32>(0); var a3 = vec4<i32>(0);
+    for (var c = wbeg; c < wend; c += 8u) {
+        sw_x[k][r] = x0; sw_x[k][r + 16u] = x1;
+        sw_t[k][r] = v_tern(w0); sw_t[k][r + 16u] = v_tern(w1); sw_t[k][r + 32u] = v_tern(w2); sw_t[k][r + 48u] = v_tern(w3);
+        workgroupBarrier();
+        let c1 = c + 8u;
+        x0 = v_xload(n0 + r, c1 + k, wend, G); x1 = v_xload(n0 + r + 16u, c1 + k, wend, G);
+        w0 = v_wload(o0 + r, c1 + k, wend, G); w1 = v_wload(o0 + r + 16u, c1 + k, wend, G);
+        w2 = v_wload(o0 + r + 32u, c1 + k, wend, G); w3 = v_wload(o0 + r + 48u, c1 + k, wend, G);
+        for (var kk = 0u; kk < 8u; kk++) {
+            let t0 = sw_t[kk][tx]; let t1 = sw_t[kk][tx + 16u]; let t2 = sw_t[kk][tx + 32u]; let t3 = sw_t[kk][tx + 48u];
+            a0 += v_dots(sw_x[kk][ty], t0, t1, t2, t3);
+            a1 += v_dots(sw_x[kk][ty + 8u], t0, t1, t2, t3);
+            a2 += v_dots(sw_x[kk][ty + 16u], t0, t1, t2, t3);
+            a3 += v_dots(sw_x[kk][ty + 24u], t0, t1, t2, t3);
+        }
+        workgroupBarrier();
+    }
+    v_store(n0 + ty, o0 + tx, a0, wid.z); v_store(n0 + ty + 8u, o0 + tx, a1, wid.z);
+    v_store(n0 + ty + 16u, o0 + tx, a2, wid.z); v_store(n0 + ty + 24u, o0 + tx, a3, wid.z);
+}

@@ -129,8 +129,9 @@ async def main(args):
                  "bwd": ("bwd", "bitlinear_backward_input",
                          await dev.kernel("bitlinear.wgsl", "bitlinear_backward_input"), 64, 128, 16, False)}
         if dev.int8_dot:
-            table["fwd_i8"] = ("fwd", "bitlinear_forward_i8", await dev.kernel("bitlinear_i8.wgsl", "bitlinear_forward_i8"),
-                               64, 64, bitlinear.I8_KC, True)
+            rows = bitlinear.i8_rows(N)   # 32-row tiles for a short prompt, as ops/bitlinear.py picks them
+            table["fwd_i8"] = ("fwd", "bitlinear_forward_i8", await dev.kernel(
+                "bitlinear_i8.wgsl", "bitlinear_forward_i8", bitlinear.i8_constants(rows)), rows, 64, bitlinear.I8_KC, True)
         kernels = [table[k] for k in wanted]
         for v in filter(None, args.fwd_variants.split(",")):
             entry, rows, cols, unit = v.split(":")

@@ -28,7 +28,7 @@ import struct
 from bitlora import gpu
 from bitlora.ops import matvec
 
-from .steps import _idle_s, _replay_s
+from .steps import _copy_kernel_gb_per_s, _idle_s, _replay_s
 
 # Bench-only entry points on matvec.wgsl's bindings. Each reads every binding norm_matvec
 # binds (behind a branch no uniform takes) so that its layout is norm_matvec's.
@@ -103,12 +103,18 @@ def _floats(n: int, seed: int, lo: float = -1.0, hi: float = 1.0) -> bytes:
     return struct.pack(f"<{n}f", *(rnd.uniform(lo, hi) for _ in range(n)))
 
 
-async def _time(dev, idle: float, calls: list, reps: int) -> float:
-    """us per dispatch of `calls` (functions recording one call each) repeated `reps` times."""
+async def _time(dev, idle: float, calls: list, reps: int) -> tuple:
+    """us per dispatch of `calls` (functions recording one call each) repeated `reps` times,
+    the dispatches per call, and (where the backend stamps times between dispatches) the
+    us per call in place: the median program's stamps, summed over its dispatches."""
     prog = dev.record(lambda: [c() for _ in range(reps) for c in calls])
     await _replay_s(dev, prog, idle, 1)
     sec = await _replay_s(dev, prog, idle)
-    return sec / (reps * len(calls)) * 1e6, prog.dispatches
+    stamped = None
+    if getattr(dev.backend, "can_time", False):
+        runs = sorted(sum(dev.backend.replay_timed(prog.prepared)) for _ in range(5))
+        stamped = runs[len(runs) // 2] / (reps * len(calls)) * 1e6
+    return sec / (reps * len(calls)) * 1e6, prog.dispatches, stamped
 
 
 async def main(args) -> None:
@@ -125,6 +131,10 @@ async def _groups(dev, args) -> None:
     files = importlib.resources.files("bitlora.shaders")
     code = files.joinpath("matvec.wgsl").read_text() + PARTS_WGSL + files.joinpath("prelude.wgsl").read_text()
     idle = await _idle_s(dev)
+    nbytes = min(256 << 20, int(dev.limits.get("maxStorageBufferBindingSize", 1 << 27)))
+    copy = await _copy_kernel_gb_per_s(dev, nbytes)
+    print(f"vec4 copy kernel, {nbytes >> 20} MiB: {copy:.0f} GB/s read + written (a kernel at half of it reads its "
+          "weights in the 'half copy' time below)", flush=True)
     for name in args.groups.split(","):
         I, Os, act, acc = GROUPS[name]
         consts = matvec._gate_constants(act)
@@ -182,11 +192,13 @@ async def _groups(dev, args) -> None:
                      ("vec4 copy of the weights", bench_only("mp_copy", -(-rows * words // 4 // 256)))]
         mb = 4 * rows * words / 1e6
         print(f"{name}: I {I}, outputs {'+'.join(map(str, Os))}, {groups} workgroups, {mb:.2f} MB of weights a call"
-              + (f", norm gated ({act})" if act else ""), flush=True)
+              + (f", norm gated ({act})" if act else "") + f"; half copy {2 * mb * 1e3 / copy:.2f} us", flush=True)
+        print("  us a call: replayed (in place, from timestamps)", flush=True)
         for label, fn in variants:
-            us, n = await _time(dev, idle, [lambda wb=wb, fn=fn: fn(wb) for wb in layers], args.reps)
+            us, n, placed = await _time(dev, idle, [lambda wb=wb, fn=fn: fn(wb) for wb in layers], args.reps)
             per = n / (args.reps * len(layers))
-            print(f"  {us:8.2f} us a call ({per:.0f} dispatch{'es' if per > 1 else ''})  {label}"
+            print(f"  {us:8.2f}" + (f" ({placed:6.2f})" if placed is not None else "")
+                  + f" us a call ({per:.0f} dispatch{'es' if per > 1 else ''})  {label}"
                   + (f"  {mb * 1e3 / us:.0f} GB/s" if "copy" in label or "matvec" in label else ""), flush=True)
         dev.destroy(*layers, x, nw, u, *ys, xq, qs, nbuf)
 

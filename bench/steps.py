@@ -289,37 +289,46 @@ def _time_key(name: str, bindings, groups) -> tuple:
     return f"{name} ({n} workgroups)", bindings[_weight_binding(entry)].size
 
 
-async def _kernel_times(dev, record, min_calls: int = 240) -> list:
-    """GPU time per kernel of what `record()` records: every dispatch of one kernel (e.g.
-    the 30 layers' q,k,v matrix-vector products: distinct weights, so no cache serves a
-    repeat) recorded in order, again and again up to `min_calls`, into a program that is
-    replayed and waited for; less an empty submit's time. [name, ms per call, calls in the
-    step, bytes of the weights it reads per step (matrix-vector kernels), GB/s]. The
-    cache's kv_advance is left out (repeated, it would move the positions)."""
-    plain, seen = dev.dispatch, collections.defaultdict(list)
-    dev.dispatch = lambda kernel, bindings, groups, params=None: seen[_time_key(kernel.name, bindings, groups)].append(
-        (kernel, bindings, groups, params))
+async def _kernel_times(dev, record, min_calls: int = 240) -> tuple:
+    """GPU time per kernel of what `record()` records (the cache's kv_advance left out:
+    repeated, it would move the positions). Where the backend stamps times between
+    dispatches, every dispatch in place in the program replayed (`_stamped`: the sum is
+    the program's time); else every dispatch of one kernel (e.g. the 30 layers' q,k,v
+    matrix-vector products: distinct weights, so no cache serves a repeat) recorded in
+    order, again and again up to `min_calls`, into a program that is replayed and waited
+    for, less an empty submit's time. Returns ([name, ms per call, calls in the step,
+    bytes of the weights it reads per step (matrix-vector kernels), GB/s], by cost; the
+    method's line of PROFILE_METHODS)."""
+    plain, calls = dev.dispatch, []
+    dev.dispatch = lambda kernel, bindings, groups, params=None: calls.append((kernel, bindings, groups, params))
     try:
         record()
     finally:
         del dev.dispatch
     dev.discard()
-    idle = await _idle_s(dev)
+    calls = [c for c in calls if c[0].name.split(":")[1].split(" ")[0] != "kv_advance"]
+    seen, secs = collections.defaultdict(list), collections.Counter()
+    for c in calls:
+        seen[_time_key(c[0].name, c[1], c[2])].append(c)
+    stamped = getattr(dev.backend, "can_time", False)
+    if stamped:
+        for c, sec in zip(calls, await _stamped(dev, plain, calls, 5)):
+            secs[_time_key(c[0].name, c[1], c[2])] += sec
+    else:
+        idle = await _idle_s(dev)
+        for key, group in seen.items():
+            reps = -(-min_calls // len(group))
+            prog = dev.record(lambda: [plain(*c) for _ in range(reps) for c in group])
+            await _replay_s(dev, prog, idle, 1)   # warm-up
+            secs[key] = await _replay_s(dev, prog, idle) / reps
     out = []
-    for (name, _), calls in seen.items():
-        entry = name.split(":")[1].split(" ")[0]
-        if entry == "kv_advance":
-            continue
-        reps = -(-min_calls // len(calls))
-        prog = dev.record(lambda: [plain(*c) for _ in range(reps) for c in calls])
-        await _replay_s(dev, prog, idle, 1)   # warm-up
-        sec = await _replay_s(dev, prog, idle) / reps
-        nbytes = 0
-        if "matvec" in entry:
-            nbytes = sum(c[1][_weight_binding(entry)].size for c in calls)
-        out.append([name, round(sec / len(calls) * 1e3, 4), len(calls), nbytes,
+    for key, group in seen.items():
+        name, entry, sec = key[0], key[0].split(":")[1].split(" ")[0], secs[key]
+        nbytes = sum(c[1][_weight_binding(entry)].size for c in group) if "matvec" in entry else 0
+        out.append([name, round(sec / len(group) * 1e3, 4), len(group), nbytes,
                     round(nbytes / sec / 1e9, 1) if nbytes else None])
-    return sorted(out, key=lambda r: -r[1] * r[2])
+    method = PROFILE_METHODS[True] if stamped else "a kernel's dispatches of the step repeated in one submit, less an empty submit's time"
+    return sorted(out, key=lambda r: -r[1] * r[2]), method
 
 
 async def _copy_gb_per_s(dev, nbytes: int, reps: int = 8) -> float:
@@ -398,8 +407,9 @@ async def case_bench_generate(dev, config: dict, prompt: int, new: int, r: int =
     cfg = TrainConfig(lora_r=r, lora_alpha=2 * r, target_modules=list(targets))
     lora = await Lora.create(model, cfg)
     kinds = (("", None), ("lora_", lora))
-    for _, ad in kinds:
-        await model.agenerate(ids, 4, lora=ad, eos=())          # warm-up: pipelines, scratch, cache, recordings
+    for _, ad in kinds:   # warm-up: pipelines, scratch, the cache at its timed size (a bigger one later would
+        await model.agenerate(ids, new, lora=ad, eos=())      # drop the recordings), the prompt seen, then
+        await model.agenerate(ids, 1, lora=ad, eos=())        # recorded: every timed prompt is a replay
     firsts, runs = {name: [] for name, _ in kinds}, {name: [] for name, _ in kinds}
     for _ in range(reps):                                        # base and adapted in turn: the same conditions
         for name, ad in kinds:
@@ -435,12 +445,12 @@ async def case_bench_generate(dev, config: dict, prompt: int, new: int, r: int =
         g = model._sampler(2)
         prefill = lambda: sample_token(dev, model.forward(ids, cache=cache, logits="last"),  # noqa: E731
                                        g.state, g.tok, g.out, model.V)
-        out["profile_prefill"] = await _kernel_times(dev, prefill, min_calls=8)
+        out["profile_prefill"], out["profile_method"] = await _kernel_times(dev, prefill, min_calls=8)
         cache = model.kv_cache(1, prompt + 2)
         prefill()
         await dev.sync()
         for name, ad in kinds:
             step = lambda: sample_token(dev, model.forward(g.tok, cache=cache, lora=ad, logits="last"),  # noqa: E731
                                         g.state, g.tok, g.out, model.V)
-            out[name + "profile"] = await _kernel_times(dev, step)
+            out[name + "profile"], out["profile_method"] = await _kernel_times(dev, step)
     return out
