@@ -19,9 +19,9 @@
 //   Split-K as bitlinear_forward (splitk.wgsl): workgroup z sums words [z*kw, (z+1)*kw)
 //   only; with split = 1 it writes the integer sums, as f32, to part[z, N, :], the parts'
 //   outputs side by side (splitk_reduce_parts adds and scales them into each y_p).
-//   dispatch: groups (sum_p ceil(O_p/64), ceil(N/I8_ROWS), slices); a 16 x I8_TY workgroup
-//   (I8_TY = I8_ROWS / 4) owns an I8_ROWS x 64 tile of y, thread (tx, ty) rows ty + I8_TY a
-//   (a < 4) and outputs tx + 16b (b < 4), the sums in named variables (an array indexed in a loop lives in memory on NVIDIA's Vulkan
+//   dispatch: groups (sum_p ceil(O_p/64), ceil(N/I8_ROWS), slices); a 16x16 workgroup owns an
+//   I8_ROWS x 64 tile of y, thread (tx, ty) rows ty + 16a (a < I8_ROWS / 16) and outputs
+//   tx + 16b (b < 4), the sums in named variables (an array indexed in a loop lives in memory on NVIDIA's Vulkan
 //   compiler). Per I8_KC words the workgroup stages the tile's activations and its
 //   weights, the weights decoded once into int8 lanes (i8_ternary); then each thread's
 //   16 sums take 64 dot4I8Packed per word (4 vec4 loads of xq8, 4 of weights). The next
@@ -34,10 +34,7 @@
 //   four words of int8 weights from 15 integer operations, once per workgroup and word.
 //
 // I8_ROWS (override) is 64, or 32 for a few rows (a short prompt: ops/bitlinear.py
-// i8_rows), where a 64-row tile would multiply as many zero rows as real ones. A 32-row
-// tile runs on 128 invocations with the same 16 sums each (H200, 32 rows at 2B-4T widths,
-// bench/matmul.py: 0-20 % faster than 256 invocations of 8 sums, bench/i8_variants.wgsl
-// fwd_i8_s32w, at their best splits).
+// i8_rows), where a 64-row tile would multiply as many zero rows as real ones.
 //
 // Measured on an H200 (bench/matmul.py, 256 rows): 3-4x the f32 kernel at 2B-4T widths (1.9x
 // for k, v: 640 outputs), 5-6x at 1024 rows; other tiles (bench/i8_variants.wgsl: 8 rows
@@ -46,7 +43,6 @@
 
 const I8_KC: u32 = 8u;   // packed words (16 columns each) per staged chunk
 override I8_ROWS: u32 = 64u;   // rows of a tile: 64 or 32
-override I8_TY = I8_ROWS / 4u;   // the workgroup's rows of threads (16, or 8 for 32-row tiles)
 
 struct BitlinearI8Params {
     n: u32, i: u32, o: u32, scale: f32, accumulate: u32, kw: u32, split: u32,
@@ -87,7 +83,7 @@ fn i8_locate(t: u32) -> vec4<u32> {
     return vec4<u32>(2u, 64u * (t - t2), ip.o2, ip.base2);
 }
 
-@compute @workgroup_size(16, I8_TY)
+@compute @workgroup_size(16, 16)
 fn bitlinear_forward_i8(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
     let tx = lid3.x;
     let ty = lid3.y;
@@ -103,49 +99,47 @@ fn bitlinear_forward_i8(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(
     var acc1 = vec4<i32>(0);
     var acc2 = vec4<i32>(0);
     var acc3 = vec4<i32>(0);
-    // thread lid stages word sk of rows sr, sr + 2 I8_TY and of outputs sr + 2 I8_TY j
-    // (j < 2, or 4 with 8-row thread columns) (lid = 8 sr + sk); the next chunk's are
-    // loaded before this one is multiplied
+    // thread lid stages element lid and lid + 256 of a chunk: rows / outputs sr and sr + 32 of
+    // word sk (lid = 8 sr + sk); the next chunk's are loaded before this one is multiplied
     let sr = lid / I8_KC;
     let sk = lid % I8_KC;
-    let st = 2u * I8_TY;
     var w0 = wid.z * ip.kw;
     var xa = i8_load_x(n0 + sr, w0 + sk, wend, G);
-    var xb = i8_load_x(n0 + sr + st, w0 + sk, wend, G);
+    var xb = vec4<u32>(0u);
+    if (I8_ROWS == 64u) { xb = i8_load_x(n0 + sr + 32u, w0 + sk, wend, G); }
     var wa = i8_load_w(at, o0 + sr, w0 + sk, wend, G);
-    var wb = i8_load_w(at, o0 + sr + st, w0 + sk, wend, G);
-    var wc = 0u;
-    var wd = 0u;
-    if (I8_TY == 8u) { wc = i8_load_w(at, o0 + sr + 2u * st, w0 + sk, wend, G); wd = i8_load_w(at, o0 + sr + 3u * st, w0 + sk, wend, G); }
+    var wb = i8_load_w(at, o0 + sr + 32u, w0 + sk, wend, G);
     for (; w0 < wend; w0 += I8_KC) {
         i8_xs[sk][sr] = xa;
-        i8_xs[sk][sr + st] = xb;
+        if (I8_ROWS == 64u) { i8_xs[sk][sr + 32u] = xb; }
         i8_ts[sk][sr] = i8_ternary(wa);
-        i8_ts[sk][sr + st] = i8_ternary(wb);
-        if (I8_TY == 8u) { i8_ts[sk][sr + 2u * st] = i8_ternary(wc); i8_ts[sk][sr + 3u * st] = i8_ternary(wd); }
+        i8_ts[sk][sr + 32u] = i8_ternary(wb);
         workgroupBarrier();
         let wn = w0 + I8_KC + sk;
         xa = i8_load_x(n0 + sr, wn, wend, G);
-        xb = i8_load_x(n0 + sr + st, wn, wend, G);
+        if (I8_ROWS == 64u) { xb = i8_load_x(n0 + sr + 32u, wn, wend, G); }
         wa = i8_load_w(at, o0 + sr, wn, wend, G);
-        wb = i8_load_w(at, o0 + sr + st, wn, wend, G);
-        if (I8_TY == 8u) { wc = i8_load_w(at, o0 + sr + 2u * st, wn, wend, G); wd = i8_load_w(at, o0 + sr + 3u * st, wn, wend, G); }
+        wb = i8_load_w(at, o0 + sr + 32u, wn, wend, G);
         for (var k = 0u; k < I8_KC; k++) {
             let t0 = i8_ts[k][tx];
             let t1 = i8_ts[k][tx + 16u];
             let t2 = i8_ts[k][tx + 32u];
             let t3 = i8_ts[k][tx + 48u];
             acc0 += i8_dots(i8_xs[k][ty], t0, t1, t2, t3);
-            acc1 += i8_dots(i8_xs[k][ty + I8_TY], t0, t1, t2, t3);
-            acc2 += i8_dots(i8_xs[k][ty + 2u * I8_TY], t0, t1, t2, t3);
-            acc3 += i8_dots(i8_xs[k][ty + 3u * I8_TY], t0, t1, t2, t3);
+            acc1 += i8_dots(i8_xs[k][ty + 16u], t0, t1, t2, t3);
+            if (I8_ROWS == 64u) {
+                acc2 += i8_dots(i8_xs[k][ty + 32u], t0, t1, t2, t3);
+                acc3 += i8_dots(i8_xs[k][ty + 48u], t0, t1, t2, t3);
+            }
         }
         workgroupBarrier();
     }
     i8_store(n0 + ty, o0 + tx, acc0, wid.z, at);
-    i8_store(n0 + ty + I8_TY, o0 + tx, acc1, wid.z, at);
-    i8_store(n0 + ty + 2u * I8_TY, o0 + tx, acc2, wid.z, at);
-    i8_store(n0 + ty + 3u * I8_TY, o0 + tx, acc3, wid.z, at);
+    i8_store(n0 + ty + 16u, o0 + tx, acc1, wid.z, at);
+    if (I8_ROWS == 64u) {
+        i8_store(n0 + ty + 32u, o0 + tx, acc2, wid.z, at);
+        i8_store(n0 + ty + 48u, o0 + tx, acc3, wid.z, at);
+    }
 }
 
 fn i8_load_x(n: u32, wi: u32, wend: u32, G: u32) -> vec4<u32> {   // row n's word wi (zeros past the edges)
