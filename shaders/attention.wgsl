@@ -917,8 +917,7 @@ fn ff_max4(x: vec4<f32>) -> f32 { return max(max(x.x, x.y), max(x.z, x.w)); }
 // rows (the 8-row kernels' tiles above stage each streamed row once per 8 owned rows).
 // Thread (g, c) = (lid / 32, lid % 32) owns rows 4g .. 4g+3 of the tile: their two dot
 // products with streamed row c over staged chunks of 4 vec4s (fb_scores), then their dims
-// 4c .. 4c+3 of the sums over the streamed rows, those rows loaded a phase ahead
-// (fb_prefetch) and staged 16 at a time (fb_put).
+// 4c .. 4c+3 of the sums over the streamed rows, those rows staged 16 at a time (fb_stage).
 //   attention_backward_dqs_q32: attention_backward_dqs's bindings and outputs, with dq
 //     and out seen as vec4s; one workgroup per (sequence, block of 32 query rows, h),
 //     longest first: B*ceil(T/32)*H workgroups split over x, y.
@@ -1004,27 +1003,17 @@ fn fb_put_p(r0: u32, c: u32, x: vec4<f32>) {   // fb_p[r0 + i, c] = x[i]
     for (var i = 0u; i < 4u; i++) { fb_p[(r0 + i) * 8u + c / 4u][c % 4u] = x[i]; }
 }
 
-// Thread lid's vec4s of a tile's 32 streamed rows of array `which` (fb_load; first vec4
-// base, row stride st), loaded ahead of fb_put so that the loads do not wait for the phase
-// before: rows lid / 32 + 8k (k < 4) of the n, vec4 lid % 32 (0 past n or D4)
-fn fb_prefetch(which: u32, base: u32, st: u32, n: u32, D4: u32, lid: u32) -> array<vec4<f32>, 4> {
-    var x = array<vec4<f32>, 4>(vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0));
-    let j = lid / 32u;
-    let v = lid % 32u;
-    if (v < D4) {
-        if (j < n) { x[0] = fb_load(which, base + j * st + v); }
-        if (j + 8u < n) { x[1] = fb_load(which, base + (j + 8u) * st + v); }
-        if (j + 16u < n) { x[2] = fb_load(which, base + (j + 16u) * st + v); }
-        if (j + 24u < n) { x[3] = fb_load(which, base + (j + 24u) * st + v); }
-    }
-    return x;
-}
-
-// Rows u0 .. u0+15 (u0 = 0 or FV) of fb_prefetch's tile into the sum phase's fb_sh [16, 32
-// vec4s]: thread lid's rows lid / 32 and + 8 of them. Uniform control flow: it barriers first.
-fn fb_put(x: array<vec4<f32>, 4>, u0: u32, lid: u32) {
+// Streamed rows u0 .. u0+15 (of n) of array `which` (first vec4 base, row stride st) into
+// the sum phase's fb_sh, 0 past n or D4. Call in uniform control flow: it barriers first.
+fn fb_stage(which: u32, base: u32, st: u32, n: u32, u0: u32, D4: u32, lid: u32) {
     workgroupBarrier();   // the chunk phase's or the previous rows' readers are done
-    if (u0 == 0u) { fb_sh[lid] = x[0]; fb_sh[lid + 256u] = x[1]; } else { fb_sh[lid] = x[2]; fb_sh[lid + 256u] = x[3]; }
+    for (var e = lid; e < 512u; e += 256u) {
+        let j = e / 32u;
+        let v = e % 32u;
+        var x = vec4<f32>(0.0);
+        if (u0 + j < n && v < D4) { x = fb_load(which, base + (u0 + j) * st + v); }
+        fb_sh[e] = x;
+    }
     workgroupBarrier();
 }
 
@@ -1081,13 +1070,12 @@ fn attention_backward_dqs_q32(@builtin(local_invocation_index) lid: u32, @builti
     for (var j0 = 0u; j0 < nkeys; j0 += FK) {
         let nk = min(FK, nkeys - j0);
         let ko4 = kvo4 + j0 * KD4;
-        let kr = fb_prefetch(2u, ko4, KD4, nk, D4, lid);   // the tile's k rows, for the dq sums
         let sd = fb_scores(FbRows(qo4, HD4, nq, ko4, KD4, nk, 0u), D4, lid);   // (q . k, dout . v)
         let ok = vec4<u32>(j0 + c) <= vec4<u32>(i0 + r0) + vec4<u32>(0u, 1u, 2u, 3u);   // causal
         let pr = select(vec4<f32>(0.0), exp(p.scale * sd[0] - lse), ok);
         fb_put_p(r0, c, pr * (sd[1] - dsum));   // dS (fb_p's readers passed fb_scores' barriers)
         for (var u0 = 0u; u0 < nk; u0 += FV) {
-            fb_put(kr, u0, lid);   // k rows
+            fb_stage(2u, ko4, KD4, nk, u0, D4, lid);   // k rows
             acc = fb_accum(acc, r0, c, u0);
         }
     }
@@ -1126,9 +1114,7 @@ fn attention_backward_dkv_q32(@builtin(local_invocation_index) lid: u32, @builti
     for (var i0 = j0; i0 < p.t; i0 += FQ) {   // query blocks from the diagonal on
         let nq = min(FQ, p.t - i0);
         let qo4 = (first + i0) * HD4 + h * D4;
-        let dr = fb_prefetch(1u, qo4, HD4, nq, D4, lid);   // the tile's dout rows, for dv
         let sd = fb_scores(FbRows(ko4, KD4, nk, qo4, HD4, nq, 1u), D4, lid);   // (k . q, v . dout)
-        let qr = fb_prefetch(0u, qo4, HD4, nq, D4, lid);   // its q rows, for dk (loaded while dv sums)
         let i = i0 + c;
         var st = vec2<f32>(0.0);
         if (i < p.t) { let e = 2u * ((first + i) * p.h + h); st = vec2<f32>(ak_stats[e], ak_stats[e + 1u]); }
@@ -1136,13 +1122,13 @@ fn attention_backward_dkv_q32(@builtin(local_invocation_index) lid: u32, @builti
         let pr = select(vec4<f32>(0.0), exp(p.scale * sd[0] - st.x), ok);
         fb_put_p(r0, c, pr);   // dv += P dout
         for (var u0 = 0u; u0 < nq; u0 += FV) {
-            fb_put(dr, u0, lid);
+            fb_stage(1u, qo4, HD4, nq, u0, D4, lid);
             dv = fb_accum(dv, r0, c, u0);
         }
         workgroupBarrier();   // P has been read
         fb_put_p(r0, c, pr * (sd[1] - st.y));   // dk += dS q
         for (var u0 = 0u; u0 < nq; u0 += FV) {
-            fb_put(qr, u0, lid);
+            fb_stage(0u, qo4, HD4, nq, u0, D4, lid);
             dk = fb_accum(dk, r0, c, u0);
         }
     }
