@@ -810,11 +810,6 @@ fn ff_fetch(qo4: u32, qs4: u32, nq: u32, ko4: u32, ks4: u32, nk: u32, v0: u32, D
     return ch;
 }
 
-fn ff_vload(ko4: u32, W4: u32, nk: u32, j: u32, v: u32, D4: u32) -> vec4<f32> {   // v row j of the tile, vec4 v
-    if (j < nk && v < D4) { return ff_v4[ko4 + j * W4 + v]; }
-    return vec4<f32>(0.0);   // past the tile's nk keys or the row's D4 vec4s
-}
-
 @compute @workgroup_size(256)
 fn attention_forward_q32(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>,
                          @builtin(num_workgroups) nw: vec3<u32>) {
@@ -842,11 +837,6 @@ fn attention_forward_q32(@builtin(local_invocation_index) lid: u32, @builtin(wor
     for (var j0 = 0u; j0 < nkeys; j0 += FK) {
         let nk = min(FK, nkeys - j0);
         let ko4 = kvo4 + j0 * W4;
-        // the tile's v rows are loaded now (they do not wait for the scores), staged below
-        // FV at a time: thread lid's rows lid / 32 + 8k (k < 4), vec4 lid % 32
-        let vj = lid / 32u;
-        let pv0 = ff_vload(ko4, W4, nk, vj, c, D4); let pv1 = ff_vload(ko4, W4, nk, vj + 8u, c, D4);
-        let pv2 = ff_vload(ko4, W4, nk, vj + 16u, c, D4); let pv3 = ff_vload(ko4, W4, nk, vj + 24u, c, D4);
         var sc = vec4<f32>(0.0);          // scores of rows r0 .. r0+3 against key j0 + c
         var ch = ff_fetch(qo4, HD4, nq, ko4, W4, nk, 0u, D4, lid);
         for (var v0 = 0u; v0 < D4; v0 += 8u) {
@@ -879,8 +869,13 @@ fn attention_forward_q32(@builtin(local_invocation_index) lid: u32, @builtin(wor
         for (var i = 0u; i < 4u; i++) { ff_p[(r0 + i) * 8u + c / 4u][c % 4u] = pr[i]; }
         for (var u0 = 0u; u0 < nk; u0 += FV) {
             if (u0 > 0u) { workgroupBarrier(); }   // the previous v rows have been read
-            // v rows u0 .. u0+15 of the tile as [FV keys, 32 vec4s] (FK = 2 FV, FV * 32 = 2 * 256)
-            if (u0 == 0u) { ff_sh[lid] = pv0; ff_sh[lid + 256u] = pv1; } else { ff_sh[lid] = pv2; ff_sh[lid + 256u] = pv3; }
+            for (var e = lid; e < FV * 32u; e += 256u) {   // v rows j0+u0 .. +15, vec4 e % 32
+                let j = e / 32u;
+                let v = e % 32u;
+                var x = vec4<f32>(0.0);
+                if (u0 + j < nk && v < D4) { x = ff_v4[ko4 + (u0 + j) * W4 + v]; }
+                ff_sh[e] = x;
+            }
             workgroupBarrier();
             for (var e = 0u; e < FV / 4u; e++) {   // keys u0 + 4e .. +3
                 let kq = (u0 / 4u) + e;
