@@ -85,13 +85,6 @@ fn rq_at(base: u32, c: u32, r: f32, s: f32) -> f32 {   // xq of column c of the 
     return quant_i8(rq_w[c] * (rq_x[base + c] * r), s);
 }
 
-fn rq_pack_word(n: u32, e: u32, words: u32, base: u32, r: f32, s: f32) {   // packed word e of row n (none past words)
-    if (e >= words) { return; }
-    let c = (e / 4u) * 16u + e % 4u;   // byte j: column c + 4j
-    rq_xq[n * words + e] = pack_i8(vec4<f32>(rq_at(base, c, r, s), rq_at(base, c + 4u, r, s),
-                                             rq_at(base, c + 8u, r, s), rq_at(base, c + 12u, r, s)));
-}
-
 @compute @workgroup_size(WG)
 fn rmsnorm_quant_forward(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>,
                          @builtin(num_workgroups) nw: vec3<u32>) {
@@ -100,32 +93,24 @@ fn rmsnorm_quant_forward(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin
     if (n >= rq_p.n) { return; }
     let C = rq_p.c;
     let base = n * C;
-    // Eight columns a loop turn, their loads issued together (a turn waits for its loads;
-    // NVIDIA does not overlap turns): the sum runs over the same columns in the same order
-    // as rmsnorm_forward's (columns lid + k WG, k ascending; zeros past C add nothing).
     var acc = 0.0;
-    for (var c = lid; c < C; c += 8u * WG) {
-        let a = vec4<f32>(rq_in(base, c), rq_in(base, c + WG), rq_in(base, c + 2u * WG), rq_in(base, c + 3u * WG));
-        let b = vec4<f32>(rq_in(base, c + 4u * WG), rq_in(base, c + 5u * WG), rq_in(base, c + 6u * WG),
-                          rq_in(base, c + 7u * WG));
-        acc = sum_sq4(sum_sq4(acc, a), b);
+    for (var c = lid; c < C; c += 4u * WG) {
+        acc = sum_sq4(acc, vec4<f32>(rq_in(base, c), rq_in(base, c + WG), rq_in(base, c + 2u * WG), rq_in(base, c + 3u * WG)));
     }
     let r = inverseSqrt(wg_sum(lid, acc, WG) / f32(C) + rq_p.eps);
     var m = 0.0;
-    for (var c = lid; c < C; c += 8u * WG) {
-        let a = abs(vec4<f32>(rq_y_at(base, c, r), rq_y_at(base, c + WG, r), rq_y_at(base, c + 2u * WG, r),
+    for (var c = lid; c < C; c += 4u * WG) {
+        let v = abs(vec4<f32>(rq_y_at(base, c, r), rq_y_at(base, c + WG, r), rq_y_at(base, c + 2u * WG, r),
                               rq_y_at(base, c + 3u * WG, r)));
-        let b = abs(vec4<f32>(rq_y_at(base, c + 4u * WG, r), rq_y_at(base, c + 5u * WG, r),
-                              rq_y_at(base, c + 6u * WG, r), rq_y_at(base, c + 7u * WG, r)));
-        let v = max(a, b);
         m = max(m, max(max(v.x, v.y), max(v.z, v.w)));
     }
     let s = 127.0 / max(wg_max(lid, m, WG), 1e-5);
     if (rq_p.packed != 0u) {
         let words = 4u * ((C + 15u) / 16u);
-        for (var e = lid; e < words; e += 2u * WG) {   // two words a turn
-            rq_pack_word(n, e, words, base, r, s);
-            rq_pack_word(n, e + WG, words, base, r, s);
+        for (var e = lid; e < words; e += WG) {
+            let c = (e / 4u) * 16u + e % 4u;   // byte j: column c + 4j
+            rq_xq[n * words + e] = pack_i8(vec4<f32>(rq_at(base, c, r, s), rq_at(base, c + 4u, r, s),
+                                                     rq_at(base, c + 8u, r, s), rq_at(base, c + 12u, r, s)));
         }
     } else {
         for (var c = lid; c < C; c += WG) { rq_xq[base + c] = bitcast<u32>(rq_at(base, c, r, s)); }
