@@ -212,3 +212,41 @@ def test_rmsnorm_quant_forward(run_case, N, C, kind, int8):
     s = f32(got["s"])
     assert np.array_equal(s, f32(127.0 / np.maximum(np.abs(y).max(1), f32(1e-5)))), "s"
     assert np.array_equal(f32(got["xq"]).reshape(N, C), np.clip(np.round(f32(y * s[:, None])), -128, 127))
+
+
+@pytest.mark.parametrize("how,N,C,I", [("residual", 20, 96, 1536), ("gated", 33, 80, 1100), ("flushed", 12, 48, 1024),
+                                       ("residual", 9, 2560, 700)])
+def test_norm_after_split(run_case, how, N, C, I):
+    """A split int8 forward's reduce done inside the next norm's dispatch (the residual
+    add, or the gate and up projections and the gating: ops.rmsnorm pre) gives every
+    output the same bits as the reduce, the gating and the norm as their own dispatches;
+    sums the norm cannot take are reduced first. Where the device has no int8 dot there
+    is nothing to defer."""
+    rng = np.random.default_rng(N + C + I)
+    xq = rng.integers(-128, 128, size=(N, I)).astype(np.float32)
+    s = f32(rng.uniform(0.1, 300.0, size=N))
+    Os = {"residual": (C,), "gated": (C, C), "flushed": (C + 16,)}[how]
+    ts = [rng.integers(-1, 2, size=(O, I)) for O in Os]
+    parts = [[pack_ternary(t), O, float(f32(0.02 * (j + 1))), []] for j, (t, O) in enumerate(zip(ts, Os))]
+    x0, w = f32(rng.normal(size=(N, C)) * 2), f32(rng.normal(1.0, 0.3, size=C))
+    r = run_case("forward_cases", "case_norm_after_split", xq=L(xq), s=L(s), parts=parts, N=N, I=I, x0=L(x0),
+                 w=L(w), eps=1e-5, how=how)
+    if not r["int8"]:
+        assert not r["fused_deferred"]
+        pytest.skip("no dot4I8Packed here: no int8 forward to split")
+    assert r["fused_deferred"] and not r["apart_deferred"]
+    assert r["fused"] == r["apart"]
+    got = r["fused"]
+    dots = [xq.astype(np.float64) @ t.T.astype(np.float64) for t in ts]       # exact integer sums
+    prod = [f32(f32(d * f32(sc)) / s[:, None]) for d, (_, _, sc, _) in zip(dots, parts)]
+    if how == "flushed":
+        assert np.array_equal(f32(got["target"]).reshape(N, -1), prod[0])
+        assert np.array_equal(f32(got["x"]).reshape(N, C), x0)
+        return
+    want_x = f32(x0 + prod[0]) if how == "residual" else f32(f32(np.maximum(prod[0], 0) ** 2) * prod[1])
+    assert_close(got["x"], want_x, 1e-6, "x")
+    x = f32(got["x"]).reshape(N, C)
+    rstd = f32(got["rstd"])
+    assert_close(rstd, 1 / np.sqrt((x.astype(np.float64) ** 2).mean(1) + 1e-5), 1e-6, "rstd")
+    y = f32(got["y"]).reshape(N, C)
+    assert np.array_equal(y, f32(w * f32(x * rstd[:, None]))), "y"

@@ -101,6 +101,7 @@ ACTS = (
     ("rstd_out", "N",     "f32", "top"),
     ("xq",      "N XQ",   "f32", "top"),     # int8 activations: f32 or packed (XQ: the larger, for CF = max(C, F))
     ("s",       "N",      "f32", "top"),     # their per-row scales
+    ("s2",      "N",      "f32", "top"),     # the next quantisation's, while a kernel still reads s (_norm_proj)
     ("logits",  "N V",    "f32", "train"),   # training: logits, then dlogits in place
     ("losses",  "N",      "f32", "train"),
     ("loss_sum", "1",     "f32", "train"),
@@ -695,8 +696,11 @@ class Model:
         if layers.start == 0:
             ids_buf = acts.io(acts.micro)[0] if ids_buf is None else ids_buf
             embedding_forward(self.dev, ids_buf, self.embed, acts.layer(0).x, N, self.C)
+        sums = None
         for li in layers:
-            self._layer_forward(li, acts, lora, cache, B, T, pos0)
+            sums = self._layer_forward(li, acts, lora, cache, B, T, pos0, sums=sums)
+        if sums is not None:
+            sums.flush(self.dev)
         if layers.stop < self.L:
             return
         if cache is not None:
@@ -755,10 +759,15 @@ class Model:
         else:
             programs.run(("train", B, T, micro, accumulate, self.dev.kind, self.dev.int8_dot), record)
 
-    def _norm_proj(self, li, norm, x, n, rstd, width, mods, outs, acts, lora, accumulate=False, gate=None):
+    def _norm_proj(self, li, norm, x, n, rstd, width, mods, outs, acts, lora, accumulate=False, gate=None,
+                   sums=None, defer=False):
         """n = norm(x), then BitLinear(n) of projections `mods` of layer li into `outs` (=
         or +=; one activation quantisation for all of them), each plus its LoRA branch
         when adapted. gate = (g, u): x = act(g) * u first (the MLP's gating).
+        sums: the split sums of the projection before (its reduce, not yet dispatched),
+        which the norm's dispatch adds (ops.rmsnorm.rmsnorm_quant_forward). defer: return
+        this group's own split sums (None if not split or adapted) for the next norm
+        instead of reducing them here: one dispatch fewer each, the same bits.
         A one-token forward (decoding, N = 1) fuses the gating, the norm and the
         quantisation in one dispatch and multiplies the group in one more (ops.matvec), the
         group's LoRA branches inside those two on a GPU (their down half beside the norm,
@@ -766,12 +775,14 @@ class Model:
         dispatch in all (norm_matvec; n is not kept)."""
         dev, N, top = self.dev, acts.B * acts.T, acts.top
         w, projs = self.layers[li].norms[norm], [self.layers[li].proj[m] for m in mods]
+        adapted = lora is not None and any(lora.adapts(m) for m in mods)
         if N == 1 and not acts.training:
+            if sums is not None:
+                sums.flush(dev)
             wp, parts = self._parts(projs, outs)
-            adapted = lora is not None and any(lora.adapts(m) for m in mods)
             if not adapted and matvec.fusable(dev, parts, width):   # norm and product: one dispatch
                 matvec.norm_matvec(dev, x, w, self.eps, wp, parts, width, accumulate, gate and (self.act, *gate))
-                return
+                return None
             fused = down = None
             if adapted:   # the branch: its down half with the norm, its up half in the matvec
                 ab, offs = lora.decode_parts(li, mods)
@@ -779,15 +790,17 @@ class Model:
                 fused = (top.lora_ups, ab, lora.R, lora.scale, [None if o is None else o[1] for o in offs])
             rmsnorm_quant(dev, x, w, n, top.xq4, top.qs, width, self.eps, gate and (self.act, *gate), down)
             ternary_matvec(dev, top.xq4, top.qs, wp, parts, width, accumulate, fused)
-            return
-        if gate is not None:
-            gating_forward(dev, self.act, gate[0], gate[1], x, N * width)
-        rmsnorm_quant_forward(dev, x, w, n, rstd, top.xq, top.s, N, width, self.eps)   # one dispatch on GPUs
+            return None
+        s = top.s2 if sums is not None and sums.s is top.s else top.s   # sums still read their s
+        rmsnorm_quant_forward(dev, x, w, n, rstd, top.xq, s, N, width, self.eps, sums=sums,
+                              gate=gate and (self.act, *gate))   # one dispatch on GPUs
         wp, parts = self._parts(projs, outs)
-        bitlinear_forward_parts(dev, top.xq, top.s, wp, parts, N, width, accumulate, w_ts=[p.t for p in projs])
+        mine = bitlinear_forward_parts(dev, top.xq, s, wp, parts, N, width, accumulate,
+                                       w_ts=[p.t for p in projs], defer=defer and not adapted)
         for mod, y in zip(mods, outs):
             if lora is not None and lora.adapts(mod):
                 lora.apply(li, mod, n, y, acts.lora_u(li, mod), N, acts.training, acts.io(acts.micro)[2])
+        return mine
 
     @staticmethod
     def _parts(projs, outs) -> tuple:
@@ -797,13 +810,16 @@ class Model:
         return projs[0].buf.buffer.view(base), [((p.buf.offset - base) // 4, p.O, p.scale, y)
                                                 for p, y in zip(projs, outs)]
 
-    def _layer_forward(self, li, acts, lora, cache, B, T, pos0, out=None):
-        """Record layer li: acts.layer(li).x -> `out` (default: the next layer's x)."""
+    def _layer_forward(self, li, acts, lora, cache, B, T, pos0, out=None, sums=None):
+        """Record layer li: acts.layer(li).x -> `out` (default: the next layer's x). sums:
+        the split sums of the layer before's down projection (into this one's x), added
+        by its first norm; returns this one's (for the next layer's first norm, or to
+        flush) or None (_norm_proj)."""
         dev, C, F, H, Hkv, D = self.dev, self.C, self.F, self.H, self.Hkv, self.D
         N = B * T
         a, out = acts.layer(li), out or acts.out(li)
         self._norm_proj(li, "input_layernorm", a.x, a.n1, a.rstd1, C, ("q_proj", "k_proj", "v_proj"),
-                        (a.q, a.k, a.v), acts, lora)
+                        (a.q, a.k, a.v), acts, lora, sums=sums)
         if cache is not None:     # rope on q, and on k on its way into the cache: one dispatch
             rope_kv_store(dev, a.q, a.k, a.v, cache.k[li], cache.v[li], self.cos, self.sin, B, T, H, Hkv, D,
                           cache.S, pos0, cache.pos_buf)
@@ -815,14 +831,15 @@ class Model:
         attention_forward(dev, a.q, k, v, a.att, a.lse, B, T, H, Hkv, D, S, pos0, kv_pos=kv_pos)
         if a.x_mid is not a.x:
             dev.copy(a.x, a.x_mid, 4 * N * C)
-        self._norm_proj(li, "self_attn.attn_sub_norm", a.att, a.an, a.rstd_a, C, ("o_proj",), (a.x_mid,),
-                        acts, lora, accumulate=True)
-        self._norm_proj(li, "post_attention_layernorm", a.x_mid, a.n2, a.rstd2, C, ("gate_proj", "up_proj"),
-                        (a.g, a.u), acts, lora)
+        sums = self._norm_proj(li, "self_attn.attn_sub_norm", a.att, a.an, a.rstd_a, C, ("o_proj",), (a.x_mid,),
+                               acts, lora, accumulate=True, defer=True)
+        # g and u reduced inside the gated norm are not written: only when no backward reads them
+        sums = self._norm_proj(li, "post_attention_layernorm", a.x_mid, a.n2, a.rstd2, C, ("gate_proj", "up_proj"),
+                               (a.g, a.u), acts, lora, sums=sums, defer=not acts.training)
         if out is not a.x_mid:
             dev.copy(a.x_mid, out, 4 * N * C)
-        self._norm_proj(li, "mlp.ffn_sub_norm", a.hf, a.fn, a.rstd_f, F, ("down_proj",), (out,), acts, lora,
-                        accumulate=True, gate=(a.g, a.u))
+        return self._norm_proj(li, "mlp.ffn_sub_norm", a.hf, a.fn, a.rstd_f, F, ("down_proj",), (out,), acts, lora,
+                               accumulate=True, gate=(a.g, a.u), sums=sums, defer=True)
 
     def head_rows(self, rows: int, row0: int = 0, step: int = 1):
         """logits[rows, V] of final hidden-state rows row0 + r*step of the last decoding
@@ -861,7 +878,9 @@ class Model:
         rmsnorm_backward(dev, g.dxf, top.x_out, self.norm, top.rstd_out, g.dh, N, C)
         for li in range(self.L - 1, -1, -1):
             if acts.mode == "checkpoint":   # refill the shared set: the same kernels, inputs and
-                self._layer_forward(li, acts, lora, None, acts.B, acts.T, 0, out=top.x_out)   # masks
+                sums = self._layer_forward(li, acts, lora, None, acts.B, acts.T, 0, out=top.x_out)   # masks
+                if sums is not None:
+                    sums.flush(dev)
             self._layer_backward(li, acts, lora, accumulate)
 
     def _proj_back(self, li, mod, dy, x, dx, accumulate, acts, lora, grads_accumulate=True):

@@ -246,13 +246,15 @@ def bitlinear_forward(dev, xq, s, w_packed, scale: float, y, N: int, I: int, O: 
 
 
 def bitlinear_forward_parts(dev, xq, s, w, parts, N: int, I: int, accumulate: bool = False,
-                            split: int | None = None, w_ts=None) -> None:
+                            split: int | None = None, w_ts=None, defer: bool = False):
     """bitlinear_forward of up to MAX_PARTS projections of one input: parts = [(word offset
     of w_p in w, O_p, scale_p, y_p[N, O_p]), ...] (the first at word 0), w the buffer (or
     view) holding every w_p[O_p, ceil(I/16)] u32. Where the activations are packed
     (packed_xq) one int8 dispatch multiplies them all (and one reduce adds their slices),
     else each part is bitlinear_forward of its view of w (w_ts: each part's transposed
-    weights or None, as bitlinear_forward's w_t). The same bits either way."""
+    weights or None, as bitlinear_forward's w_t). The same bits either way.
+    defer: where the int8 dispatch is split, leave its reduce to the caller and return it
+    (a splitk.SplitSums: fused into the next rmsnorm_quant_forward, or flushed); else None."""
     if not 1 <= len(parts) <= MAX_PARTS:
         raise ValueError(f"bitlinear_forward_parts: 1 to {MAX_PARTS} parts, got {len(parts)}")
     if parts[0][0] != 0:
@@ -262,17 +264,18 @@ def bitlinear_forward_parts(dev, xq, s, w, parts, N: int, I: int, accumulate: bo
         for j, (off, O, scale, y) in enumerate(parts):
             bitlinear_forward(dev, xq, s, w.view(4 * off, 4 * O * words), scale, y, N, I, O, accumulate, split,
                               w_t=w_ts[j] if w_ts else None)
-        return
+        return None
     need(xq, N * xq_floats(I, True), "xq", "bitlinear_forward_parts")
     need(s, N, "s", "bitlinear_forward_parts")
     for j, (off, O, _, y) in enumerate(parts):
         need(w, off + O * words, f"w (part {j})", "bitlinear_forward_parts")
         need(y, N * O, f"y{j}", "bitlinear_forward_parts")
-    _forward_i8(dev, xq, s, w, parts, N, I, accumulate, split)
+    return _forward_i8(dev, xq, s, w, parts, N, I, accumulate, split, defer)
 
 
-def _forward_i8(dev, xq, s, w, parts, N: int, I: int, accumulate: bool, split: int | None) -> None:
-    """bitlinear_forward_i8 over `parts` (bitlinear_forward_parts'), then its reduce if split."""
+def _forward_i8(dev, xq, s, w, parts, N: int, I: int, accumulate: bool, split: int | None, defer: bool = False):
+    """bitlinear_forward_i8 over `parts` (bitlinear_forward_parts'), then its reduce if
+    split, or with defer that reduce undispatched (a splitk.SplitSums; None if unsplit)."""
     full = list(parts) + [(0, 0, 0.0, spare(dev, j)) for j in range(len(parts), MAX_PARTS)]
     (_, o0, s0, y0), (b1, o1, s1, y1), (b2, o2, s2, y2) = full
     rows, tiles = i8_rows(N), sum(-(-O // 64) for _, O, _, _ in parts)
@@ -282,11 +285,14 @@ def _forward_i8(dev, xq, s, w, parts, N: int, I: int, accumulate: bool, split: i
     dev.dispatch(dev.prepared(SHADER_I8, "bitlinear_forward_i8", i8_constants(rows)), [xq, s, w, y0, part, y1, y2],
                  groups=(tiles, -(-N // rows), slices),
                  params=FORWARD_I8.pack(N, I, o0, s0, int(accumulate), kw, int(slices > 1), o1, o2, b1, b2, s1, s2))
-    if slices > 1:
-        if len(parts) == 1:
-            splitk.reduce(dev, part, s, y0, N * o0, slices, o0, s0, accumulate)
-        else:
-            splitk.reduce_parts(dev, part, s, (y0, y1, y2), N, slices, (o0, o1, o2), (s0, s1, s2), accumulate)
+    if slices == 1:
+        return None
+    outs = ((o0, s0, y0),) if len(parts) == 1 else ((o0, s0, y0), (o1, s1, y1), (o2, s2, y2))
+    sums = splitk.SplitSums(part, s, N, slices, outs, accumulate)
+    if defer:
+        return sums
+    sums.flush(dev)
+    return None
 
 
 def bitlinear_backward_input(dev, dy, w_packed, scale: float, dx, N: int, I: int, O: int,

@@ -7,6 +7,8 @@ few for a big GPU, each looping over the whole reduction. With S slices the grid
 S times more workgroups; the cost is S partial outputs written and read once more."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ._uniform import Uniform
 
 SHADER = "splitk.wgsl"
@@ -62,3 +64,28 @@ def reduce_parts(dev, part, s, ys, N: int, slices: int, outs, scales, accumulate
     count = N * sum(outs)
     dev.dispatch(dev.prepared(SHADER, "splitk_reduce_parts"), [part, s, *ys], groups=-(-count // 256),
                  params=PARTS.pack(count, slices, *outs, *scales, int(accumulate)))
+
+
+@dataclass(frozen=True)
+class SplitSums:
+    """The slices of an int8 forward (bitlinear_forward_parts with defer) whose reduce was
+    left to the kernel that reads its outputs next: rmsnorm_quant_forward adds them in its
+    first pass (its pre), one dispatch fewer; anything else calls flush first.
+    part[slices, N, sum O_p] holds them; y_p (= or +=) (sum_z part) * scale_p / s[n] is
+    what the reduce would write: outs = ((O, scale, y),) for one projection, else three
+    (O_p, scale_p, y_p), absent ones O_p = 0 with a spare y_p, as reduce_parts takes them."""
+    part: object
+    s: object
+    N: int
+    slices: int
+    outs: tuple
+    accumulate: bool
+
+    def flush(self, dev) -> None:
+        """The reduce as the forward would have dispatched it."""
+        if len(self.outs) == 1:
+            (O, scale, y), = self.outs
+            reduce(dev, self.part, self.s, y, self.N * O, self.slices, O, scale, self.accumulate)
+        else:
+            reduce_parts(dev, self.part, self.s, [y for _, _, y in self.outs], self.N, self.slices,
+                         [O for O, _, _ in self.outs], [sc for _, sc, _ in self.outs], self.accumulate)
