@@ -73,13 +73,21 @@ fn rope_backward(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgrou
 //   Row n = b*T + t is at position pos0 + t; k_cache[b, pos0 + t, :] = rope(k[n, :]);
 //   pos0 is the uniform's plus kv_pos[0], the cache's length on the GPU (attention.wgsl
 //   kv_advance), so a decoding step records the same dispatch at every position.
-//   0 params RopeKvParams {B, T, H, Hkv, D, S, pos0} | 1 q[N, H*D] read_write |
-//   2 k[N, Hkv*D] read | 3 v[N, Hkv*D] read | 4 k_cache[B, S, Hkv*D] read_write |
-//   5 v_cache[B, S, Hkv*D] read_write | 6 cos[P, D/2] read | 7 sin[P, D/2] read |
-//   8 kv_pos[1] u32 read
+//   slices > 0: q, k and v are the split sums of the int8 forward before (bitlinear.wgsl
+//   bitlinear_forward_i8 over q, k, v; its reduce, splitk_reduce_parts, done here with the
+//   same arithmetic): a value is (sum_z part[z, n, col]) * scale_p / s[n], a row of part
+//   holding q, k and v side by side (H*D + 2 Hkv*D columns); bindings 2 and 3 are part and
+//   s, and q is written rotated as before (k and v themselves are not written).
+//   0 params RopeKvParams {B, T, H, Hkv, D, S, pos0, slices, scale_q, scale_k, scale_v} |
+//   1 q[N, H*D] read_write | 2 k[N, Hkv*D] (or part) read | 3 v[N, Hkv*D] (or s[N]) read |
+//   4 k_cache[B, S, Hkv*D] read_write | 5 v_cache[B, S, Hkv*D] read_write |
+//   6 cos[P, D/2] read | 7 sin[P, D/2] read | 8 kv_pos[1] u32 read
 //   dispatch: ceil(N*(H + Hkv)*D/2 / 256) workgroups split over x, y; an invocation
 //   rotates one pair (j, j + D/2) of a q or k head, and a k head's also copies v's pair.
-struct RopeKvParams { b: u32, t: u32, h: u32, hkv: u32, d: u32, s: u32, pos0: u32 };
+struct RopeKvParams {
+    b: u32, t: u32, h: u32, hkv: u32, d: u32, s: u32, pos0: u32, slices: u32,
+    scale_q: f32, scale_k: f32, scale_v: f32,
+};
 @group(0) @binding(0) var<uniform> rk_p: RopeKvParams;
 @group(0) @binding(1) var<storage, read_write> rk_q: array<f32>;
 @group(0) @binding(2) var<storage, read> rk_k: array<f32>;
@@ -89,6 +97,23 @@ struct RopeKvParams { b: u32, t: u32, h: u32, hkv: u32, d: u32, s: u32, pos0: u3
 @group(0) @binding(6) var<storage, read> rk_cos: array<f32>;
 @group(0) @binding(7) var<storage, read> rk_sin: array<f32>;
 @group(0) @binding(8) var<storage, read> rk_pos: array<u32>;
+
+// Column col of row n of q (p 0), k (1) or v (2): read, or reduced from the split sums
+fn rk_in(n: u32, p: u32, col: u32) -> f32 {
+    let W = rk_p.hkv * rk_p.d;
+    if (rk_p.slices == 0u) {
+        if (p == 0u) { return rk_q[n * rk_p.h * rk_p.d + col]; }
+        if (p == 1u) { return rk_k[n * W + col]; }
+        return rk_v[n * W + col];
+    }
+    let total = rk_p.h * rk_p.d + 2u * W;
+    let count = rk_p.b * rk_p.t * total;
+    let e = n * total + select(rk_p.h * rk_p.d + (p - 1u) * W, 0u, p == 0u) + col;
+    var acc = 0.0;
+    for (var z = 0u; z < rk_p.slices; z++) { acc += rk_k[z * count + e]; }
+    let scale = select(select(rk_p.scale_v, rk_p.scale_k, p == 1u), rk_p.scale_q, p == 0u);
+    return acc * scale / rk_v[n];
+}
 
 @compute @workgroup_size(256)
 fn rope_kv_store(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>,
@@ -106,21 +131,21 @@ fn rope_kv_store(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgrou
     let s = rk_sin[pos * half + j];
     if (h < p.h) {
         let a = (n * p.h + h) * p.d + j;
-        let x1 = rk_q[a];
-        let x2 = rk_q[a + half];
+        let x1 = rk_in(n, 0u, h * p.d + j);
+        let x2 = rk_in(n, 0u, h * p.d + j + half);
         rk_q[a] = x1 * c - x2 * s;
         rk_q[a + half] = x2 * c + x1 * s;
         return;
     }
     let W = p.hkv * p.d;
-    let a = n * W + (h - p.h) * p.d + j;
-    let dst = ((n / p.t) * p.s + pos) * W + (h - p.h) * p.d + j;
-    let x1 = rk_k[a];
-    let x2 = rk_k[a + half];
+    let col = (h - p.h) * p.d + j;
+    let dst = ((n / p.t) * p.s + pos) * W + col;
+    let x1 = rk_in(n, 1u, col);
+    let x2 = rk_in(n, 1u, col + half);
     rk_kc[dst] = x1 * c - x2 * s;
     rk_kc[dst + half] = x2 * c + x1 * s;
-    rk_vc[dst] = rk_v[a];
-    rk_vc[dst + half] = rk_v[a + half];
+    rk_vc[dst] = rk_in(n, 2u, col);
+    rk_vc[dst + half] = rk_in(n, 2u, col + half);
 }
 
 // ---------------------------------------------------------------------------- CPU variants

@@ -250,3 +250,32 @@ def test_norm_after_split(run_case, how, N, C, I):
     assert_close(rstd, 1 / np.sqrt((x.astype(np.float64) ** 2).mean(1) + 1e-5), 1e-6, "rstd")
     y = f32(got["y"]).reshape(N, C)
     assert np.array_equal(y, f32(w * f32(x * rstd[:, None]))), "y"
+
+
+@pytest.mark.parametrize("B,T,H,Hkv,D,S,pos0,I", [(1, 12, 4, 2, 16, 20, 3, 1100), (2, 9, 2, 2, 8, 12, 0, 1536)])
+def test_rope_after_split(run_case, B, T, H, Hkv, D, S, pos0, I):
+    """A split int8 forward of q, k, v whose reduce rope_kv_store does (the prompt over a
+    KV cache): q and both caches have the same bits as with the reduce its own dispatch,
+    and q is numpy's rotation of the exact sums."""
+    rng = np.random.default_rng(B + T + I)
+    N = B * T
+    xq = rng.integers(-128, 128, size=(N, I)).astype(np.float32)
+    s = f32(rng.uniform(0.1, 300.0, size=N))
+    ts = [rng.integers(-1, 2, size=(h * D, I)) for h in (H, Hkv, Hkv)]
+    parts = [[pack_ternary(t), t.shape[0], float(f32(0.03 * (j + 1))), []] for j, t in enumerate(ts)]
+    r = run_case("forward_cases", "case_rope_after_split", xq=L(xq), s=L(s), parts=parts, I=I, B=B, T=T, H=H,
+                 Hkv=Hkv, D=D, S=S, pos0=pos0)
+    if not r["int8"]:
+        assert not r["fused_deferred"]
+        pytest.skip("no dot4I8Packed here: no int8 forward to split")
+    assert r["fused_deferred"] and not r["apart_deferred"]
+    assert r["fused"] == r["apart"]
+    q = f32(f32(xq.astype(np.float64) @ ts[0].T.astype(np.float64) * f32(parts[0][2])) / s[:, None])
+    pos = pos0 + np.arange(N) % T
+    inv = 1.0 / (10000.0 ** (np.arange(0, D, 2) / D))
+    ang = pos[:, None] * inv[None, :]
+    c, sn = np.tile(np.cos(ang), (1, H)), np.tile(np.sin(ang), (1, H))
+    qh = q.reshape(N, H, D)
+    x1, x2 = qh[:, :, : D // 2].reshape(N, -1), qh[:, :, D // 2:].reshape(N, -1)
+    want = np.concatenate([(x1 * c - x2 * sn).reshape(N, H, D // 2), (x2 * c + x1 * sn).reshape(N, H, D // 2)], 2)
+    assert_close(r["fused"]["q"], want.reshape(-1), 1e-5, "q")

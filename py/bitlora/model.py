@@ -818,11 +818,11 @@ class Model:
         dev, C, F, H, Hkv, D = self.dev, self.C, self.F, self.H, self.Hkv, self.D
         N = B * T
         a, out = acts.layer(li), out or acts.out(li)
-        self._norm_proj(li, "input_layernorm", a.x, a.n1, a.rstd1, C, ("q_proj", "k_proj", "v_proj"),
-                        (a.q, a.k, a.v), acts, lora, sums=sums)
+        sums = self._norm_proj(li, "input_layernorm", a.x, a.n1, a.rstd1, C, ("q_proj", "k_proj", "v_proj"),
+                               (a.q, a.k, a.v), acts, lora, sums=sums, defer=cache is not None)
         if cache is not None:     # rope on q, and on k on its way into the cache: one dispatch
             rope_kv_store(dev, a.q, a.k, a.v, cache.k[li], cache.v[li], self.cos, self.sin, B, T, H, Hkv, D,
-                          cache.S, pos0, cache.pos_buf)
+                          cache.S, pos0, cache.pos_buf, sums=sums)   # (k and v themselves: not written)
             k, v, S, kv_pos = cache.k[li], cache.v[li], cache.S, cache.pos_buf
         else:
             rope_forward(dev, a.q, self.cos, self.sin, N, T, H, D, pos0)

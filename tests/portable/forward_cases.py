@@ -311,6 +311,41 @@ async def case_norm_after_split(dev, xq, s, parts, N, I, x0, w, eps, how, split=
     return out
 
 
+async def case_rope_after_split(dev, xq, s, parts, I, B, T, H, Hkv, D, S, pos0, split=3):
+    """The int8 forward of q, k, v (parts as case_bitlinear_forward_parts', widths H*D,
+    Hkv*D, Hkv*D) split in `split` slices, then ops.rope.rope_kv_store, on a GPU kind:
+    "fused" with the forward's reduce deferred into rope_kv_store, "apart" with its own
+    dispatch. Each: q (rotated) and both caches (filled with 7 before)."""
+    await _prepare(dev)
+    from bitlora.ops.rope import rope_kv_store, rope_tables
+    N, W = B * T, Hkv * D
+    offs, off = [], 0
+    for words, *_ in parts:
+        offs.append(off)
+        off += -(-4 * len(words) // 256) * 256
+    wbuf = dev.buffer(off, "w_parts")
+    for o, (words, *_) in zip(offs, parts):
+        dev.write(wbuf, array.array("I", words), o)
+    bx = dev.buffer(4 * N * bitlinear.xq_floats(I, True), "xq8", data=pack_xq(xq, N, I))
+    bs = _buf(dev, "f", s, "s")
+    cos, sin = rope_tables(pos0 + T, D, 10000.0)
+    bc, bsin = _buf(dev, "f", cos, "cos"), _buf(dev, "f", sin, "sin")
+    out = {}
+    with dev.kind_as("gpu"):
+        out["int8"] = bitlinear.packed_xq(dev, N)
+        for key in ("fused", "apart"):
+            ys = [dev.buffer(4 * N * O, f"y{j}") for j, (_, O, _, _) in enumerate(parts)]
+            kc, vc = _buf(dev, "f", [7.0] * (B * S * W), "kc"), _buf(dev, "f", [7.0] * (B * S * W), "vc")
+            sums = bitlinear.bitlinear_forward_parts(
+                dev, bx, bs, wbuf, [(o // 4, O, sc, yb) for o, (_, O, sc, _), yb in zip(offs, parts, ys)], N, I,
+                False, split, defer=key == "fused")
+            out[key + "_deferred"] = sums is not None
+            rope_kv_store(dev, *ys, kc, vc, bc, bsin, B, T, H, Hkv, D, S, pos0, sums=sums)
+            out[key] = {"q": await _get(dev, ys[0], N * H * D), "kc": await _get(dev, kc, B * S * W),
+                        "vc": await _get(dev, vc, B * S * W)}
+    return out
+
+
 async def case_int8_dot(dev):
     """Whether dot4I8Packed compiles and computes on this device, beside what the device
     decided (Device.int8_dot): the two must agree."""

@@ -14,7 +14,8 @@ from .attention import zero_pos
 SHADER = "rope.wgsl"
 FORWARD = Uniform("RopeParams", "n:u32 t:u32 h:u32 d:u32 pos0:u32")
 BACKWARD = Uniform("RopeBackwardParams", "n:u32 t:u32 h:u32 d:u32")
-KV = Uniform("RopeKvParams", "b:u32 t:u32 h:u32 hkv:u32 d:u32 s:u32 pos0:u32")
+KV = Uniform("RopeKvParams", "b:u32 t:u32 h:u32 hkv:u32 d:u32 s:u32 pos0:u32 slices:u32 "
+                             "scale_q:f32 scale_k:f32 scale_v:f32")
 
 
 def kernel_specs(table_dtype: str = "f32", training: bool = False, kind: str | None = None,
@@ -75,12 +76,15 @@ def rope_backward(dev, g, cos, sin, N: int, T: int, H: int, D: int) -> None:
 
 
 def rope_kv_store(dev, q, k, v, k_cache, v_cache, cos, sin, B: int, T: int, H: int, Hkv: int, D: int, S: int,
-                  pos0: int = 0, kv_pos=None) -> None:
+                  pos0: int = 0, kv_pos=None, sums=None) -> None:
     """A forward over a KV cache: RoPE on q[N, H*D] in place, and k, v[N, Hkv*D] into
     k_cache, v_cache[B, S, Hkv*D] at positions pos0.. (k rotated on the way): rope_forward
     on q and k, then ops.attention.kv_store, in one dispatch (k itself is left as it was).
     kv_pos: a GPU buffer whose u32 [0] is added to pos0 as the kernel runs (as in
-    attention_forward); the caller keeps the positions inside S and the tables."""
+    attention_forward); the caller keeps the positions inside S and the tables.
+    sums: the split sums (splitk.SplitSums) of the int8 forward of q, k, v, reduced here
+    (the same bits as their reduce before): q is written, k and v are not. Sums of other
+    outputs are flushed first."""
     N, W = B * T, Hkv * D
     if D % 2:
         raise ValueError(f"rope_kv_store: head dim D={D} must be even")
@@ -92,5 +96,12 @@ def rope_kv_store(dev, q, k, v, k_cache, v_cache, cos, sin, B: int, T: int, H: i
         need(b, n, what, "rope_kv_store")
     if kv_pos is not None:
         need(kv_pos, 1, "kv_pos", "rope_kv_store")
-    dev.dispatch(dev.prepared(SHADER, "rope_kv_store"), [q, k, v, k_cache, v_cache, cos, sin, kv_pos if kv_pos is not None else zero_pos(dev)],
-                 groups=-(-N * (H + Hkv) * D // 2 // 256), params=KV.pack(B, T, H, Hkv, D, S, pos0))
+    slices, scales, src = 0, (0.0, 0.0, 0.0), (k, v)
+    if sums is not None:
+        if [(O, y) for O, _, y in sums.outs] == [(H * D, q), (W, k), (W, v)] and not sums.accumulate:
+            slices, scales, src = sums.slices, tuple(sc for _, sc, _ in sums.outs), (sums.part, sums.s)
+        else:
+            sums.flush(dev)
+    dev.dispatch(dev.prepared(SHADER, "rope_kv_store"), [q, *src, k_cache, v_cache, cos, sin,
+                                                         kv_pos if kv_pos is not None else zero_pos(dev)],
+                 groups=-(-N * (H + Hkv) * D // 2 // 256), params=KV.pack(B, T, H, Hkv, D, S, pos0, slices, *scales))
