@@ -14,20 +14,8 @@
 //   rstd, and s[n] = 127 / max(max_c |y[n, c]|, 1e-5), xq = quant_i8(y * s) (prelude),
 //   written as f32 [N, C] (packed = 0) or packed int8 (packed = 1: prelude xq8).
 //   y is recomputed, not read back, for xq (the same two multiplies: the same value).
-//   pre: what comes before the norm in the same dispatch, the row's input x computed
-//   from a, b and written to x (each value as the kernel it replaces computes it, so the
-//   same bits as that kernel's dispatch before this one):
-//     0  none: x is read
-//     1  splitk_reduce of a one-projection int8 forward into the residual x:
-//        x += (sum_z a[z, N, C]) * scale0 / b[n]      (a: the slices, b: that forward's s)
-//     2  splitk_reduce_parts of the gate and up projections and the gating:
-//        g = (sum_z a[z, n, c]) * scale0 / b[n], u = (sum_z a[z, n, off_u + c]) * scale1 / b[n]
-//        (a row of a: stride columns), x = gating(act, g, u); g and u are not written
-//     3  the gating alone: x = gating(act, a, b)   (a = g, b = u, each [N, C])
-//   0 params RmsQuantParams {N, C, eps, packed, pre, slices, stride, off_u, scale0, scale1,
-//   act} | 1 x[N, C] read (pre 0) or written | 2 w[C] read | 3 y[N, C] write |
-//   4 rstd[N] write | 5 xq write (u32 words) | 6 s[N] write | 7 a read | 8 b read
-//   (a and b: spares with pre 0)
+//   0 params RmsQuantParams {N, C, eps, packed} | 1 x[N, C] read | 2 w[C] read |
+//   3 y[N, C] write | 4 rstd[N] write | 5 xq write (u32 words) | 6 s[N] write
 // dispatch (all three): one workgroup (256) per row: N workgroups split over x, y
 //
 // CPU variants (Device.kind "cpu", C % 4 == 0): rmsnorm_forward_rows, rmsnorm_backward_rows
@@ -71,41 +59,18 @@ fn rmsnorm_forward(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workg
     if (lid == 0u) { rstd[n] = r; }
 }
 
-struct RmsQuantParams {
-    n: u32, c: u32, eps: f32, packed: u32, pre: u32, slices: u32, stride: u32, off_u: u32,
-    scale0: f32, scale1: f32, act: u32,
-};
+struct RmsQuantParams { n: u32, c: u32, eps: f32, packed: u32 };
 @group(0) @binding(0) var<uniform> rq_p: RmsQuantParams;
-@group(0) @binding(1) var<storage, read_write> rq_x: array<f32>;
+@group(0) @binding(1) var<storage, read> rq_x: array<f32>;
 @group(0) @binding(2) var<storage, read> rq_w: array<f32>;
 @group(0) @binding(3) var<storage, read_write> rq_y: array<f32>;
 @group(0) @binding(4) var<storage, read_write> rq_rstd: array<f32>;
 @group(0) @binding(5) var<storage, read_write> rq_xq: array<u32>;   // f32 bits, or packed int8
 @group(0) @binding(6) var<storage, read_write> rq_s: array<f32>;
-@group(0) @binding(7) var<storage, read> rq_a: array<f32>;
-@group(0) @binding(8) var<storage, read> rq_b: array<f32>;
 
-fn rq_slices(e: u32) -> f32 {   // sum_z a[z, N, stride] at element e of a slice, in slice order
-    let count = rq_p.n * rq_p.stride;
-    var acc = 0.0;
-    for (var z = 0u; z < rq_p.slices; z++) { acc += rq_a[z * count + e]; }
-    return acc;
-}
-
-fn rq_in(n: u32, base: u32, c: u32) -> f32 {   // x[base + c] (row n) after pre, 0 past C
-    if (c >= rq_p.c) { return 0.0; }
-    if (rq_p.pre == 0u) { return rq_x[base + c]; }
-    var v: f32;
-    if (rq_p.pre == 1u) {
-        v = rq_x[base + c] + rq_slices(base + c) * rq_p.scale0 / rq_b[n];
-    } else if (rq_p.pre == 2u) {
-        let e = n * rq_p.stride + c;
-        v = gating(rq_p.act, rq_slices(e) * rq_p.scale0 / rq_b[n], rq_slices(e + rq_p.off_u) * rq_p.scale1 / rq_b[n]);
-    } else {
-        v = gating(rq_p.act, rq_a[base + c], rq_b[base + c]);
-    }
-    rq_x[base + c] = v;
-    return v;
+fn rq_in(base: u32, c: u32) -> f32 {   // x[base + c], 0 past C
+    if (c < rq_p.c) { return rq_x[base + c]; }
+    return 0.0;
 }
 
 fn rq_y_at(base: u32, c: u32, r: f32) -> f32 {   // y of column c written (0 past C)
@@ -130,10 +95,8 @@ fn rmsnorm_quant_forward(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin
     let base = n * C;
     var acc = 0.0;
     for (var c = lid; c < C; c += 4u * WG) {
-        acc = sum_sq4(acc, vec4<f32>(rq_in(n, base, c), rq_in(n, base, c + WG), rq_in(n, base, c + 2u * WG),
-                                     rq_in(n, base, c + 3u * WG)));
+        acc = sum_sq4(acc, vec4<f32>(rq_in(base, c), rq_in(base, c + WG), rq_in(base, c + 2u * WG), rq_in(base, c + 3u * WG)));
     }
-    if (rq_p.pre != 0u) { storageBarrier(); }   // x written: the packed pass reads other threads' columns
     let r = inverseSqrt(wg_sum(lid, acc, WG) / f32(C) + rq_p.eps);
     var m = 0.0;
     for (var c = lid; c < C; c += 4u * WG) {

@@ -15,9 +15,14 @@
 //   n is output o of part p, and y_p[n, o] (= or +=) (sum_z part) * scale_p / s[n] (the same
 //   arithmetic as splitk_reduce's).
 //   0 params SplitkPartsParams {count = N*(O0+O1+O2), slices, o0, o1, o2, scale0, scale1,
-//   scale2, accumulate} | 1 part read | 2 s[N] read | 3 y0[N, O0] | 4 y1[N, O1] |
+//   scale2, accumulate, act} | 1 part read | 2 s[N] read | 3 y0[N, O0] | 4 y1[N, O1] |
 //   5 y2[N, O2] read_write (an absent part's a spare)
 //   dispatch: ceil(count / 256) workgroups split over x, y
+// splitk_reduce_gated   splitk_reduce_parts of the MLP's gate and up projections (two
+//   parts, O0 = O1 = F, written, not added) and their gating (relu2.wgsl) in one pass: an
+//   invocation reduces g[n, c] and u[n, c], writes both and h[n, c] = gating(act, g, u)
+//   into y2[N, F] (the same arithmetic as the two kernels: the same bits).
+//   Bindings as splitk_reduce_parts, count = N*F, o2 = 0.
 
 struct SplitkParams { count: u32, slices: u32, m: u32, scale: f32, accumulate: u32, use_s: u32 };
 @group(0) @binding(0) var<uniform> p: SplitkParams;
@@ -39,6 +44,7 @@ fn splitk_reduce(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgrou
 
 struct SplitkPartsParams {
     count: u32, slices: u32, o0: u32, o1: u32, o2: u32, scale0: f32, scale1: f32, scale2: f32, accumulate: u32,
+    act: u32,
 };
 @group(0) @binding(0) var<uniform> sp: SplitkPartsParams;
 @group(0) @binding(4) var<storage, read_write> y1: array<f32>;
@@ -71,3 +77,25 @@ fn splitk_reduce_parts(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(wo
     if (which == 1u) { if (sp.accumulate != 0u) { v = y1[i] + v; } y1[i] = v; }
     if (which == 2u) { if (sp.accumulate != 0u) { v = y2[i] + v; } y2[i] = v; }
 }
+
+@compute @workgroup_size(256)
+fn splitk_reduce_gated(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>,
+                       @builtin(num_workgroups) nw: vec3<u32>) {
+    let e = (wid.x + wid.y * nw.x) * 256u + lid.x;
+    if (e >= sp.count) { return; }
+    let n = e / sp.o0;
+    let at = e + n * sp.o0;     // g's column in part's row n (of 2 F); u's is F further
+    let all = 2u * sp.count;
+    var ag = 0.0;
+    var au = 0.0;
+    for (var z = 0u; z < sp.slices; z++) {
+        ag += part[z * all + at];
+        au += part[z * all + at + sp.o0];
+    }
+    let g = ag * sp.scale0 / s[n];
+    let u = au * sp.scale1 / s[n];
+    y[e] = g;
+    y1[e] = u;
+    y2[e] = gating(sp.act, g, u);
+}
+

@@ -214,44 +214,6 @@ def test_rmsnorm_quant_forward(run_case, N, C, kind, int8):
     assert np.array_equal(f32(got["xq"]).reshape(N, C), np.clip(np.round(f32(y * s[:, None])), -128, 127))
 
 
-@pytest.mark.parametrize("how,N,C,I", [("residual", 20, 96, 1536), ("gated", 33, 80, 1100), ("flushed", 12, 48, 1024),
-                                       ("residual", 9, 2560, 700)])
-def test_norm_after_split(run_case, how, N, C, I):
-    """A split int8 forward's reduce done inside the next norm's dispatch (the residual
-    add, or the gate and up projections and the gating: ops.rmsnorm pre) gives every
-    output the same bits as the reduce, the gating and the norm as their own dispatches;
-    sums the norm cannot take are reduced first. Where the device has no int8 dot there
-    is nothing to defer."""
-    rng = np.random.default_rng(N + C + I)
-    xq = rng.integers(-128, 128, size=(N, I)).astype(np.float32)
-    s = f32(rng.uniform(0.1, 300.0, size=N))
-    Os = {"residual": (C,), "gated": (C, C), "flushed": (C + 16,)}[how]
-    ts = [rng.integers(-1, 2, size=(O, I)) for O in Os]
-    parts = [[pack_ternary(t), O, float(f32(0.02 * (j + 1))), []] for j, (t, O) in enumerate(zip(ts, Os))]
-    x0, w = f32(rng.normal(size=(N, C)) * 2), f32(rng.normal(1.0, 0.3, size=C))
-    r = run_case("forward_cases", "case_norm_after_split", xq=L(xq), s=L(s), parts=parts, N=N, I=I, x0=L(x0),
-                 w=L(w), eps=1e-5, how=how)
-    if not r["int8"]:
-        assert not r["fused_deferred"]
-        pytest.skip("no dot4I8Packed here: no int8 forward to split")
-    assert r["fused_deferred"] and not r["apart_deferred"]
-    assert r["fused"] == r["apart"]
-    got = r["fused"]
-    dots = [xq.astype(np.float64) @ t.T.astype(np.float64) for t in ts]       # exact integer sums
-    prod = [f32(f32(d * f32(sc)) / s[:, None]) for d, (_, _, sc, _) in zip(dots, parts)]
-    if how == "flushed":
-        assert np.array_equal(f32(got["target"]).reshape(N, -1), prod[0])
-        assert np.array_equal(f32(got["x"]).reshape(N, C), x0)
-        return
-    want_x = f32(x0 + prod[0]) if how == "residual" else f32(f32(np.maximum(prod[0], 0) ** 2) * prod[1])
-    assert_close(got["x"], want_x, 1e-6, "x")
-    x = f32(got["x"]).reshape(N, C)
-    rstd = f32(got["rstd"])
-    assert_close(rstd, 1 / np.sqrt((x.astype(np.float64) ** 2).mean(1) + 1e-5), 1e-6, "rstd")
-    y = f32(got["y"]).reshape(N, C)
-    assert np.array_equal(y, f32(w * f32(x * rstd[:, None]))), "y"
-
-
 @pytest.mark.parametrize("B,T,H,Hkv,D,S,pos0,I", [(1, 12, 4, 2, 16, 20, 3, 1100), (2, 9, 2, 2, 8, 12, 0, 1536)])
 def test_rope_after_split(run_case, B, T, H, Hkv, D, S, pos0, I):
     """A split int8 forward of q, k, v whose reduce rope_kv_store does (the prompt over a
@@ -279,3 +241,29 @@ def test_rope_after_split(run_case, B, T, H, Hkv, D, S, pos0, I):
     x1, x2 = qh[:, :, : D // 2].reshape(N, -1), qh[:, :, D // 2:].reshape(N, -1)
     want = np.concatenate([(x1 * c - x2 * sn).reshape(N, H, D // 2), (x2 * c + x1 * sn).reshape(N, H, D // 2)], 2)
     assert_close(r["fused"]["q"], want.reshape(-1), 1e-5, "q")
+
+
+@pytest.mark.parametrize("N,F,I,act", [(20, 96, 1536, "relu2"), (33, 70, 1100, "silu"), (9, 300, 2048, "relu2")])
+def test_forward_gated(run_case, N, F, I, act):
+    """The gate and up projections with their gating in the split product's reduce
+    (splitk_reduce_gated): g, u and h have the same bits as the reduce and the gating as
+    their own dispatches, and as the unsplit product; h is numpy's gating of the exact sums."""
+    rng = np.random.default_rng(N + F + I)
+    xq = rng.integers(-128, 128, size=(N, I)).astype(np.float32)
+    s = f32(rng.uniform(0.1, 300.0, size=N))
+    ts = [rng.integers(-1, 2, size=(F, I)) for _ in range(2)]
+    parts = [[pack_ternary(t), F, float(f32(0.02 * (j + 1))), []] for j, t in enumerate(ts)]
+    r = run_case("forward_cases", "case_forward_gated", xq=L(xq), s=L(s), parts=parts, N=N, I=I, act=act)
+    assert r.pop("int8") in (True, False)
+    assert r["split3"] == r["apart3"] == r["split1"] == r["apart1"]
+    g, u, h = (f32(v).reshape(N, F) for v in r["split3"])
+    for got, t, (_, _, sc, _) in zip((g, u), ts, parts):
+        assert np.array_equal(got, f32(f32(xq.astype(np.float64) @ t.T.astype(np.float64) * f32(sc)) / s[:, None]))
+    want = f32(f32(np.maximum(g, 0) ** 2) * u) if act == "relu2" else g * (1 / (1 + np.exp(-g.astype(np.float64)))) * u
+    assert_close(h, want, 1e-6, "h")
+
+
+def test_forward_gated_checks():
+    """gate takes exactly two parts of one width, written."""
+    with pytest.raises(ValueError, match="two parts of one width"):
+        bitlinear.bitlinear_forward_parts(None, None, None, None, [(0, 4, 1.0, None)], 9, 16, gate=("relu2", None))

@@ -101,7 +101,6 @@ ACTS = (
     ("rstd_out", "N",     "f32", "top"),
     ("xq",      "N XQ",   "f32", "top"),     # int8 activations: f32 or packed (XQ: the larger, for CF = max(C, F))
     ("s",       "N",      "f32", "top"),     # their per-row scales
-    ("s2",      "N",      "f32", "top"),     # the next quantisation's, while a kernel still reads s (_norm_proj)
     ("logits",  "N V",    "f32", "train"),   # training: logits, then dlogits in place
     ("losses",  "N",      "f32", "train"),
     ("loss_sum", "1",     "f32", "train"),
@@ -696,11 +695,8 @@ class Model:
         if layers.start == 0:
             ids_buf = acts.io(acts.micro)[0] if ids_buf is None else ids_buf
             embedding_forward(self.dev, ids_buf, self.embed, acts.layer(0).x, N, self.C)
-        sums = None
         for li in layers:
-            sums = self._layer_forward(li, acts, lora, cache, B, T, pos0, sums=sums)
-        if sums is not None:
-            sums.flush(self.dev)
+            self._layer_forward(li, acts, lora, cache, B, T, pos0)
         if layers.stop < self.L:
             return
         if cache is not None:
@@ -760,14 +756,14 @@ class Model:
             programs.run(("train", B, T, micro, accumulate, self.dev.kind, self.dev.int8_dot), record)
 
     def _norm_proj(self, li, norm, x, n, rstd, width, mods, outs, acts, lora, accumulate=False, gate=None,
-                   sums=None, defer=False):
+                   defer=False, gate_out=None):
         """n = norm(x), then BitLinear(n) of projections `mods` of layer li into `outs` (=
         or +=; one activation quantisation for all of them), each plus its LoRA branch
-        when adapted. gate = (g, u): x = act(g) * u first (the MLP's gating).
-        sums: the split sums of the projection before (its reduce, not yet dispatched),
-        which the norm's dispatch adds (ops.rmsnorm.rmsnorm_quant_forward). defer: return
-        this group's own split sums (None if not split or adapted) for the next norm
-        instead of reducing them here: one dispatch fewer each, the same bits.
+        when adapted. gate = (g, u): x = act(g) * u first (the MLP's gating); gate_out = h:
+        that gating of this group's two outputs right after the product instead (N > 1,
+        no LoRA on them: in the split product's reduce, ops.bitlinear).
+        defer: return this group's split sums (None if unsplit or adapted) undispatched,
+        for a kernel that reduces them as it reads (rope_kv_store).
         A one-token forward (decoding, N = 1) fuses the gating, the norm and the
         quantisation in one dispatch and multiplies the group in one more (ops.matvec), the
         group's LoRA branches inside those two on a GPU (their down half beside the norm,
@@ -777,8 +773,6 @@ class Model:
         w, projs = self.layers[li].norms[norm], [self.layers[li].proj[m] for m in mods]
         adapted = lora is not None and any(lora.adapts(m) for m in mods)
         if N == 1 and not acts.training:
-            if sums is not None:
-                sums.flush(dev)
             wp, parts = self._parts(projs, outs)
             if not adapted and matvec.fusable(dev, parts, width):   # norm and product: one dispatch
                 matvec.norm_matvec(dev, x, w, self.eps, wp, parts, width, accumulate, gate and (self.act, *gate))
@@ -791,12 +785,13 @@ class Model:
             rmsnorm_quant(dev, x, w, n, top.xq4, top.qs, width, self.eps, gate and (self.act, *gate), down)
             ternary_matvec(dev, top.xq4, top.qs, wp, parts, width, accumulate, fused)
             return None
-        s = top.s2 if sums is not None and sums.s is top.s else top.s   # sums still read their s
-        rmsnorm_quant_forward(dev, x, w, n, rstd, top.xq, s, N, width, self.eps, sums=sums,
-                              gate=gate and (self.act, *gate))   # one dispatch on GPUs
+        if gate is not None:
+            gating_forward(dev, self.act, gate[0], gate[1], x, N * width)
+        rmsnorm_quant_forward(dev, x, w, n, rstd, top.xq, top.s, N, width, self.eps)   # one dispatch on GPUs
         wp, parts = self._parts(projs, outs)
-        mine = bitlinear_forward_parts(dev, top.xq, s, wp, parts, N, width, accumulate,
-                                       w_ts=[p.t for p in projs], defer=defer and not adapted)
+        mine = bitlinear_forward_parts(dev, top.xq, top.s, wp, parts, N, width, accumulate,
+                                       w_ts=[p.t for p in projs], defer=defer and not adapted,
+                                       gate=gate_out and (self.act, gate_out))
         for mod, y in zip(mods, outs):
             if lora is not None and lora.adapts(mod):
                 lora.apply(li, mod, n, y, acts.lora_u(li, mod), N, acts.training, acts.io(acts.micro)[2])
@@ -810,19 +805,16 @@ class Model:
         return projs[0].buf.buffer.view(base), [((p.buf.offset - base) // 4, p.O, p.scale, y)
                                                 for p, y in zip(projs, outs)]
 
-    def _layer_forward(self, li, acts, lora, cache, B, T, pos0, out=None, sums=None):
-        """Record layer li: acts.layer(li).x -> `out` (default: the next layer's x). sums:
-        the split sums of the layer before's down projection (into this one's x), added
-        by its first norm; returns this one's (for the next layer's first norm, or to
-        flush) or None (_norm_proj)."""
+    def _layer_forward(self, li, acts, lora, cache, B, T, pos0, out=None):
+        """Record layer li: acts.layer(li).x -> `out` (default: the next layer's x)."""
         dev, C, F, H, Hkv, D = self.dev, self.C, self.F, self.H, self.Hkv, self.D
         N = B * T
         a, out = acts.layer(li), out or acts.out(li)
         sums = self._norm_proj(li, "input_layernorm", a.x, a.n1, a.rstd1, C, ("q_proj", "k_proj", "v_proj"),
-                               (a.q, a.k, a.v), acts, lora, sums=sums, defer=cache is not None)
+                               (a.q, a.k, a.v), acts, lora, defer=cache is not None)
         if cache is not None:     # rope on q, and on k on its way into the cache: one dispatch
             rope_kv_store(dev, a.q, a.k, a.v, cache.k[li], cache.v[li], self.cos, self.sin, B, T, H, Hkv, D,
-                          cache.S, pos0, cache.pos_buf, sums=sums)   # (k and v themselves: not written)
+                          cache.S, pos0, cache.pos_buf, sums=sums)   # (which reduces the split q, k, v)
             k, v, S, kv_pos = cache.k[li], cache.v[li], cache.S, cache.pos_buf
         else:
             rope_forward(dev, a.q, self.cos, self.sin, N, T, H, D, pos0)
@@ -831,15 +823,16 @@ class Model:
         attention_forward(dev, a.q, k, v, a.att, a.lse, B, T, H, Hkv, D, S, pos0, kv_pos=kv_pos)
         if a.x_mid is not a.x:
             dev.copy(a.x, a.x_mid, 4 * N * C)
-        sums = self._norm_proj(li, "self_attn.attn_sub_norm", a.att, a.an, a.rstd_a, C, ("o_proj",), (a.x_mid,),
-                               acts, lora, accumulate=True, defer=True)
-        # g and u reduced inside the gated norm are not written: only when no backward reads them
-        sums = self._norm_proj(li, "post_attention_layernorm", a.x_mid, a.n2, a.rstd2, C, ("gate_proj", "up_proj"),
-                               (a.g, a.u), acts, lora, sums=sums, defer=not acts.training)
+        self._norm_proj(li, "self_attn.attn_sub_norm", a.att, a.an, a.rstd_a, C, ("o_proj",), (a.x_mid,),
+                        acts, lora, accumulate=True)
+        mlp = ("gate_proj", "up_proj")     # their gating right after them (in a split product's
+        early = N > 1 and (lora is None or not any(lora.adapts(m) for m in mlp))   # reduce), or with the norm
+        self._norm_proj(li, "post_attention_layernorm", a.x_mid, a.n2, a.rstd2, C, mlp, (a.g, a.u), acts, lora,
+                        gate_out=a.hf if early else None)
         if out is not a.x_mid:
             dev.copy(a.x_mid, out, 4 * N * C)
-        return self._norm_proj(li, "mlp.ffn_sub_norm", a.hf, a.fn, a.rstd_f, F, ("down_proj",), (out,), acts, lora,
-                               accumulate=True, gate=(a.g, a.u), sums=sums, defer=True)
+        self._norm_proj(li, "mlp.ffn_sub_norm", a.hf, a.fn, a.rstd_f, F, ("down_proj",), (out,), acts, lora,
+                        accumulate=True, gate=None if early else (a.g, a.u))
 
     def head_rows(self, rows: int, row0: int = 0, step: int = 1):
         """logits[rows, V] of final hidden-state rows row0 + r*step of the last decoding
@@ -878,9 +871,7 @@ class Model:
         rmsnorm_backward(dev, g.dxf, top.x_out, self.norm, top.rstd_out, g.dh, N, C)
         for li in range(self.L - 1, -1, -1):
             if acts.mode == "checkpoint":   # refill the shared set: the same kernels, inputs and
-                sums = self._layer_forward(li, acts, lora, None, acts.B, acts.T, 0, out=top.x_out)   # masks
-                if sums is not None:
-                    sums.flush(dev)
+                self._layer_forward(li, acts, lora, None, acts.B, acts.T, 0, out=top.x_out)   # masks
             self._layer_backward(li, acts, lora, accumulate)
 
     def _proj_back(self, li, mod, dy, x, dx, accumulate, acts, lora, grads_accumulate=True):

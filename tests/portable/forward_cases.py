@@ -264,19 +264,14 @@ async def case_rmsnorm_quant_forward(dev, x, w, N, C, eps, kind, int8=True):
     return out
 
 
-async def case_norm_after_split(dev, xq, s, parts, N, I, x0, w, eps, how, split=3, act="relu2"):
-    """A split int8 forward (bitlinear_forward_parts, `split` slices) and the norm after it
-    (rmsnorm_quant_forward), on a GPU kind, two ways: "fused" with the forward's reduce
-    deferred into the norm's dispatch, "apart" with the reduce (and the gating) their own
-    dispatches. how: "residual" (one part of width C added into x0, the norm's input),
-    "gated" (parts gate and up of width C; the norm's input act(g) * u), "flushed" (one
-    part into a buffer the norm does not read: its reduce runs first). parts as
-    case_bitlinear_forward_parts'. Every output of each way: x (the norm's input as
-    written), y, rstd, xq (unpacked), s; "target" the flushed part's output."""
+async def case_forward_gated(dev, xq, s, parts, N, I, act, splits=(1, 3)):
+    """The MLP's gate and up projections (parts as case_bitlinear_forward_parts', two of
+    one width F) and their gating h = act(g) * u, on a GPU kind: "split<S>" through
+    bitlinear_forward_parts with gate (the gating inside the reduce where split, else its
+    own dispatch), "apart<S>" the same product, then relu2.gating_forward. Each: g, u, h."""
     await _prepare(dev)
     from bitlora.ops.relu2 import gating_forward
-    from bitlora.ops.rmsnorm import rmsnorm_quant_forward
-    C = len(w) if how != "flushed" else len(x0) // N
+    F = parts[0][1]
     offs, off = [], 0
     for words, *_ in parts:
         offs.append(off)
@@ -285,29 +280,20 @@ async def case_norm_after_split(dev, xq, s, parts, N, I, x0, w, eps, how, split=
     for o, (words, *_) in zip(offs, parts):
         dev.write(wbuf, array.array("I", words), o)
     bx = dev.buffer(4 * N * bitlinear.xq_floats(I, True), "xq8", data=pack_xq(xq, N, I))
-    bs, bw = _buf(dev, "f", s, "s"), _buf(dev, "f", w, "w")
+    bs = _buf(dev, "f", s, "s")
     out = {}
     with dev.kind_as("gpu"):
         out["int8"] = bitlinear.packed_xq(dev, N)
-        for key in ("fused", "apart"):
-            x = _buf(dev, "f", x0 if how != "gated" else [0.0] * (N * C), "x")
-            ys = [x] if how == "residual" else [dev.buffer(4 * N * O, f"y{j}") for j, (_, O, _, _) in enumerate(parts)]
-            y, rstd, s_out = dev.buffer(4 * N * C, "y"), dev.buffer(4 * N, "rstd"), dev.buffer(4 * N, "s_out")
-            xq_out = dev.buffer(4 * N * bitlinear.xq_floats(C, True), "xq_out")
-            sums = bitlinear.bitlinear_forward_parts(
-                dev, bx, bs, wbuf, [(o // 4, O, sc, yb) for o, (_, O, sc, _), yb in zip(offs, parts, ys)], N, I,
-                how == "residual", split, defer=key == "fused")
-            out[key + "_deferred"] = sums is not None
-            gate = (act, ys[0], ys[1]) if how == "gated" else None
-            if key == "apart" and gate is not None:
-                gating_forward(dev, act, ys[0], ys[1], x, N * C)
-                gate = None
-            rmsnorm_quant_forward(dev, x, bw, y, rstd, xq_out, s_out, N, C, eps, sums=sums, gate=gate)
-            out[key] = {"x": await _get(dev, x, N * C), "y": await _get(dev, y, N * C),
-                        "rstd": await _get(dev, rstd, N), "s": await _get(dev, s_out, N),
-                        "xq": await _xq(dev, xq_out, N, C, out["int8"])}
-            if how == "flushed":
-                out[key]["target"] = await _get(dev, ys[0], N * parts[0][1])
+        for split in splits:
+            for key in ("split", "apart"):
+                g, u, h = (dev.buffer(4 * N * F, name) for name in "guh")
+                spec = [(o // 4, F, sc, y) for o, (_, _, sc, _), y in zip(offs, parts, (g, u))]
+                if key == "split":
+                    bitlinear.bitlinear_forward_parts(dev, bx, bs, wbuf, spec, N, I, False, split, gate=(act, h))
+                else:
+                    bitlinear.bitlinear_forward_parts(dev, bx, bs, wbuf, spec, N, I, False, split)
+                    gating_forward(dev, act, g, u, h, N * F)
+                out[f"{key}{split}"] = [await _get(dev, b, N * F) for b in (g, u, h)]
     return out
 
 

@@ -10,7 +10,8 @@ Browser-safe: standard library + bitlora only."""
 from __future__ import annotations
 
 from . import splitk
-from .matvec import spare
+from .matvec import GATES, spare
+from .relu2 import gating_forward
 from ._check import need, quads
 from ._uniform import Uniform
 
@@ -219,7 +220,9 @@ def bitlinear_forward(dev, xq, s, w_packed, scale: float, y, N: int, I: int, O: 
                        (y, N * O, "y")):
         need(b, n, what, "bitlinear_forward")
     if packed:
-        _forward_i8(dev, xq, s, w_packed, [(0, O, scale, y)], N, I, accumulate, split)
+        sums = _forward_i8(dev, xq, s, w_packed, [(0, O, scale, y)], N, I, accumulate, split)
+        if sums is not None:
+            sums.flush(dev)
         return
     cpu = dev.kind == "cpu"
     if cpu and w_t is not None and N > ROWS_KERNEL_MAX_N:
@@ -246,36 +249,56 @@ def bitlinear_forward(dev, xq, s, w_packed, scale: float, y, N: int, I: int, O: 
 
 
 def bitlinear_forward_parts(dev, xq, s, w, parts, N: int, I: int, accumulate: bool = False,
-                            split: int | None = None, w_ts=None, defer: bool = False):
+                            split: int | None = None, w_ts=None, defer: bool = False, gate=None):
     """bitlinear_forward of up to MAX_PARTS projections of one input: parts = [(word offset
     of w_p in w, O_p, scale_p, y_p[N, O_p]), ...] (the first at word 0), w the buffer (or
     view) holding every w_p[O_p, ceil(I/16)] u32. Where the activations are packed
     (packed_xq) one int8 dispatch multiplies them all (and one reduce adds their slices),
     else each part is bitlinear_forward of its view of w (w_ts: each part's transposed
     weights or None, as bitlinear_forward's w_t). The same bits either way.
-    defer: where the int8 dispatch is split, leave its reduce to the caller and return it
-    (a splitk.SplitSums: fused into the next rmsnorm_quant_forward, or flushed); else None."""
+    gate = (act, h): two parts g, u of one width F (written, not added), then
+    h[N, F] = act(g) * u (relu2.gating_forward's bits): in the reduce where the int8
+    dispatch is split (splitk_reduce_gated), else its own dispatch.
+    defer (without gate): where the int8 dispatch is split, leave its reduce undispatched
+    and return it (a splitk.SplitSums, for a kernel that reduces as it reads: rope_kv_store);
+    else None."""
     if not 1 <= len(parts) <= MAX_PARTS:
         raise ValueError(f"bitlinear_forward_parts: 1 to {MAX_PARTS} parts, got {len(parts)}")
     if parts[0][0] != 0:
         raise ValueError("bitlinear_forward_parts: the first part must start at word 0 of w")
+    if gate is not None and (len(parts) != 2 or accumulate or parts[0][1] != parts[1][1]):
+        raise ValueError("bitlinear_forward_parts: gate takes two parts of one width, written (not added)")
     words = -(-I // 16)
+    sums = None
     if not packed_xq(dev, N):
         for j, (off, O, scale, y) in enumerate(parts):
             bitlinear_forward(dev, xq, s, w.view(4 * off, 4 * O * words), scale, y, N, I, O, accumulate, split,
                               w_t=w_ts[j] if w_ts else None)
-        return None
-    need(xq, N * xq_floats(I, True), "xq", "bitlinear_forward_parts")
-    need(s, N, "s", "bitlinear_forward_parts")
-    for j, (off, O, _, y) in enumerate(parts):
-        need(w, off + O * words, f"w (part {j})", "bitlinear_forward_parts")
-        need(y, N * O, f"y{j}", "bitlinear_forward_parts")
-    return _forward_i8(dev, xq, s, w, parts, N, I, accumulate, split, defer)
+    else:
+        need(xq, N * xq_floats(I, True), "xq", "bitlinear_forward_parts")
+        need(s, N, "s", "bitlinear_forward_parts")
+        for j, (off, O, _, y) in enumerate(parts):
+            need(w, off + O * words, f"w (part {j})", "bitlinear_forward_parts")
+            need(y, N * O, f"y{j}", "bitlinear_forward_parts")
+        sums = _forward_i8(dev, xq, s, w, parts, N, I, accumulate, split)
+    if gate is None:
+        if sums is not None and not defer:
+            sums.flush(dev)
+            return None
+        return sums
+    act, h = gate
+    (_, F, s0, g), (_, _, s1, u) = parts
+    need(h, N * F, "h", "bitlinear_forward_parts")
+    if sums is not None:
+        splitk.reduce_gated(dev, sums.part, sums.s, g, u, h, N, F, sums.slices, (s0, s1), GATES[act])
+    else:
+        gating_forward(dev, act, g, u, h, N * F)
+    return None
 
 
-def _forward_i8(dev, xq, s, w, parts, N: int, I: int, accumulate: bool, split: int | None, defer: bool = False):
-    """bitlinear_forward_i8 over `parts` (bitlinear_forward_parts'), then its reduce if
-    split, or with defer that reduce undispatched (a splitk.SplitSums; None if unsplit)."""
+def _forward_i8(dev, xq, s, w, parts, N: int, I: int, accumulate: bool, split: int | None):
+    """bitlinear_forward_i8 over `parts` (bitlinear_forward_parts'); its reduce, if split,
+    undispatched (a splitk.SplitSums), else None."""
     full = list(parts) + [(0, 0, 0.0, spare(dev, j)) for j in range(len(parts), MAX_PARTS)]
     (_, o0, s0, y0), (b1, o1, s1, y1), (b2, o2, s2, y2) = full
     rows, tiles = i8_rows(N), sum(-(-O // 64) for _, O, _, _ in parts)
@@ -288,11 +311,7 @@ def _forward_i8(dev, xq, s, w, parts, N: int, I: int, accumulate: bool, split: i
     if slices == 1:
         return None
     outs = ((o0, s0, y0),) if len(parts) == 1 else ((o0, s0, y0), (o1, s1, y1), (o2, s2, y2))
-    sums = splitk.SplitSums(part, s, N, slices, outs, accumulate)
-    if defer:
-        return sums
-    sums.flush(dev)
-    return None
+    return splitk.SplitSums(part, s, N, slices, outs, accumulate)
 
 
 def bitlinear_backward_input(dev, dy, w_packed, scale: float, dx, N: int, I: int, O: int,

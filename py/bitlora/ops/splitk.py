@@ -14,14 +14,15 @@ from ._uniform import Uniform
 SHADER = "splitk.wgsl"
 PARAMS = Uniform("SplitkParams", "count:u32 slices:u32 m:u32 scale:f32 accumulate:u32 use_s:u32")
 PARTS = Uniform("SplitkPartsParams", "count:u32 slices:u32 o0:u32 o1:u32 o2:u32 scale0:f32 scale1:f32 scale2:f32 "
-                                     "accumulate:u32")
+                                     "accumulate:u32 act:u32")
 TARGET_GROUPS = 512     # split until the grid has about this many workgroups
 MIN_SLICE = 512         # ... but give every slice at least this many reduction columns
 
 
 def kernel_specs(table_dtype: str = "f32", training: bool = False, kind: str | None = None,
                  shapes: dict | None = None) -> list:
-    return [] if kind == "cpu" else [(SHADER, "splitk_reduce"), (SHADER, "splitk_reduce_parts")]   # CPU: no splits
+    return [] if kind == "cpu" else [(SHADER, e) for e in ("splitk_reduce", "splitk_reduce_parts",
+                                                           "splitk_reduce_gated")]   # CPU: no splits
 
 
 def plan(tiles: int, K: int, unit: int, split: int | None = None, cols_per_k: int = 1) -> tuple[int, int]:
@@ -63,14 +64,21 @@ def reduce_parts(dev, part, s, ys, N: int, slices: int, outs, scales, accumulate
     side) * scale_p / s[n], for the three parts (ys, outs, scales; O_p = 0 where absent)."""
     count = N * sum(outs)
     dev.dispatch(dev.prepared(SHADER, "splitk_reduce_parts"), [part, s, *ys], groups=-(-count // 256),
-                 params=PARTS.pack(count, slices, *outs, *scales, int(accumulate)))
+                 params=PARTS.pack(count, slices, *outs, *scales, int(accumulate), 0))
+
+
+def reduce_gated(dev, part, s, g, u, h, N: int, F: int, slices: int, scales, act: int) -> None:
+    """reduce_parts of two parts of width F into g and u (written), and h = gating(g, u)
+    (act: the prelude's GATE_*) in the same dispatch."""
+    dev.dispatch(dev.prepared(SHADER, "splitk_reduce_gated"), [part, s, g, u, h], groups=-(-N * F // 256),
+                 params=PARTS.pack(N * F, slices, F, F, 0, *scales, 0.0, 0, act))
 
 
 @dataclass(frozen=True)
 class SplitSums:
-    """The slices of an int8 forward (bitlinear_forward_parts with defer) whose reduce was
-    left to the kernel that reads its outputs next: rmsnorm_quant_forward adds them in its
-    first pass (its pre), one dispatch fewer; anything else calls flush first.
+    """The slices of a split int8 forward whose reduce is not yet dispatched: flush does it
+    as reduce or reduce_parts, or a kernel that reads the outputs next adds them as it
+    reads (bitlinear_forward_parts' defer: rope_kv_store), one dispatch fewer.
     part[slices, N, sum O_p] holds them; y_p (= or +=) (sum_z part) * scale_p / s[n] is
     what the reduce would write: outs = ((O, scale, y),) for one projection, else three
     (O_p, scale_p, y_p), absent ones O_p = 0 with a spare y_p, as reduce_parts takes them."""
