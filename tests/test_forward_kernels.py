@@ -264,6 +264,8 @@ def test_forward_gated(run_case, N, F, I, act):
 
 
 def test_forward_gated_checks():
-    """gate takes exactly two parts of one width, written."""
+    """gate takes exactly two parts of one width, written, and a known activation."""
     with pytest.raises(ValueError, match="two parts of one width"):
         bitlinear.bitlinear_forward_parts(None, None, None, None, [(0, 4, 1.0, None)], 9, 16, gate=("relu2", None))
+    with pytest.raises(ValueError, match="not one of"):
+        bitlinear.bitlinear_forward_parts(None, None, None, None, [(0, 4, 1.0, None)] * 2, 9, 16, gate=("gelu", None))

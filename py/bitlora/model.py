@@ -791,7 +791,7 @@ class Model:
         wp, parts = self._parts(projs, outs)
         mine = bitlinear_forward_parts(dev, top.xq, top.s, wp, parts, N, width, accumulate,
                                        w_ts=[p.t for p in projs], defer=defer and not adapted,
-                                       gate=gate_out and (self.act, gate_out))
+                                       gate=None if gate_out is None else (self.act, gate_out))
         for mod, y in zip(mods, outs):
             if lora is not None and lora.adapts(mod):
                 lora.apply(li, mod, n, y, acts.lora_u(li, mod), N, acts.training, acts.io(acts.micro)[2])

@@ -119,13 +119,9 @@ async def case_bitlinear_forward(dev, xq, s, packed, scale, y0, N, I, O, accumul
     return out
 
 
-async def case_bitlinear_forward_parts(dev, xq, s, parts, N, I, accumulate, kind="gpu", int8=True, splits=(2, 3)):
-    """parts = [[packed words, O, scale, y0], ...] (1-3 projections of one input), laid in
-    one buffer 256 bytes apart as the model lays a group: {"op": [y_p...]} through
-    ops.bitlinear.bitlinear_forward_parts (one int8 dispatch where the activations are
-    packed), "split<S>" the same split in S slices, "apart" each part through
-    bitlinear_forward; "int8" whether the activations were packed."""
-    await _prepare(dev)
+def _group(dev, parts):
+    """The parts' packed words in one buffer, 256 bytes apart, as the model lays a group:
+    (buffer, byte offsets)."""
     offs, off = [], 0
     for words, *_ in parts:
         offs.append(off)
@@ -133,6 +129,17 @@ async def case_bitlinear_forward_parts(dev, xq, s, parts, N, I, accumulate, kind
     wbuf = dev.buffer(off, "w_parts")
     for o, (words, *_) in zip(offs, parts):
         dev.write(wbuf, array.array("I", words), o)
+    return wbuf, offs
+
+
+async def case_bitlinear_forward_parts(dev, xq, s, parts, N, I, accumulate, kind="gpu", int8=True, splits=(2, 3)):
+    """parts = [[packed words, O, scale, y0], ...] (1-3 projections of one input), laid in
+    one buffer 256 bytes apart as the model lays a group: {"op": [y_p...]} through
+    ops.bitlinear.bitlinear_forward_parts (one int8 dispatch where the activations are
+    packed), "split<S>" the same split in S slices, "apart" each part through
+    bitlinear_forward; "int8" whether the activations were packed."""
+    await _prepare(dev)
+    wbuf, offs = _group(dev, parts)
     old, dev.kind, int8_old = dev.kind, kind, dev.int8_dot
     dev.int8_dot = int8_old and int8
     out = {}
@@ -272,13 +279,7 @@ async def case_forward_gated(dev, xq, s, parts, N, I, act, splits=(1, 3)):
     await _prepare(dev)
     from bitlora.ops.relu2 import gating_forward
     F = parts[0][1]
-    offs, off = [], 0
-    for words, *_ in parts:
-        offs.append(off)
-        off += -(-4 * len(words) // 256) * 256
-    wbuf = dev.buffer(off, "w_parts")
-    for o, (words, *_) in zip(offs, parts):
-        dev.write(wbuf, array.array("I", words), o)
+    wbuf, offs = _group(dev, parts)
     bx = dev.buffer(4 * N * bitlinear.xq_floats(I, True), "xq8", data=pack_xq(xq, N, I))
     bs = _buf(dev, "f", s, "s")
     out = {}
@@ -305,13 +306,7 @@ async def case_rope_after_split(dev, xq, s, parts, I, B, T, H, Hkv, D, S, pos0, 
     await _prepare(dev)
     from bitlora.ops.rope import rope_kv_store, rope_tables
     N, W = B * T, Hkv * D
-    offs, off = [], 0
-    for words, *_ in parts:
-        offs.append(off)
-        off += -(-4 * len(words) // 256) * 256
-    wbuf = dev.buffer(off, "w_parts")
-    for o, (words, *_) in zip(offs, parts):
-        dev.write(wbuf, array.array("I", words), o)
+    wbuf, offs = _group(dev, parts)
     bx = dev.buffer(4 * N * bitlinear.xq_floats(I, True), "xq8", data=pack_xq(xq, N, I))
     bs = _buf(dev, "f", s, "s")
     cos, sin = rope_tables(pos0 + T, D, 10000.0)

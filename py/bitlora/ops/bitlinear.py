@@ -268,6 +268,8 @@ def bitlinear_forward_parts(dev, xq, s, w, parts, N: int, I: int, accumulate: bo
         raise ValueError("bitlinear_forward_parts: the first part must start at word 0 of w")
     if gate is not None and (len(parts) != 2 or accumulate or parts[0][1] != parts[1][1]):
         raise ValueError("bitlinear_forward_parts: gate takes two parts of one width, written (not added)")
+    if gate is not None and gate[0] not in GATES:
+        raise ValueError(f"bitlinear_forward_parts: activation {gate[0]!r} is not one of {tuple(GATES)}")
     words = -(-I // 16)
     sums = None
     if not packed_xq(dev, N):
