@@ -98,4 +98,3 @@ fn splitk_reduce_gated(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(wo
     y1[e] = u;
     y2[e] = gating(sp.act, g, u);
 }
-

@@ -132,6 +132,11 @@ def _group(dev, parts):
     return wbuf, offs
 
 
+def _spec(offs, parts, ys):
+    """bitlinear_forward_parts' parts for a _group: (word offset, O, scale, y) each."""
+    return [(o // 4, O, sc, y) for o, (_, O, sc, _), y in zip(offs, parts, ys)]
+
+
 async def case_bitlinear_forward_parts(dev, xq, s, parts, N, I, accumulate, kind="gpu", int8=True, splits=(2, 3)):
     """parts = [[packed words, O, scale, y0], ...] (1-3 projections of one input), laid in
     one buffer 256 bytes apart as the model lays a group: {"op": [y_p...]} through
@@ -154,8 +159,7 @@ async def case_bitlinear_forward_parts(dev, xq, s, parts, N, I, accumulate, kind
                 for o, (words, O, sc, _), y in zip(offs, parts, ys):
                     bitlinear.bitlinear_forward(dev, bx, bs, wbuf.view(o, 4 * len(words)), sc, y, N, I, O, accumulate)
             else:
-                bitlinear.bitlinear_forward_parts(dev, bx, bs, wbuf, [(o // 4, O, sc, y) for o, (_, O, sc, _), y
-                                                                      in zip(offs, parts, ys)], N, I, accumulate, split)
+                bitlinear.bitlinear_forward_parts(dev, bx, bs, wbuf, _spec(offs, parts, ys), N, I, accumulate, split)
             out[key] = [await _get(dev, y, N * O) for y, (_, O, _, _) in zip(ys, parts)]
     finally:
         dev.kind, dev.int8_dot = old, int8_old
@@ -288,7 +292,7 @@ async def case_forward_gated(dev, xq, s, parts, N, I, act, splits=(1, 3)):
         for split in splits:
             for key in ("split", "apart"):
                 g, u, h = (dev.buffer(4 * N * F, name) for name in "guh")
-                spec = [(o // 4, F, sc, y) for o, (_, _, sc, _), y in zip(offs, parts, (g, u))]
+                spec = _spec(offs, parts, (g, u))
                 if key == "split":
                     bitlinear.bitlinear_forward_parts(dev, bx, bs, wbuf, spec, N, I, False, split, gate=(act, h))
                 else:
@@ -317,9 +321,8 @@ async def case_rope_after_split(dev, xq, s, parts, I, B, T, H, Hkv, D, S, pos0, 
         for key in ("fused", "apart"):
             ys = [dev.buffer(4 * N * O, f"y{j}") for j, (_, O, _, _) in enumerate(parts)]
             kc, vc = _buf(dev, "f", [7.0] * (B * S * W), "kc"), _buf(dev, "f", [7.0] * (B * S * W), "vc")
-            sums = bitlinear.bitlinear_forward_parts(
-                dev, bx, bs, wbuf, [(o // 4, O, sc, yb) for o, (_, O, sc, _), yb in zip(offs, parts, ys)], N, I,
-                False, split, defer=key == "fused")
+            sums = bitlinear.bitlinear_forward_parts(dev, bx, bs, wbuf, _spec(offs, parts, ys), N, I, False, split,
+                                                     defer=key == "fused")
             out[key + "_deferred"] = sums is not None
             rope_kv_store(dev, *ys, kc, vc, bc, bsin, B, T, H, Hkv, D, S, pos0, sums=sums)
             out[key] = {"q": await _get(dev, ys[0], N * H * D), "kc": await _get(dev, kc, B * S * W),
