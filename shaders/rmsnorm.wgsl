@@ -118,6 +118,93 @@ fn rmsnorm_quant_forward(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin
     if (lid == 0u) { rq_rstd[n] = r; rq_s[n] = s; }
 }
 
+// rmsnorm_quant_held   rmsnorm_quant_forward with packed = 1 and C <= 4 RQ_HELD WG, the same
+//   bindings and bits: a thread loads its columns lid + WG j (x and w) once, all issued
+//   together in straight-line code (named vec4s: an array indexed in a loop lives in memory
+//   on NVIDIA's compiler), and keeps them for the three steps, where rmsnorm_quant_forward
+//   reads them again in each (a chain of loop turns, each a memory latency). The int8
+//   bytes are gathered into the packed words in workgroup memory (atomicOr) and written
+//   after one barrier. Same sum order as rmsnorm_quant_forward (columns in turn, zeros past C).
+//   dispatch: one workgroup (256) per row, as rmsnorm_quant_forward
+const RQ_HELD: u32 = 9u;   // vec4s a thread holds: rows up to 9216 columns
+var<workgroup> rq_pack: array<atomic<u32>, RQ_HELD * WG>;   // 4 ceil(C / 16) <= 4 RQ_HELD WG / 4 words
+
+fn rq_w_at(c: u32) -> f32 {   // w[c], 0 past C
+    if (c < rq_p.c) { return rq_w[c]; }
+    return 0.0;
+}
+
+fn rq_x4(base: u32, c: u32) -> vec4<f32> {   // x at columns c + WG j, j < 4, of the row at base
+    return vec4<f32>(rq_in(base, c), rq_in(base, c + WG), rq_in(base, c + 2u * WG), rq_in(base, c + 3u * WG));
+}
+
+fn rq_w4(c: u32) -> vec4<f32> {
+    return vec4<f32>(rq_w_at(c), rq_w_at(c + WG), rq_w_at(c + 2u * WG), rq_w_at(c + 3u * WG));
+}
+
+fn rq_put(i: u32, c: u32, v: f32) { if (c < rq_p.c) { rq_y[i] = v; } }
+
+fn rq_put4(base: u32, c: u32, y4: vec4<f32>) {   // y at columns c + WG j (where < C)
+    rq_put(base + c, c, y4.x);
+    rq_put(base + c + WG, c + WG, y4.y);
+    rq_put(base + c + 2u * WG, c + 2u * WG, y4.z);
+    rq_put(base + c + 3u * WG, c + 3u * WG, y4.w);
+}
+
+fn rq_or(c: u32, q: f32) {   // column c's int8 q into its byte of the packed row (prelude xq8)
+    if (c < rq_p.c) {
+        let r = c % 16u;
+        atomicOr(&rq_pack[(c / 16u) * 4u + r % 4u], (bitcast<u32>(i32(q)) & 0xffu) << (8u * (r / 4u)));
+    }
+}
+
+fn rq_or4(c: u32, y4: vec4<f32>, s: f32) {
+    rq_or(c, quant_i8(y4.x, s));
+    rq_or(c + WG, quant_i8(y4.y, s));
+    rq_or(c + 2u * WG, quant_i8(y4.z, s));
+    rq_or(c + 3u * WG, quant_i8(y4.w, s));
+}
+
+fn max4(v: vec4<f32>) -> f32 { return max(max(v.x, v.y), max(v.z, v.w)); }
+
+@compute @workgroup_size(WG)
+fn rmsnorm_quant_held(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>,
+                      @builtin(num_workgroups) nw: vec3<u32>) {
+    let lid = lid3.x;
+    let n = wid.x + wid.y * nw.x;
+    if (n >= rq_p.n) { return; }
+    let C = rq_p.c;
+    let base = n * C;
+    let words = 4u * ((C + 15u) / 16u);
+    for (var e = lid; e < words; e += WG) { atomicStore(&rq_pack[e], 0u); }   // before wg_sum's barriers
+    let t = 4u * WG;   // a vec4's columns: lid + t k + WG j
+    let x0 = rq_x4(base, lid); let x1 = rq_x4(base, lid + t); let x2 = rq_x4(base, lid + 2u * t);
+    let x3 = rq_x4(base, lid + 3u * t); let x4 = rq_x4(base, lid + 4u * t); let x5 = rq_x4(base, lid + 5u * t);
+    let x6 = rq_x4(base, lid + 6u * t); let x7 = rq_x4(base, lid + 7u * t); let x8 = rq_x4(base, lid + 8u * t);
+    let w0 = rq_w4(lid); let w1 = rq_w4(lid + t); let w2 = rq_w4(lid + 2u * t);
+    let w3 = rq_w4(lid + 3u * t); let w4 = rq_w4(lid + 4u * t); let w5 = rq_w4(lid + 5u * t);
+    let w6 = rq_w4(lid + 6u * t); let w7 = rq_w4(lid + 7u * t); let w8 = rq_w4(lid + 8u * t);
+    var acc = sum_sq4(0.0, x0);
+    acc = sum_sq4(acc, x1); acc = sum_sq4(acc, x2); acc = sum_sq4(acc, x3); acc = sum_sq4(acc, x4);
+    acc = sum_sq4(acc, x5); acc = sum_sq4(acc, x6); acc = sum_sq4(acc, x7); acc = sum_sq4(acc, x8);
+    let r = inverseSqrt(wg_sum(lid, acc, WG) / f32(C) + rq_p.eps);
+    let y0 = w0 * (x0 * r); let y1 = w1 * (x1 * r); let y2 = w2 * (x2 * r);
+    let y3 = w3 * (x3 * r); let y4 = w4 * (x4 * r); let y5 = w5 * (x5 * r);
+    let y6 = w6 * (x6 * r); let y7 = w7 * (x7 * r); let y8 = w8 * (x8 * r);
+    rq_put4(base, lid, y0); rq_put4(base, lid + t, y1); rq_put4(base, lid + 2u * t, y2);
+    rq_put4(base, lid + 3u * t, y3); rq_put4(base, lid + 4u * t, y4); rq_put4(base, lid + 5u * t, y5);
+    rq_put4(base, lid + 6u * t, y6); rq_put4(base, lid + 7u * t, y7); rq_put4(base, lid + 8u * t, y8);
+    let m = max(max(max(max4(abs(y0)), max4(abs(y1))), max(max4(abs(y2)), max4(abs(y3)))),
+                max(max(max4(abs(y4)), max4(abs(y5))), max(max(max4(abs(y6)), max4(abs(y7))), max4(abs(y8)))));
+    let s = 127.0 / max(wg_max(lid, m, WG), 1e-5);
+    rq_or4(lid, y0, s); rq_or4(lid + t, y1, s); rq_or4(lid + 2u * t, y2, s);
+    rq_or4(lid + 3u * t, y3, s); rq_or4(lid + 4u * t, y4, s); rq_or4(lid + 5u * t, y5, s);
+    rq_or4(lid + 6u * t, y6, s); rq_or4(lid + 7u * t, y7, s); rq_or4(lid + 8u * t, y8, s);
+    workgroupBarrier();
+    for (var e = lid; e < words; e += WG) { rq_xq[n * words + e] = atomicLoad(&rq_pack[e]); }
+    if (lid == 0u) { rq_rstd[n] = r; rq_s[n] = s; }
+}
+
 struct RmsBackwardParams { n: u32, c: u32, accumulate: u32 };
 @group(0) @binding(0) var<uniform> rn_p: RmsBackwardParams;
 @group(0) @binding(1) var<storage, read> rn_dy: array<f32>;

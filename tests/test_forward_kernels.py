@@ -193,7 +193,8 @@ def test_actquant_forward(run_case, N, I, kind):
 
 
 @pytest.mark.parametrize("kind,int8", [("gpu", True), ("gpu", False), ("cpu", True)])
-@pytest.mark.parametrize("N,C", [(1, 1), (3, 257), (17, 12), (40, 128), (9, 600), (12, 2560), (2, 4500)])
+@pytest.mark.parametrize("N,C", [(1, 1), (3, 257), (17, 12), (40, 128), (9, 600), (12, 2560), (2, 4500),
+                                 (10, 6916), (9, 9000), (9, 9300)])
 def test_rmsnorm_quant_forward(run_case, N, C, kind, int8):
     """RMSNorm + activation quantisation in one dispatch (GPU; packed int8 where the device
     has dot4I8Packed and N > 8) gives the same bits as the two ops, and the references."""

@@ -13,6 +13,7 @@ FORWARD = Uniform("RmsParams", "n:u32 c:u32 eps:f32")
 QUANT = Uniform("RmsQuantParams", "n:u32 c:u32 eps:f32 packed:u32")
 BACKWARD = Uniform("RmsBackwardParams", "n:u32 c:u32 accumulate:u32")
 RR = 16  # rows per workgroup of the CPU variants (rmsnorm.wgsl RR)
+HELD_MAX_C = 4 * 9 * 256  # the widest row rmsnorm_quant_held keeps in registers (rmsnorm.wgsl RQ_HELD)
 
 
 def kernel_specs(table_dtype: str = "f32", training: bool = False, kind: str | None = None,
@@ -20,7 +21,7 @@ def kernel_specs(table_dtype: str = "f32", training: bool = False, kind: str | N
     """The GPU kernels (on a CPU they are the fallback where C % 4 != 0: not with `shapes`
     whose C and F are multiples of 4), the CPU variants (*_rows) unless kind is "gpu"."""
     entries = ["rmsnorm_forward"] + (["rmsnorm_backward"] if training else [])
-    fused = [] if kind == "cpu" else ["rmsnorm_quant_forward"]
+    fused = [] if kind == "cpu" else ["rmsnorm_quant_forward", "rmsnorm_quant_held"]
     gpu = [] if quads(shapes, "C", "F") else entries
     rows = entries + ["rmsnorm_quant_forward"] if kind != "gpu" else []
     return [(SHADER, e) for e in gpu + fused + [e + "_rows" for e in rows]]
@@ -52,9 +53,10 @@ def rmsnorm_backward(dev, dy, x, w, rstd, dx, N: int, C: int, accumulate: bool =
 
 def rmsnorm_quant_forward(dev, x, w, y, rstd, xq, s, N: int, C: int, eps: float) -> None:
     """rmsnorm_forward(x, w -> y, rstd), then bitlinear.actquant_forward(y -> xq, s): one
-    dispatch on a GPU (xq packed where bitlinear.packed_xq says) and on a CPU (dev.kind)
-    where C % 4 == 0 (rmsnorm_quant_forward_rows), else the two ops' kernels. The same
-    bits as the two ops."""
+    dispatch on a GPU (xq packed where bitlinear.packed_xq says; then, for rows up to
+    HELD_MAX_C, the kernel that keeps its row in registers) and on a CPU (dev.kind) where
+    C % 4 == 0 (rmsnorm_quant_forward_rows), else the two ops' kernels. The same bits as
+    the two ops."""
     if dev.kind == "cpu" and not _rows(dev, C):
         rmsnorm_forward(dev, x, w, y, rstd, N, C, eps)
         bitlinear.actquant_forward(dev, y, xq, s, N, C)
@@ -64,6 +66,7 @@ def rmsnorm_quant_forward(dev, x, w, y, rstd, xq, s, N: int, C: int, eps: float)
                        (xq, N * bitlinear.xq_floats(C, packed), "xq"), (s, N, "s")):
         need(b, n, what, "rmsnorm_quant_forward")
     rows = _rows(dev, C)
-    dev.dispatch(dev.prepared(SHADER, "rmsnorm_quant_forward_rows" if rows else "rmsnorm_quant_forward"),
-                 [x, w, y, rstd, xq, s], groups=-(-N // (4 * RR)) if rows else N,
+    entry = "rmsnorm_quant_forward_rows" if rows else (
+        "rmsnorm_quant_held" if packed and C <= HELD_MAX_C else "rmsnorm_quant_forward")
+    dev.dispatch(dev.prepared(SHADER, entry), [x, w, y, rstd, xq, s], groups=-(-N // (4 * RR)) if rows else N,
                  params=QUANT.pack(N, C, eps, int(packed)))
