@@ -94,15 +94,13 @@ fn rmsnorm_quant_forward(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin
     let C = rq_p.c;
     let base = n * C;
     var acc = 0.0;
-    for (var c = lid; c < C; c += 4u * WG) {
-        acc = sum_sq4(acc, vec4<f32>(rq_in(base, c), rq_in(base, c + WG), rq_in(base, c + 2u * WG), rq_in(base, c + 3u * WG)));
-    }
+    for (var c = lid; c < C; c += 4u * WG) { acc = sum_sq4(acc, rq_x4(base, c)); }
     let r = inverseSqrt(wg_sum(lid, acc, WG) / f32(C) + rq_p.eps);
     var m = 0.0;
     for (var c = lid; c < C; c += 4u * WG) {
         let v = abs(vec4<f32>(rq_y_at(base, c, r), rq_y_at(base, c + WG, r), rq_y_at(base, c + 2u * WG, r),
                               rq_y_at(base, c + 3u * WG, r)));
-        m = max(m, max(max(v.x, v.y), max(v.z, v.w)));
+        m = max(m, max4(v));
     }
     let s = 127.0 / max(wg_max(lid, m, WG), 1e-5);
     if (rq_p.packed != 0u) {
