@@ -14,11 +14,19 @@ default, timed beside as "zeroing") writes 4 B more. torch's clip + fused AdamW 
 References in the same run: a compute-shader copy of the gradient buffer (vec4 loads
 and stores) and a read-only pass over it (the norm pass's traffic, the reduction left
 out): the bandwidth a kernel here can hope for.
+
+How it is timed: each step's gradients are refilled first by that shader copy (a compute
+kernel writes them, as the backward's do), and the step's time is (refill + step) -
+refill, both timed in one round; every measurement, ours and torch's, runs `rounds`
+times in turn (round-robin, so slow minutes touch all of them) and the best round is
+reported (for the step, a difference, the median round: the comparison leans towards torch),
+the step's rounds and torch's clip rounds printed beside.
 """
 from __future__ import annotations
 
 import asyncio
 import json
+import statistics
 import struct
 import time
 
@@ -66,7 +74,7 @@ def _sizes(params: int, tensors: int) -> list[int]:
 
 
 async def _bench_wgsl(params: int, tensors: int, iters: int, backend: str, block4: int | None,
-                      per_threads: tuple = ()) -> dict:
+                      per_threads: tuple = (), rounds: int = 3) -> dict:
     import numpy as np
 
     dev = await gpu.get_device(backend)
@@ -112,22 +120,23 @@ async def _bench_wgsl(params: int, tensors: int, iters: int, backend: str, block
         await sync()
         return (time.perf_counter() - t) / n
 
-    async def copy_grads():
-        dev.copy(g_src, arena.grads, 4 * arena.n)
+    async def refill():
+        # fresh gradients before every step, written by a compute kernel as the backward's are
+        dev.dispatch(copy4, [g_src, arena.grads], groups=-(-arena.n // 1024), params=n4)
 
-    async def copy_and_step():
-        await copy_grads()
+    async def refill_and_step():
+        await refill()
         return await opt.record_step(tokens)
 
     async def step():
         return await opt.record_step(tokens)
 
-    async def copy_and_zeroing_step():
-        await copy_grads()
+    async def refill_and_zeroing_step():
+        await refill()
         return await zeroing.record_step(tokens)
 
-    async def shader_copy():
-        dev.dispatch(copy4, [g_src, g_dst], groups=-(-arena.n // 1024), params=n4)
+    async def buffer_copy():
+        dev.copy(g_src, g_dst, 4 * arena.n)
 
     async def shader_read():
         dev.dispatch(read4, [g_src, g_dst], groups=-(-arena.n // 16384), params=n4)
@@ -142,43 +151,58 @@ async def _bench_wgsl(params: int, tensors: int, iters: int, backend: str, block
                         opt.betas, opt.eps, opt.weight_decay, per_thread, zero)
 
     for _ in range(3):  # warm up: compile, first touch
-        await copy_and_step()
+        await refill_and_step()
         dev.submit()
+    for per in per_threads:
+        await dev.prepare(adamw_ops.kernel_specs(per, zero_grads=False))
     compiled = dev.pipelines_compiled
     first = await opt.read_state()
-    t_copy = await timed(copy_grads, per_submit=False)
-    t_copy_step = await timed(copy_and_step)
-    t_copy_step_batched = await timed(copy_and_step, per_submit=False)
-    t_copy_step_lag2 = await timed(copy_and_step, lag=2)
-    t_copy_zeroing = await timed(copy_and_zeroing_step, per_submit=False)
-    t_shader_copy = await timed(shader_copy, per_submit=False)
-    t_shader_read = await timed(shader_read, per_submit=False)
-    t_step_zero = await timed(step)      # gradients zeroed by the previous step: same traffic
-    t_norm = await timed(norm_only, per_submit=False)
-    t_adamw = await timed(adamw_only, per_submit=False)
-    t_adamw_zero = await timed(lambda: adamw_only(zero=True), per_submit=False)
-    t_adamw_per = {}
-    for per in per_threads:  # the same kernel with `per` vec4s per invocation, for choosing PER_THREAD
-        await dev.prepare(adamw_ops.kernel_specs(per))
-        t_adamw_per[per] = await timed(lambda: adamw_only(per), per_submit=False) * 1e3
-    step_s = t_copy_step_batched - t_copy
+    await timed(refill_and_step, per_submit=False)   # and let the GPU's clocks settle
+    # (name, record, timed's keywords): measured round-robin, `rounds` times; each figure is the
+    # best round, the step's the median over rounds of (refill + step) - refill within a round
+    # (a difference: its best round would pick the noise in our favour)
+    measures = [("refill", refill, {"per_submit": False}),
+                ("refill_step", refill_and_step, {"per_submit": False}),
+                ("refill_step_each", refill_and_step, {}),
+                ("refill_step_lag2", refill_and_step, {"lag": 2}),
+                ("refill_zeroing", refill_and_zeroing_step, {"per_submit": False}),
+                ("buffer_copy", buffer_copy, {"per_submit": False}),
+                ("shader_read", shader_read, {"per_submit": False}),
+                ("step_zero", step, {}),      # gradients zeroed by the previous step: same traffic
+                ("norm", norm_only, {"per_submit": False}),
+                ("adamw", adamw_only, {"per_submit": False}),
+                ("adamw_zero", lambda: adamw_only(zero=True), {"per_submit": False})]
+    measures += [(f"adamw_per{per}", lambda per=per: adamw_only(per), {"per_submit": False}) for per in per_threads]
+    t = {name: [] for name, _, _ in measures}
+    for _ in range(rounds):
+        for name, record, kw in measures:
+            t[name].append(await timed(record, **kw))
+    best = {name: min(v) for name, v in t.items()}
+
+    def minus_refill(name):
+        return statistics.median(a - b for a, b in zip(t[name], t["refill"]))
+
+    step_s = minus_refill("refill_step")
+    steps = [a - b for a, b in zip(t["refill_step"], t["refill"])]
     out.update({
+        "rounds": rounds, "iters": iters,
         "wgsl_step_ms": step_s * 1e3,
+        "wgsl_step_ms_rounds": [round(x * 1e3, 4) for x in steps],
         "wgsl_step_GBps": 32 * params / step_s / 1e9,
-        "wgsl_zeroing_step_ms": (t_copy_zeroing - t_copy) * 1e3,
-        "wgsl_adamw_zeroing_ms": t_adamw_zero * 1e3,
-        "shader_copy_ms": t_shader_copy * 1e3,
-        "shader_copy_GBps": 8 * arena.n / t_shader_copy / 1e9,
-        "shader_read_ms": t_shader_read * 1e3,
-        "shader_read_GBps": 4 * arena.n / t_shader_read / 1e9,
-        "wgsl_step_one_submit_each_ms": (t_copy_step - t_copy) * 1e3,
-        "wgsl_step_one_submit_each_read_2_late_ms": (t_copy_step_lag2 - t_copy) * 1e3,
-        "wgsl_step_on_zero_grads_ms": t_step_zero * 1e3,
-        "wgsl_norm_passes_ms": t_norm * 1e3,
-        "wgsl_adamw_ms": t_adamw * 1e3,
-        "wgsl_adamw_ms_by_vec4s_per_thread": t_adamw_per,
-        "wgsl_grad_copy_ms": t_copy * 1e3,
-        "copy_GBps": 8 * arena.n / t_copy / 1e9,
+        "wgsl_zeroing_step_ms": minus_refill("refill_zeroing") * 1e3,
+        "wgsl_adamw_zeroing_ms": best["adamw_zero"] * 1e3,
+        "shader_copy_ms": best["refill"] * 1e3,
+        "shader_copy_GBps": 8 * arena.n / best["refill"] / 1e9,
+        "shader_read_ms": best["shader_read"] * 1e3,
+        "shader_read_GBps": 4 * arena.n / best["shader_read"] / 1e9,
+        "wgsl_step_one_submit_each_ms": minus_refill("refill_step_each") * 1e3,
+        "wgsl_step_one_submit_each_read_2_late_ms": minus_refill("refill_step_lag2") * 1e3,
+        "wgsl_step_on_zero_grads_ms": best["step_zero"] * 1e3,
+        "wgsl_norm_passes_ms": best["norm"] * 1e3,
+        "wgsl_adamw_ms": best["adamw"] * 1e3,
+        "wgsl_adamw_ms_by_vec4s_per_thread": {per: best[f"adamw_per{per}"] * 1e3 for per in per_threads},
+        "buffer_copy_ms": best["buffer_copy"] * 1e3,
+        "copy_GBps": 8 * arena.n / best["buffer_copy"] / 1e9,
         "recompiled_after_warmup": dev.pipelines_compiled - compiled,
         "norm": first["norm"], "norm_rel_err_vs_float64": abs(first["norm"] - want_norm) / want_norm,
     })
@@ -187,7 +211,7 @@ async def _bench_wgsl(params: int, tensors: int, iters: int, backend: str, block
     return out
 
 
-def _bench_torch(params: int, tensors: int, iters: int) -> dict:
+def _bench_torch(params: int, tensors: int, iters: int, rounds: int = 3) -> dict:
     import torch
 
     if not torch.cuda.is_available():
@@ -209,10 +233,16 @@ def _bench_torch(params: int, tensors: int, iters: int) -> dict:
         torch.cuda.synchronize()
         return (time.perf_counter() - t) / iters
 
-    t_clip = timed(lambda: torch.nn.utils.clip_grad_norm_(ps, 1.0))
-    t_adamw = timed(opt.step)
-    t_both = timed(lambda: (torch.nn.utils.clip_grad_norm_(ps, 1.0), opt.step()))
+    # round-robin like ours, each figure the best of `rounds`
+    fns = {"clip": lambda: torch.nn.utils.clip_grad_norm_(ps, 1.0), "adamw": opt.step,
+           "both": lambda: (torch.nn.utils.clip_grad_norm_(ps, 1.0), opt.step())}
+    t = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            t[name].append(timed(fn))
+    t_clip, t_adamw, t_both = (min(t[name]) for name in fns)
     out = {"torch": torch.__version__, "gpu": torch.cuda.get_device_name(), "torch_clip_ms": t_clip * 1e3,
+           "torch_clip_ms_rounds": [round(x * 1e3, 4) for x in t["clip"]],
            "torch_fused_adamw_ms": t_adamw * 1e3, "torch_clip_plus_adamw_ms": t_both * 1e3,
            "torch_clip_plus_adamw_GBps": 36 * params / t_both / 1e9}
     del ps, opt
@@ -221,26 +251,32 @@ def _bench_torch(params: int, tensors: int, iters: int) -> dict:
 
 
 def bench_optim(params: int = 1 << 27, tensors: int = 200, iters: int = 50, backend: str = "native",
-                compare_torch: bool | None = None, block4: int | None = None, per_threads: tuple = ()) -> dict:
+                compare_torch: bool | None = None, block4: int | None = None, per_threads: tuple = (),
+                rounds: int = 3) -> dict:
     """Time the fused optimizer step (and, with CUDA torch present, torch's clip + fused
-    AdamW over the same sizes); print a summary and one JSON line; return the figures."""
+    AdamW over the same sizes), each figure the best of `rounds` rounds of `iters` steps;
+    print a summary and one JSON line; return the figures."""
+    if rounds < 1 or iters < 1:
+        raise ValueError(f"bench optim: rounds and iters must be at least 1, got {rounds} and {iters}")
     res = {}
     if compare_torch is not False:
         try:
-            res.update(_bench_torch(params, tensors, iters))
+            res.update(_bench_torch(params, tensors, iters, rounds))
         except ImportError:
             if compare_torch:
                 raise
-    res.update(asyncio.run(_bench_wgsl(params, tensors, iters, backend, block4, per_threads)))
-    print(f"optimizer step, {params:,} params in {tensors} tensors on {res['adapter']}")
+    res.update(asyncio.run(_bench_wgsl(params, tensors, iters, backend, block4, per_threads, rounds)))
+    print(f"optimizer step, {params:,} params in {tensors} tensors on {res['adapter']} "
+          f"(each figure the best of {rounds} rounds of {iters} steps; the step: the median round)")
     print(f"  bitlora fused step (norm+clip+scale+AdamW, the Trainer's: gradients not zeroed): "
           f"{res['wgsl_step_ms']:.3f} ms, {res['wgsl_step_GBps']:.0f} GB/s effective (32 B/param), "
-          f"{100 * res['wgsl_step_GBps'] / res['shader_copy_GBps']:.0f} % of the shader copy's")
+          f"{100 * res['wgsl_step_GBps'] / res['shader_copy_GBps']:.0f} % of the shader copy's "
+          f"(rounds: {', '.join(f'{x:.3f}' for x in res['wgsl_step_ms_rounds'])} ms)")
     print(f"    zeroing the gradients in AdamW as well (36 B/param): step {res['wgsl_zeroing_step_ms']:.3f} ms, "
           f"AdamW alone {res['wgsl_adamw_zeroing_ms']:.3f} ms")
     print(f"    references, {4 * res['arena_floats'] / 2**20:.0f} MiB: shader copy {res['shader_copy_ms']:.3f} ms "
           f"({res['shader_copy_GBps']:.0f} GB/s read + written), shader read {res['shader_read_ms']:.3f} ms "
-          f"({res['shader_read_GBps']:.0f} GB/s), buffer copy {res['wgsl_grad_copy_ms']:.3f} ms "
+          f"({res['shader_read_GBps']:.0f} GB/s), buffer copy {res['buffer_copy_ms']:.3f} ms "
           f"({res['copy_GBps']:.0f} GB/s)")
     print(f"    norm passes {res['wgsl_norm_passes_ms']:.3f} ms, AdamW {res['wgsl_adamw_ms']:.3f} ms, "
           f"one submit per step {res['wgsl_step_one_submit_each_ms']:.3f} ms "
@@ -249,7 +285,8 @@ def bench_optim(params: int = 1 << 27, tensors: int = 200, iters: int = 50, back
         print(f"    AdamW with {per} vec4 per invocation: {ms:.3f} ms")
     if "torch_clip_ms" in res:
         res["ratio_vs_torch"] = res["wgsl_step_ms"] / (res["torch_clip_ms"] + res["torch_fused_adamw_ms"])
-        print(f"  torch {res['torch']} clip_grad_norm_ {res['torch_clip_ms']:.3f} ms + AdamW(fused=True) "
+        print(f"  torch {res['torch']} clip_grad_norm_ {res['torch_clip_ms']:.3f} ms "
+              f"(rounds: {', '.join(f'{x:.3f}' for x in res['torch_clip_ms_rounds'])}) + AdamW(fused=True) "
               f"{res['torch_fused_adamw_ms']:.3f} ms (together {res['torch_clip_plus_adamw_ms']:.3f} ms)")
         print(f"  ratio bitlora / (torch clip + fused AdamW) = {res['ratio_vs_torch']:.2f} (target <= 0.70)")
     print("BENCH " + json.dumps(res))
@@ -260,7 +297,9 @@ def add_optim_args(parser) -> None:
     """Flags of `bitlora bench optim` (the CLI calls bench_optim with them)."""
     parser.add_argument("--params", type=int, default=1 << 27, help="total parameters (default 2^27)")
     parser.add_argument("--tensors", type=int, default=200, help="how many tensors they are split into")
-    parser.add_argument("--iters", type=int, default=50, help="timed steps per measurement")
+    parser.add_argument("--iters", type=int, default=50, help="timed steps per measurement and round")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="rounds of every measurement, taken in turn; each figure is the best round (default 3)")
     parser.add_argument("--backend", default="native", help="native (the browser is not benchmarked here)")
     parser.add_argument("--block4", type=int, default=None, help="vec4s per sum-of-squares block (default: auto)")
     parser.add_argument("--no-torch", action="store_true", help="skip the torch CUDA comparison")
@@ -271,7 +310,7 @@ def add_optim_args(parser) -> None:
 def main_optim(args) -> dict:
     return bench_optim(args.params, args.tensors, args.iters, args.backend,
                        compare_torch=False if getattr(args, "no_torch", False) else None,
-                       block4=getattr(args, "block4", None),
+                       block4=getattr(args, "block4", None), rounds=getattr(args, "rounds", 3),
                        per_threads=tuple(int(x) for x in getattr(args, "adamw_per_thread", "").split(",") if x))
 
 

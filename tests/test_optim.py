@@ -227,3 +227,17 @@ def test_step_is_asynchronous(run_case):
     assert r["unread_after_step"] == [True, True]
     assert r["first"]["step"] == 1 and r["second"]["step"] == 2
     assert r["first"]["norm"] != r["second"]["norm"]
+
+
+def test_bench_optim_reports_every_round(capsys):
+    """`bitlora bench optim` natively: the norm it reports is numpy's in float64, and every
+    round of the step and its figures come out (no torch: this machine has no CUDA)."""
+    from bitlora.bench.optim import bench_optim
+
+    res = bench_optim(params=3 * 4096 + 7, tensors=5, iters=2, compare_torch=False, rounds=2)
+    assert res["norm_rel_err_vs_float64"] < 1e-5
+    assert res["rounds"] == 2 and len(res["wgsl_step_ms_rounds"]) == 2
+    assert res["wgsl_norm_passes_ms"] > 0 and res["wgsl_adamw_ms"] > 0
+    assert "BENCH {" in capsys.readouterr().out
+    with pytest.raises(ValueError, match="rounds"):
+        bench_optim(params=4096, tensors=2, rounds=0, compare_torch=False)
