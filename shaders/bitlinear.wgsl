@@ -46,7 +46,8 @@
 //   backward return the gradient unchanged), so dx = dy Wq = scale * dy t.
 //   0 params BitlinearBackwardParams {N, I, O, scale, accumulate, ko, split} |
 //   1 dy[N, O] read | 2 w_packed[O, ceil(I/16)] u32 read | 3 dx[N, I] read_write |
-//   4 part[slices, N, I] read_write
+//   4 part[slices, N, I] read_write | 5 dy again, as vec4s, read (where O % 4 == 0; a spare
+//   16-byte buffer otherwise)
 //   Split-K: workgroup z sums o in [z*ko, (z+1)*ko) only (ko a multiple of 16); with
 //   split = 1 it writes its raw sums to part[z, N, I] and splitk_reduce scales and adds
 //   them (part is bound, unused, when split = 0).
@@ -58,7 +59,10 @@
 //   current ones are multiplied (software pipelining: the global loads' latency is no
 //   longer exposed at every chunk): on an H200 at 2B-4T widths, N = 1024, 20-28 % faster
 //   (1024x2560x6912 1.84 -> 1.43 ms, 9.8 -> 12.7 TMAC/s; bench/matmul.py with
-//   bench/bwd_variants.wgsl), the same order of sums (the same bits). A 128 x 128 tile of
+//   bench/bwd_variants.wgsl), the same order of sums (the same bits). Where O % 4 == 0 a
+//   thread loads its chunk of dy as one vec4 (row lid/4, o quad lid%4) and stages it with
+//   one store, not four scalars: 6-13 % faster again on the H200 (1024x2560x6912 1.60 ->
+//   1.39 ms), the same bits. A 128 x 128 tile of
 //   8 rows x 2 column quads per thread with dy staged transposed ran slower (bwd_t88).
 
 struct ActQuantParams { n: u32, i: u32 };
@@ -251,6 +255,7 @@ struct BitlinearBackwardParams { n: u32, i: u32, o: u32, scale: f32, accumulate:
 @group(0) @binding(2) var<storage, read> bl_w: array<u32>;
 @group(0) @binding(3) var<storage, read_write> bl_dx: array<f32>;
 @group(0) @binding(4) var<storage, read_write> bl_part: array<f32>;   // split: [z, N, I] raw sums
+@group(0) @binding(5) var<storage, read> bl_dy4: array<vec4<f32>>;     // dy, read as vec4s when O % 4 == 0
 var<workgroup> bl_dy_sh: array<array<vec4<f32>, 4>, 64>;  // [row][o quad], 16 o
 var<workgroup> bl_w_sh: array<array<vec4<f32>, 32>, 16>;   // [o][column quad], 128 columns, decoded
 
@@ -263,30 +268,25 @@ fn bitlinear_backward_input(@builtin(local_invocation_id) lid3: vec3<u32>, @buil
     let wq0 = wid.x * 8u;
     let obeg = wid.z * bl_p.ko;
     let oend = min(bl_p.o, (wid.z + 1u) * bl_p.ko);
-    // this thread's staging slots: dy (row lid/16 + 16m, o lid%16), w (o (lid + 256m)/32, quad lid%32)
-    let sr = lid / 16u;
-    let so = lid % 16u;
+    // this thread's staging slots: dy (row lid/4, o quad lid%4), w (o (lid + 256m)/32, quad lid%32)
+    let sr = lid / 4u;
+    let sq = lid % 4u;
     let wo0 = lid / 32u;
     let wq = lid % 32u;
     let wi = wq0 + wq / 4u;
-    var p0 = bl_dy_at(n0 + sr, obeg + so, oend); var p1 = bl_dy_at(n0 + sr + 16u, obeg + so, oend);
-    var p2 = bl_dy_at(n0 + sr + 32u, obeg + so, oend); var p3 = bl_dy_at(n0 + sr + 48u, obeg + so, oend);
+    var p = bl_dy_quad(n0 + sr, obeg + 4u * sq, oend);
     var pw0 = bl_w_at(obeg + wo0, wi, oend); var pw1 = bl_w_at(obeg + wo0 + 8u, wi, oend);
     var a00 = vec4<f32>(0.0); var a01 = vec4<f32>(0.0);
     var a10 = vec4<f32>(0.0); var a11 = vec4<f32>(0.0);
     var a20 = vec4<f32>(0.0); var a21 = vec4<f32>(0.0);
     var a30 = vec4<f32>(0.0); var a31 = vec4<f32>(0.0);
     for (var o0 = obeg; o0 < oend; o0 += 16u) {
-        bl_dy_sh[sr][so / 4u][so % 4u] = p0;
-        bl_dy_sh[sr + 16u][so / 4u][so % 4u] = p1;
-        bl_dy_sh[sr + 32u][so / 4u][so % 4u] = p2;
-        bl_dy_sh[sr + 48u][so / 4u][so % 4u] = p3;
+        bl_dy_sh[sr][sq] = p;
         bl_w_sh[wo0][wq] = ternary_quad(pw0, wq % 4u);
         bl_w_sh[wo0 + 8u][wq] = ternary_quad(pw1, wq % 4u);
         workgroupBarrier();
         let o1 = o0 + 16u;
-        p0 = bl_dy_at(n0 + sr, o1 + so, oend); p1 = bl_dy_at(n0 + sr + 16u, o1 + so, oend);
-        p2 = bl_dy_at(n0 + sr + 32u, o1 + so, oend); p3 = bl_dy_at(n0 + sr + 48u, o1 + so, oend);
+        p = bl_dy_quad(n0 + sr, o1 + 4u * sq, oend);
         pw0 = bl_w_at(o1 + wo0, wi, oend); pw1 = bl_w_at(o1 + wo0 + 8u, wi, oend);
         for (var oq = 0u; oq < 4u; oq++) {
             let d0 = bl_dy_sh[ty][oq];
@@ -320,9 +320,15 @@ fn bitlinear_backward_input(@builtin(local_invocation_id) lid3: vec3<u32>, @buil
     bl_store(n0 + ty + 48u, c0, a30, wid.z); bl_store(n0 + ty + 48u, c1, a31, wid.z);
 }
 
-fn bl_dy_at(n: u32, o: u32, oend: u32) -> f32 {   // dy[n, o], 0 past the edges of the tile's slice
-    if (n < bl_p.n && o < oend) { return bl_dy[n * bl_p.o + o]; }
-    return 0.0;
+fn bl_dy_quad(n: u32, o: u32, oend: u32) -> vec4<f32> {   // dy[n, o .. o+3], 0 past the edges of the tile's slice
+    if (n >= bl_p.n) { return vec4<f32>(0.0); }
+    let at = n * bl_p.o + o;
+    if (bl_p.o % 4u == 0u && o + 3u < oend) { return bl_dy4[at / 4u]; }
+    var v = vec4<f32>(0.0);
+    for (var c = 0u; c < 4u; c++) {
+        if (o + c < oend) { v[c] = bl_dy[at + c]; }
+    }
+    return v;
 }
 
 fn bl_w_at(o: u32, wi: u32, oend: u32) -> u32 {   // word wi of w_packed row o, zeros (code 1) past the edges

@@ -328,7 +328,8 @@ def bitlinear_backward_input(dev, dy, w_packed, scale: float, dx, N: int, I: int
         return
     slices, ko = backward_input_plan(N, I, O, split)
     part = splitk.scratch(dev, splitk.floats(slices, N, I))
-    dev.dispatch(dev.prepared(SHADER, "bitlinear_backward_input"), [dy, w_packed, dx, part],
+    dy4 = dy if O % 4 == 0 else spare(dev, 0)   # binding 5: dy read as vec4s (rows 16-byte aligned)
+    dev.dispatch(dev.prepared(SHADER, "bitlinear_backward_input"), [dy, w_packed, dx, part, dy4],
                  groups=(-(-words // 8), -(-N // 64), slices),
                  params=BACKWARD.pack(N, I, O, scale, int(accumulate), ko, int(slices > 1)))
     if slices > 1:
