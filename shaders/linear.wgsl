@@ -9,7 +9,9 @@
 //   row(n) = x_row0 + n * x_step (x_row0 = 0, x_step = 1 for every row; x_row0 = T-1,
 //   x_step = T for the last token of each sequence when decoding)
 //   0 params LinearParams {N, I, Oc, ld_y, v0, x_row0, x_step} | 1 x[N, I] read |
-//   2 w[Oc, I] read | 3 y[N, ld_y] read_write
+//   2 w[Oc, I] read | 3 y[N, ld_y] read_write | linear_forward only: 4 x again, read as vec4s,
+//   and 5 w again, read as u32 pairs, where I % 4 == 0 (a spare 16-byte buffer where not): a
+//   thread loads and stages its chunk's x quad and two W quads as vectors
 //   dispatch: groups (ceil(Oc/128), ceil(N/64)); a 16x16 workgroup owns a 64 x 128 tile
 //   of y, thread (tx, ty) rows ty + 16a (a < 4) and outputs tx + 16b (b < 8). x and W are
 //   staged through workgroup memory 16 columns at a time (15 KB) and read back as vec4,
@@ -36,7 +38,11 @@
 //   binding then stays under maxStorageBufferBindingSize; v0 a multiple of 64 keeps
 //   the views 256-byte aligned).
 //   0 params LinearBackwardParams {N, I, O, scale, accumulate, ld_dy, ko, split} |
-//   1 dy[N, ld_dy] read | 2 w[O, I] read | 3 dx[N, I] read_write | 4 part[slices, N, I] read_write
+//   1 dy[N, ld_dy] read | 2 w[O, I] read | 3 dx[N, I] read_write | 4 part[slices, N, I] read_write |
+//   5 w again, read as u32 pairs where I % 4 == 0 | 6 dy again, read as vec4s where ld_dy % 4 == 0
+//   (a spare 16-byte buffer where not): a thread loads its chunk's dy and W values as one vec4
+//   each and stages them with one store each (the same bits as scalar loads; the head on the
+//   H200: docs/PERFORMANCE.md, 2026-12-04)
 //   Split-K (splitk.wgsl): workgroup z sums o in [z*ko, (z+1)*ko) only; with split = 1
 //   it writes raw sums to part[z, N, I] for splitk_reduce (part unused when split = 0).
 //   dispatch: groups (ceil(I/64), ceil(N/64), slices); 16x16 threads, a 64x64 tile of dx per
@@ -45,10 +51,27 @@
 override LN_BF16: bool = false;
 override LN_QUADS: bool = false;   // linear_backward_input_cpu: I % 4 == 0 (whole quads of W)
 @group(0) @binding(2) var<storage, read> w: array<u32>;   // W[O, I] of every entry point: f32, or bf16 pairs (LN_BF16)
+@group(0) @binding(5) var<storage, read> w2: array<vec2<u32>>;   // W again, as u32 pairs (read where I % 4 == 0)
 
 fn w_at(e: u32) -> f32 {   // element e of W, row-major
     if (LN_BF16) { return bf16_at(w[e >> 1u], e); }
     return bitcast<f32>(w[e]);
+}
+
+// W elements e .. e+n-1 (n <= 4), zeros after them. quads (rows of whole quads, e % 4 == 0,
+// n == 4): one load through w2 (binding 5, W again as u32 pairs): a pair of bf16s, or two
+// pairs of f32 words.
+fn w_quad(e: u32, n: u32, quads: bool) -> vec4<f32> {
+    if (quads) {
+        if (LN_BF16) {
+            let q = w2[e / 4u];
+            return vec4<f32>(bf16_at(q.x, 0u), bf16_at(q.x, 1u), bf16_at(q.y, 0u), bf16_at(q.y, 1u));
+        }
+        return bitcast<vec4<f32>>(vec4<u32>(w2[e / 2u], w2[e / 2u + 1u]));
+    }
+    var v = vec4<f32>(0.0);
+    for (var c = 0u; c < n; c++) { v[c] = w_at(e + c); }
+    return v;
 }
 
 const TO: u32 = 64u;
@@ -58,6 +81,7 @@ struct LinearParams { n: u32, i: u32, oc: u32, ld_y: u32, v0: u32, x_row0: u32, 
 @group(0) @binding(0) var<uniform> p: LinearParams;
 @group(0) @binding(1) var<storage, read> x: array<f32>;
 @group(0) @binding(3) var<storage, read_write> y: array<f32>;
+@group(0) @binding(4) var<storage, read> x4: array<vec4<f32>>;   // linear_forward: x again, as vec4s (read where I % 4 == 0)
 var<workgroup> xsh: array<array<f32, KC>, TN>;
 
 @compute @workgroup_size(TO)
@@ -97,20 +121,18 @@ const KT: u32 = 16u;                                   // columns per staged chu
 var<workgroup> t_x: array<array<vec4<f32>, 5>, 64>;    // [row][column quad] (+1 pad, see the header)
 var<workgroup> t_w: array<array<vec4<f32>, 5>, 128>;   // [output][column quad] (+1 pad)
 
-fn lf_x(e: u32, c0: u32, n0: u32) -> f32 {   // staging element e of x's chunk at column c0
-    let r = e / KT;
-    let c = c0 + e % KT;
-    if (c < p.i && n0 + r < p.n) { return x[(p.x_row0 + (n0 + r) * p.x_step) * p.i + c]; }
-    return 0.0;
+fn lf_x4(r: u32, c: u32, n0: u32) -> vec4<f32> {   // x[row(n0 + r), c .. c+3] (c % 4 == 0), 0 past the row or the rows
+    if (c >= p.i || n0 + r >= p.n) { return vec4<f32>(0.0); }
+    let at = (p.x_row0 + (n0 + r) * p.x_step) * p.i + c;
+    if (p.i % 4u == 0u) { return x4[at / 4u]; }
+    var v = vec4<f32>(0.0);
+    for (var k = 0u; k < min(4u, p.i - c); k++) { v[k] = x[at + k]; }
+    return v;
 }
-fn lf_w(e: u32, c0: u32, o0: u32) -> f32 {
-    let r = e / KT;
-    let c = c0 + e % KT;
-    if (c < p.i && o0 + r < p.oc) { return w_at((o0 + r) * p.i + c); }
-    return 0.0;
+fn lf_w4(o: u32, c: u32) -> vec4<f32> {   // w[o, c .. c+3] of this chunk (c % 4 == 0), 0 past the row or the chunk
+    if (c >= p.i || o >= p.oc) { return vec4<f32>(0.0); }
+    return w_quad(o * p.i + c, min(4u, p.i - c), p.i % 4u == 0u);
 }
-fn lf_put_x(e: u32, v: f32) { t_x[e / KT][(e % KT) / 4u][e % 4u] = v; }
-fn lf_put_w(e: u32, v: f32) { t_w[e / KT][(e % KT) / 4u][e % 4u] = v; }
 
 // acc + (u . v0, u . v1, u . v2, u . v3)
 fn lf_dots(acc: vec4<f32>, u: vec4<f32>, v0: vec4<f32>, v1: vec4<f32>, v2: vec4<f32>, v3: vec4<f32>) -> vec4<f32> {
@@ -132,19 +154,22 @@ fn linear_forward(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgr
     var hcc1 = vec4<f32>(0.0);
     var hcc2 = vec4<f32>(0.0);
     var hcc3 = vec4<f32>(0.0);
-    // the next chunk's 4 x and 8 W values of this thread (elements lid + 256m), in registers
-    var x0 = lf_x(lid, 0u, n0); var x1 = lf_x(lid + 256u, 0u, n0); var x2 = lf_x(lid + 512u, 0u, n0); var x3 = lf_x(lid + 768u, 0u, n0);
-    var w0 = lf_w(lid, 0u, o0); var w1 = lf_w(lid + 256u, 0u, o0); var w2 = lf_w(lid + 512u, 0u, o0); var w3 = lf_w(lid + 768u, 0u, o0);
-    var w4 = lf_w(lid + 1024u, 0u, o0); var w5 = lf_w(lid + 1280u, 0u, o0); var w6 = lf_w(lid + 1536u, 0u, o0); var w7 = lf_w(lid + 1792u, 0u, o0);
+    // the next chunk's x quad (row lid/4, quad lid%4) and W quads (outputs lid/4 and 64 + lid/4,
+    // quad lid%4) of this thread, in registers
+    let sr = lid / 4u;
+    let sq = lid % 4u;
+    var xv = lf_x4(sr, 4u * sq, n0);
+    var wv0 = lf_w4(o0 + sr, 4u * sq);
+    var wv1 = lf_w4(o0 + 64u + sr, 4u * sq);
     for (var c0 = 0u; c0 < p.i; c0 += KT) {
-        lf_put_x(lid, x0); lf_put_x(lid + 256u, x1); lf_put_x(lid + 512u, x2); lf_put_x(lid + 768u, x3);
-        lf_put_w(lid, w0); lf_put_w(lid + 256u, w1); lf_put_w(lid + 512u, w2); lf_put_w(lid + 768u, w3);
-        lf_put_w(lid + 1024u, w4); lf_put_w(lid + 1280u, w5); lf_put_w(lid + 1536u, w6); lf_put_w(lid + 1792u, w7);
+        t_x[sr][sq] = xv;
+        t_w[sr][sq] = wv0;
+        t_w[64u + sr][sq] = wv1;
         workgroupBarrier();
         let c1 = c0 + KT;
-        x0 = lf_x(lid, c1, n0); x1 = lf_x(lid + 256u, c1, n0); x2 = lf_x(lid + 512u, c1, n0); x3 = lf_x(lid + 768u, c1, n0);
-        w0 = lf_w(lid, c1, o0); w1 = lf_w(lid + 256u, c1, o0); w2 = lf_w(lid + 512u, c1, o0); w3 = lf_w(lid + 768u, c1, o0);
-        w4 = lf_w(lid + 1024u, c1, o0); w5 = lf_w(lid + 1280u, c1, o0); w6 = lf_w(lid + 1536u, c1, o0); w7 = lf_w(lid + 1792u, c1, o0);
+        xv = lf_x4(sr, c1 + 4u * sq, n0);
+        wv0 = lf_w4(o0 + sr, c1 + 4u * sq);
+        wv1 = lf_w4(o0 + 64u + sr, c1 + 4u * sq);
         for (var q = 0u; q < KT / 4u; q++) {
             let v0 = t_w[tx][q];
             let v1 = t_w[tx + 16u][q];
@@ -192,24 +217,24 @@ struct LinearBackwardParams { n: u32, i: u32, o: u32, scale: f32, accumulate: u3
 @group(0) @binding(1) var<storage, read> ln_dy: array<f32>;
 @group(0) @binding(3) var<storage, read_write> ln_dx: array<f32>;
 @group(0) @binding(4) var<storage, read_write> ln_part: array<f32>;   // split: [z, N, I] raw sums
+@group(0) @binding(6) var<storage, read> ln_dy4: array<vec4<f32>>;   // dy again, as vec4s (read where ld_dy % 4 == 0)
 var<workgroup> ln_dy_sh: array<array<vec4<f32>, 4>, 64>;  // [row][o quad], 16 o
 var<workgroup> ln_w_sh: array<array<vec4<f32>, 16>, 16>;   // [o][column quad], 64 columns
 
-fn lb_dy(e: u32, o0: u32, oend: u32, n0: u32) -> f32 {   // dy tile: 64 rows x 16 o, coalesced along o
-    let rr = e / 16u;
-    let oo = e % 16u;
-    if (n0 + rr < ln_p.n && o0 + oo < oend) { return ln_dy[(n0 + rr) * ln_p.ld_dy + o0 + oo]; }
-    return 0.0;
+fn lb_dy4(n: u32, o: u32, oend: u32) -> vec4<f32> {   // dy[n, o .. o+3], 0 past the tile's slice or the rows
+    if (n >= ln_p.n) { return vec4<f32>(0.0); }
+    let at = n * ln_p.ld_dy + o;
+    if (ln_p.ld_dy % 4u == 0u && o + 3u < oend) { return ln_dy4[at / 4u]; }
+    var v = vec4<f32>(0.0);
+    for (var c = 0u; c < 4u; c++) {
+        if (o + c < oend) { v[c] = ln_dy[at + c]; }
+    }
+    return v;
 }
-fn lb_w(e: u32, o0: u32, oend: u32, i0: u32) -> f32 {    // w tile: 16 o x 64 cols, coalesced along cols
-    let wo = e / 64u;
-    let wc = e % 64u;
-    if (o0 + wo < oend && i0 + wc < ln_p.i) { return w_at((o0 + wo) * ln_p.i + i0 + wc); }
-    return 0.0;
-}
-fn lb_put(e: u32, dv: f32, wv: f32) {
-    ln_dy_sh[e / 16u][(e % 16u) / 4u][e % 4u] = dv;
-    ln_w_sh[e / 64u][(e % 64u) / 4u][e % 4u] = wv;
+
+fn lb_w4(o: u32, oend: u32, i: u32) -> vec4<f32> {   // w[o, i .. i+3] (i % 4 == 0), 0 past the slice or the row
+    if (o >= oend || i >= ln_p.i) { return vec4<f32>(0.0); }
+    return w_quad(o * ln_p.i + i, min(4u, ln_p.i - i), ln_p.i % 4u == 0u);
 }
 
 // A 64x64 tile of dx per workgroup; thread (tx, ty) owns rows ty + 16a (a < 4) and the
@@ -229,18 +254,20 @@ fn linear_backward_input(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin
     var a1 = vec4<f32>(0.0);
     var a2 = vec4<f32>(0.0);
     var a3 = vec4<f32>(0.0);
-    var d0 = lb_dy(lid, obeg, oend, n0); var d1 = lb_dy(lid + 256u, obeg, oend, n0);
-    var d2 = lb_dy(lid + 512u, obeg, oend, n0); var d3 = lb_dy(lid + 768u, obeg, oend, n0);
-    var w0 = lb_w(lid, obeg, oend, i0); var w1 = lb_w(lid + 256u, obeg, oend, i0);
-    var w2 = lb_w(lid + 512u, obeg, oend, i0); var w3 = lb_w(lid + 768u, obeg, oend, i0);
+    // this thread's staging slots: dy row lid/4, o quad lid%4; W output lid/16, column quad lid%16
+    let dr = lid / 4u;
+    let dq = lid % 4u;
+    let wo = lid / 16u;
+    let wc = lid % 16u;
+    var d = lb_dy4(n0 + dr, obeg + 4u * dq, oend);
+    var wv = lb_w4(obeg + wo, oend, i0 + 4u * wc);
     for (var o0 = obeg; o0 < oend; o0 += 16u) {
-        lb_put(lid, d0, w0); lb_put(lid + 256u, d1, w1); lb_put(lid + 512u, d2, w2); lb_put(lid + 768u, d3, w3);
+        ln_dy_sh[dr][dq] = d;
+        ln_w_sh[wo][wc] = wv;
         workgroupBarrier();
         let o1 = o0 + 16u;
-        d0 = lb_dy(lid, o1, oend, n0); d1 = lb_dy(lid + 256u, o1, oend, n0);
-        d2 = lb_dy(lid + 512u, o1, oend, n0); d3 = lb_dy(lid + 768u, o1, oend, n0);
-        w0 = lb_w(lid, o1, oend, i0); w1 = lb_w(lid + 256u, o1, oend, i0);
-        w2 = lb_w(lid + 512u, o1, oend, i0); w3 = lb_w(lid + 768u, o1, oend, i0);
+        d = lb_dy4(n0 + dr, o1 + 4u * dq, oend);
+        wv = lb_w4(o1 + wo, oend, i0 + 4u * wc);
         for (var oq = 0u; oq < 4u; oq++) {
             let e0 = ln_dy_sh[ty][oq];
             let e1 = ln_dy_sh[ty + 16u][oq];

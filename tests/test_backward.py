@@ -355,7 +355,8 @@ def test_bitlinear_backward_input(run_case, N, I, O, acc, split, kind):
 @pytest.mark.parametrize("N,I,O,acc,split", [(1, 1, 1, False, None), (19, 21, 35, True, None),
                                               (70, 130, 33, False, None), (19, 21, 35, True, 3),
                                               (70, 130, 100, False, 5), (3, 150, 2, True, None),
-                                              (41, 68, 9, True, None)])
+                                              (41, 68, 9, True, None), (66, 132, 100, True, 3),
+                                              (9, 68, 40, False, None)])
 def test_linear_backward_input(run_case, N, I, O, acc, split, kind):
     rng = np.random.default_rng(N + I + O)
     dy, w, dx0 = f32(rng.normal(size=(N, O))), f32(rng.normal(size=(O, I))), f32(rng.normal(size=(N, I)))

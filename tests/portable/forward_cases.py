@@ -189,7 +189,8 @@ async def case_linear_forward(dev, x, w_chunks, N, I, O, x_row0, x_step, kind="g
         y = dev.buffer(4 * N * O, "y")
         k = dev.prepared("linear.wgsl", entry, consts)
         for v0, oc, w in chunks:
-            dev.dispatch(k, [bx, w, y], groups=groups(oc),
+            vec = linear.quad_views(dev, I, bx, w) if entry == "linear_forward" else []
+            dev.dispatch(k, [bx, w, y] + vec, groups=groups(oc),
                          params=linear.FORWARD.pack(N, I, oc, O, v0, x_row0, x_step))
         out[entry] = await _get(dev, y, N * O)
     y = dev.buffer(4 * N * O, "y")

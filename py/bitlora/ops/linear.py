@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from . import splitk
 from ._check import need
+from .matvec import spare
 from ._uniform import Uniform
 
 SHADER = "linear.wgsl"
@@ -63,6 +64,12 @@ def scratch_floats(N: int, I: int, O: int, kind: str = "gpu") -> int:
     return splitk.floats(backward_input_plan(N, I, O)[0], N, I)
 
 
+def quad_views(dev, I: int, *bufs) -> list:
+    """linear_forward's bindings 4, 5 (x and w again, which it reads as vectors where the
+    rows are whole quads, I % 4 == 0), or spare buffers where they are not."""
+    return list(bufs) if I % 4 == 0 else [spare(dev, j) for j in range(len(bufs))]
+
+
 def linear_forward(dev, x, chunks, y, N: int, I: int, O: int, x_row0: int = 0, x_step: int = 1) -> None:
     """x[.., I] (rows x_row0 + n*x_step, n < N), chunks = [(v0, Oc, w[Oc, I] buffer), ...]
     covering O rows -> y[N, O] = x W^T. W is f32, or bf16 where `chunks.dtype` says so
@@ -80,7 +87,7 @@ def linear_forward(dev, x, chunks, y, N: int, I: int, O: int, x_row0: int = 0, x
     k = dev.prepared(SHADER, entry, _constants("bf16" if bf16 else "f32"))
     for v0, oc, w in chunks:
         need(w, -(-oc * I // 2) if bf16 else oc * I, "w", "linear_forward")
-        dev.dispatch(k, [x, w, y], groups=cpu_groups(N, oc) if entry == "linear_forward_cpu" else
+        dev.dispatch(k, [x, w, y] + (quad_views(dev, I, x, w) if entry == "linear_forward" else []), groups=cpu_groups(N, oc) if entry == "linear_forward_cpu" else
                      (-(-oc // cols), -(-N // rows), 1), params=FORWARD.pack(N, I, oc, O, v0, x_row0, x_step))
 
 
@@ -104,7 +111,9 @@ def linear_backward_input(dev, dy, w, dx, N: int, I: int, O: int, scale: float =
     k = dev.prepared(SHADER, "linear_backward_input", constants)
     slices, ko = backward_input_plan(N, I, O, split)
     part = splitk.scratch(dev, splitk.floats(slices, N, I))
-    dev.dispatch(k, [dy, w, dx, part], groups=(-(-I // 64), -(-N // 64), slices),
+    w2 = w if I % 4 == 0 else spare(dev, 0)   # 5, 6: w and dy again, read as vectors where rows align
+    dy4 = dy if ld % 4 == 0 and dy.size >= 16 else spare(dev, 1)
+    dev.dispatch(k, [dy, w, dx, part, w2, dy4], groups=(-(-I // 64), -(-N // 64), slices),
                  params=BACKWARD.pack(N, I, O, scale, int(accumulate), ld, ko, int(slices > 1)))
     if slices > 1:
         splitk.reduce(dev, part, None, dx, N * I, slices, I, scale, accumulate)
