@@ -146,14 +146,7 @@ fn linear_forward(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgr
     let lid = ty * 16u + tx;
     let n0 = wid.y * 64u;
     let o0 = wid.x * 128u;
-    var acc0 = vec4<f32>(0.0);                         // acc<a>[b]: row ty + 16a, output tx + 16b,
-    var acc1 = vec4<f32>(0.0);                         // hcc<a>[b]: output tx + 64 + 16b
-    var acc2 = vec4<f32>(0.0);                         // (named: see bitlinear.wgsl)
-    var acc3 = vec4<f32>(0.0);
-    var hcc0 = vec4<f32>(0.0);
-    var hcc1 = vec4<f32>(0.0);
-    var hcc2 = vec4<f32>(0.0);
-    var hcc3 = vec4<f32>(0.0);
+    var acc = LfSums();
     // the next chunk's x quad (row lid/4, quad lid%4) and W quads (outputs lid/4 and 64 + lid/4,
     // quad lid%4) of this thread, in registers
     let sr = lid / 4u;
@@ -170,38 +163,51 @@ fn linear_forward(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgr
         xv = lf_x4(sr, c1 + 4u * sq, n0);
         wv0 = lf_w4(o0 + sr, c1 + 4u * sq);
         wv1 = lf_w4(o0 + 64u + sr, c1 + 4u * sq);
-        for (var q = 0u; q < KT / 4u; q++) {
-            let v0 = t_w[tx][q];
-            let v1 = t_w[tx + 16u][q];
-            let v2 = t_w[tx + 32u][q];
-            let v3 = t_w[tx + 48u][q];
-            let v4 = t_w[tx + 64u][q];
-            let v5 = t_w[tx + 80u][q];
-            let v6 = t_w[tx + 96u][q];
-            let v7 = t_w[tx + 112u][q];
-            let u0 = t_x[ty][q];
-            let u1 = t_x[ty + 16u][q];
-            let u2 = t_x[ty + 32u][q];
-            let u3 = t_x[ty + 48u][q];
-            acc0 = lf_dots(acc0, u0, v0, v1, v2, v3);
-            acc1 = lf_dots(acc1, u1, v0, v1, v2, v3);
-            acc2 = lf_dots(acc2, u2, v0, v1, v2, v3);
-            acc3 = lf_dots(acc3, u3, v0, v1, v2, v3);
-            hcc0 = lf_dots(hcc0, u0, v4, v5, v6, v7);
-            hcc1 = lf_dots(hcc1, u1, v4, v5, v6, v7);
-            hcc2 = lf_dots(hcc2, u2, v4, v5, v6, v7);
-            hcc3 = lf_dots(hcc3, u3, v4, v5, v6, v7);
-        }
+        acc = lf_q(acc, 0u, ty, tx);
+        acc = lf_q(acc, 1u, ty, tx);
+        acc = lf_q(acc, 2u, ty, tx);
+        acc = lf_q(acc, 3u, ty, tx);
         workgroupBarrier();
     }
-    head_store(n0 + ty, o0 + tx, acc0);
-    head_store(n0 + ty + 16u, o0 + tx, acc1);
-    head_store(n0 + ty + 32u, o0 + tx, acc2);
-    head_store(n0 + ty + 48u, o0 + tx, acc3);
-    head_store(n0 + ty, o0 + 64u + tx, hcc0);
-    head_store(n0 + ty + 16u, o0 + 64u + tx, hcc1);
-    head_store(n0 + ty + 32u, o0 + 64u + tx, hcc2);
-    head_store(n0 + ty + 48u, o0 + 64u + tx, hcc3);
+    head_store(n0 + ty, o0 + tx, acc.acc0);
+    head_store(n0 + ty + 16u, o0 + tx, acc.acc1);
+    head_store(n0 + ty + 32u, o0 + tx, acc.acc2);
+    head_store(n0 + ty + 48u, o0 + tx, acc.acc3);
+    head_store(n0 + ty, o0 + 64u + tx, acc.hcc0);
+    head_store(n0 + ty + 16u, o0 + 64u + tx, acc.hcc1);
+    head_store(n0 + ty + 32u, o0 + 64u + tx, acc.hcc2);
+    head_store(n0 + ty + 48u, o0 + 64u + tx, acc.hcc3);
+}
+
+// linear_forward's 8 vec4 sums (acc<a>[b]: row ty + 16a, output tx + 16b; hcc<a>[b]: output
+// tx + 64 + 16b) and the products of column quad q of the staged chunk, called with q = 0 .. 3
+// spelled out (as bitlinear.wgsl's bl_oq)
+struct LfSums { acc0: vec4<f32>, acc1: vec4<f32>, acc2: vec4<f32>, acc3: vec4<f32>,
+                hcc0: vec4<f32>, hcc1: vec4<f32>, hcc2: vec4<f32>, hcc3: vec4<f32> };
+
+fn lf_q(acc: LfSums, q: u32, ty: u32, tx: u32) -> LfSums {
+    var s = acc;
+    let v0 = t_w[tx][q];
+    let v1 = t_w[tx + 16u][q];
+    let v2 = t_w[tx + 32u][q];
+    let v3 = t_w[tx + 48u][q];
+    let v4 = t_w[tx + 64u][q];
+    let v5 = t_w[tx + 80u][q];
+    let v6 = t_w[tx + 96u][q];
+    let v7 = t_w[tx + 112u][q];
+    let u0 = t_x[ty][q];
+    let u1 = t_x[ty + 16u][q];
+    let u2 = t_x[ty + 32u][q];
+    let u3 = t_x[ty + 48u][q];
+    s.acc0 = lf_dots(s.acc0, u0, v0, v1, v2, v3);
+    s.acc1 = lf_dots(s.acc1, u1, v0, v1, v2, v3);
+    s.acc2 = lf_dots(s.acc2, u2, v0, v1, v2, v3);
+    s.acc3 = lf_dots(s.acc3, u3, v0, v1, v2, v3);
+    s.hcc0 = lf_dots(s.hcc0, u0, v4, v5, v6, v7);
+    s.hcc1 = lf_dots(s.hcc1, u1, v4, v5, v6, v7);
+    s.hcc2 = lf_dots(s.hcc2, u2, v4, v5, v6, v7);
+    s.hcc3 = lf_dots(s.hcc3, u3, v4, v5, v6, v7);
+    return s;
 }
 
 fn head_store(n: u32, o: u32, acc: vec4<f32>) {    // outputs o + 16b of row n
@@ -250,10 +256,7 @@ fn linear_backward_input(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin
     let i0 = wid.x * 64u;
     let obeg = wid.z * ln_p.ko;
     let oend = min(ln_p.o, (wid.z + 1u) * ln_p.ko);            // this z's slice of the outputs
-    var a0 = vec4<f32>(0.0);
-    var a1 = vec4<f32>(0.0);
-    var a2 = vec4<f32>(0.0);
-    var a3 = vec4<f32>(0.0);
+    var acc = LbSums();
     // this thread's staging slots: dy row lid/4, o quad lid%4; W output lid/16, column quad lid%16
     let dr = lid / 4u;
     let dq = lid % 4u;
@@ -268,26 +271,37 @@ fn linear_backward_input(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin
         let o1 = o0 + 16u;
         d = lb_dy4(n0 + dr, o1 + 4u * dq, oend);
         wv = lb_w4(o1 + wo, oend, i0 + 4u * wc);
-        for (var oq = 0u; oq < 4u; oq++) {
-            let e0 = ln_dy_sh[ty][oq];
-            let e1 = ln_dy_sh[ty + 16u][oq];
-            let e2 = ln_dy_sh[ty + 32u][oq];
-            let e3 = ln_dy_sh[ty + 48u][oq];
-            var wr = ln_w_sh[oq * 4u][tx];
-            a0 += e0.x * wr; a1 += e1.x * wr; a2 += e2.x * wr; a3 += e3.x * wr;
-            wr = ln_w_sh[oq * 4u + 1u][tx];
-            a0 += e0.y * wr; a1 += e1.y * wr; a2 += e2.y * wr; a3 += e3.y * wr;
-            wr = ln_w_sh[oq * 4u + 2u][tx];
-            a0 += e0.z * wr; a1 += e1.z * wr; a2 += e2.z * wr; a3 += e3.z * wr;
-            wr = ln_w_sh[oq * 4u + 3u][tx];
-            a0 += e0.w * wr; a1 += e1.w * wr; a2 += e2.w * wr; a3 += e3.w * wr;
-        }
+        acc = lb_oq(acc, 0u, ty, tx);
+        acc = lb_oq(acc, 1u, ty, tx);
+        acc = lb_oq(acc, 2u, ty, tx);
+        acc = lb_oq(acc, 3u, ty, tx);
         workgroupBarrier();
     }
-    ln_store(n0 + ty, i0 + 4u * tx, a0, wid.z);
-    ln_store(n0 + ty + 16u, i0 + 4u * tx, a1, wid.z);
-    ln_store(n0 + ty + 32u, i0 + 4u * tx, a2, wid.z);
-    ln_store(n0 + ty + 48u, i0 + 4u * tx, a3, wid.z);
+    ln_store(n0 + ty, i0 + 4u * tx, acc.a0, wid.z);
+    ln_store(n0 + ty + 16u, i0 + 4u * tx, acc.a1, wid.z);
+    ln_store(n0 + ty + 32u, i0 + 4u * tx, acc.a2, wid.z);
+    ln_store(n0 + ty + 48u, i0 + 4u * tx, acc.a3, wid.z);
+}
+
+// linear_backward_input's 4 vec4 sums (rows ty + 16a, columns 4tx .. 4tx+3) and the products of
+// o quad oq of the staged chunk, called with oq = 0 .. 3 spelled out (as bitlinear.wgsl's bl_oq)
+struct LbSums { a0: vec4<f32>, a1: vec4<f32>, a2: vec4<f32>, a3: vec4<f32> };
+
+fn lb_oq(acc: LbSums, oq: u32, ty: u32, tx: u32) -> LbSums {
+    var s = acc;
+    let e0 = ln_dy_sh[ty][oq];
+    let e1 = ln_dy_sh[ty + 16u][oq];
+    let e2 = ln_dy_sh[ty + 32u][oq];
+    let e3 = ln_dy_sh[ty + 48u][oq];
+    var wr = ln_w_sh[oq * 4u][tx];
+    s.a0 += e0.x * wr; s.a1 += e1.x * wr; s.a2 += e2.x * wr; s.a3 += e3.x * wr;
+    wr = ln_w_sh[oq * 4u + 1u][tx];
+    s.a0 += e0.y * wr; s.a1 += e1.y * wr; s.a2 += e2.y * wr; s.a3 += e3.y * wr;
+    wr = ln_w_sh[oq * 4u + 2u][tx];
+    s.a0 += e0.z * wr; s.a1 += e1.z * wr; s.a2 += e2.z * wr; s.a3 += e3.z * wr;
+    wr = ln_w_sh[oq * 4u + 3u][tx];
+    s.a0 += e0.w * wr; s.a1 += e1.w * wr; s.a2 += e2.w * wr; s.a3 += e3.w * wr;
+    return s;
 }
 
 fn ln_store(n: u32, i0: u32, acc: vec4<f32>, z: u32) {
