@@ -24,7 +24,6 @@ the step's rounds and torch's clip rounds printed beside.
 """
 from __future__ import annotations
 
-import asyncio
 import json
 import statistics
 import struct
@@ -265,7 +264,7 @@ def bench_optim(params: int = 1 << 27, tensors: int = 200, iters: int = 50, back
         except ImportError:
             if compare_torch:
                 raise
-    res.update(asyncio.run(_bench_wgsl(params, tensors, iters, backend, block4, per_threads, rounds)))
+    res.update(gpu.run(_bench_wgsl(params, tensors, iters, backend, block4, per_threads, rounds)))
     print(f"optimizer step, {params:,} params in {tensors} tensors on {res['adapter']} "
           f"(each figure the best of {rounds} rounds of {iters} steps; the step: the median round)")
     print(f"  bitlora fused step (norm+clip+scale+AdamW, the Trainer's: gradients not zeroed): "
