@@ -19,7 +19,6 @@ matrix-vector ones beside a buffer copy's in the same run.
 """
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import pathlib
@@ -106,7 +105,7 @@ def bench_generate(shape: str = "2b4t", prompt: int = 32, new: int = 128, lora_r
     device = comparison_device(config, compare_torch)
     if device is not None and (model is None or os.path.isdir(model)):   # transformers reads HF folders
         res.update(_bench_torch(config, prompt, new, device, model))
-    run = _browser if backend == "browser" else lambda *a: asyncio.run(_native(*a))
+    run = _browser if backend == "browser" else lambda *a: gpu.run(_native(*a))
     res.update(run(config, prompt, new, lora_r, targets, profile, model, reps))
     what = f"model {model}" if model else f"{shape} shapes (random ternary weights)"
     print(f"Greedy generation, {what}, batch 1, prompt {prompt} + {new} new tokens, "

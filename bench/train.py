@@ -14,7 +14,6 @@ machine's CPU in float32 (for the shapes that fit: the demo's), and the ratio.
 """
 from __future__ import annotations
 
-import asyncio
 import json
 import pathlib
 import time
@@ -187,7 +186,7 @@ def bench_train(shape: str = "2b4t", micro_batch: int = 1, seq: int = 256, steps
         got = _bench_torch(config, micro_batch, seq, steps, lora_r, targets, dtype, device, checkpointing)
         res.update({f"{k}_{dtype}" if k.startswith("torch_") and k not in ("torch_dtype", "torch_device", "torch_threads") else k: v
                     for k, v in got.items()})
-    run = _browser_steps if backend == "browser" else lambda *a: asyncio.run(_native_steps(*a))
+    run = _browser_steps if backend == "browser" else lambda *a: gpu.run(_native_steps(*a))
     res.update(run(config, micro_batch, seq, steps, lora_r, targets, profile, checkpointing, kind, int8, replay,
                    record_only))
     if backend != "browser":
