@@ -87,7 +87,8 @@ def linear_forward(dev, x, chunks, y, N: int, I: int, O: int, x_row0: int = 0, x
     k = dev.prepared(SHADER, entry, _constants("bf16" if bf16 else "f32"))
     for v0, oc, w in chunks:
         need(w, -(-oc * I // 2) if bf16 else oc * I, "w", "linear_forward")
-        dev.dispatch(k, [x, w, y] + (quad_views(dev, I, x, w) if entry == "linear_forward" else []), groups=cpu_groups(N, oc) if entry == "linear_forward_cpu" else
+        vec = quad_views(dev, I, x, w) if entry == "linear_forward" else []
+        dev.dispatch(k, [x, w, y] + vec, groups=cpu_groups(N, oc) if entry == "linear_forward_cpu" else
                      (-(-oc // cols), -(-N // rows), 1), params=FORWARD.pack(N, I, oc, O, v0, x_row0, x_step))
 
 
