@@ -158,8 +158,8 @@ async def main(args):
                     groups = (-(-O // tile_c), -(-N // tile_r), slices)
                 else:
                     binds, out = [bdy, bw, dx, part], dx
-                    if entry == "bitlinear_backward_input":   # dy again, read as vec4s (O % 4 == 0)
-                        binds.append(bdy if O % 4 == 0 else matvec.spare(dev, 0))
+                    if entry == "bitlinear_backward_input":   # dy again, read as vec4s
+                        binds.append(bitlinear.dy_quads(dev, bdy, O))
                     groups = (-(-words // (tile_c // 16)), -(-N // tile_r), slices)
 
                 async def record():

@@ -316,6 +316,12 @@ def _forward_i8(dev, xq, s, w, parts, N: int, I: int, accumulate: bool, split: i
     return splitk.SplitSums(part, s, N, slices, outs, accumulate)
 
 
+def dy_quads(dev, dy, O: int):
+    """bitlinear_backward_input's binding 5: dy again, which it reads as vec4s where its rows
+    are whole quads (O % 4 == 0), or a spare buffer where they are not."""
+    return dy if O % 4 == 0 else spare(dev, 0)
+
+
 def bitlinear_backward_input(dev, dy, w_packed, scale: float, dx, N: int, I: int, O: int,
                              accumulate: bool = False, split: int | None = None) -> None:
     """dy[N, O], w_packed[O, ceil(I/16)] u32 (ternary, times scale) -> dx[N, I] = dy Wq (= or +=).
@@ -328,8 +334,7 @@ def bitlinear_backward_input(dev, dy, w_packed, scale: float, dx, N: int, I: int
         return
     slices, ko = backward_input_plan(N, I, O, split)
     part = splitk.scratch(dev, splitk.floats(slices, N, I))
-    dy4 = dy if O % 4 == 0 else spare(dev, 0)   # binding 5: dy read as vec4s (rows 16-byte aligned)
-    dev.dispatch(dev.prepared(SHADER, "bitlinear_backward_input"), [dy, w_packed, dx, part, dy4],
+    dev.dispatch(dev.prepared(SHADER, "bitlinear_backward_input"), [dy, w_packed, dx, part, dy_quads(dev, dy, O)],
                  groups=(-(-words // 8), -(-N // 64), slices),
                  params=BACKWARD.pack(N, I, O, scale, int(accumulate), ko, int(slices > 1)))
     if slices > 1:
