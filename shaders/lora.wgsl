@@ -319,15 +319,20 @@ fn lora_grad_a_split(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(wor
 // enough workgroups (ops/lora.py TILE_MIN_GROUPS; on an H200 at N = 256, 64 workgroups of
 // 4 rows ran 2x slower than lora_down's N*R with 64 lanes, 1.2-1.3x with 256; at N = 1024
 // 256 workgroups ran 1.3-3x faster with 64 lanes, 1.4-5.5x with 256).
-// lora_up_tile     (O % 4 == 0, R % 4 == 0): bindings as lora_up_rows. Invocation: rows
-//   n0 .. n0+TR-1, columns o..o+3: b[o..o+3, :] read once for TR rows (vec4s along r),
-//   each output's sum over r in order. dispatch: ceil(ceil(N / TR) * O/4 / WT) split over x, y
+// lora_up_tile     (O % 4 == 0, R % 4 == 0): bindings as lora_up_rows. Invocation: columns
+//   o..o+3 of TQ blocks of TR rows, one block a turn: b[o..o+3, :] read once for TR rows
+//   (vec4s along r), each output's sum over r in order.
+//   dispatch: ceil(ceil(N / (TR*TQ)) * O/4 / WT) split over x, y
 // lora_grad_x_tile (I % 4 == 0): 1 du[N, R] read | 2 a[R, I] read, vec4 | 3 dx[N, I]
 //   read_write, vec4 | 4 stream. As lora_up_tile over i: a[r, i..i+3] one vec4,
-//   the mask of 4 elements hashed once. dispatch: ceil(ceil(N / TR) * I/4 / WT) split over x, y
+//   the mask of 4 elements hashed once. dispatch: ceil(ceil(N / (TR*TQ)) * I/4 / WT) split over x, y
 const TK: u32 = 16u;   // ranks per workgroup of lora_down_tile / lora_grad_u_tile
 const TRD: u32 = 4u;   // rows per workgroup of lora_down_tile / lora_grad_u_tile
-const TR: u32 = 4u;    // rows per invocation of lora_up_tile / lora_grad_x_tile
+const TR: u32 = 4u;    // rows a turn of lora_up_tile / lora_grad_x_tile
+override TQ: u32 = 1u; // turns (row blocks of TR) per invocation of lora_up_tile / lora_grad_x_tile
+                       // (ops/lora.py TQ): with more, b or a is read from memory once per TQ blocks
+                       // (a cache hit after the first); the same bits at any TQ. 1 until timed
+                       // on a GPU (bench/lora_kernels.py --tq)
 const WT: u32 = 64u;   // workgroup of lora_up_tile / lora_grad_x_tile (ops/lora.py WT)
 const WRP: u32 = WR;   // a rank's row of lane sums in tile_red: unpadded, so that TK * WR floats
                        // fit WebGPU's default 16 KiB (tests/test_shader_limits.py); the tree's
@@ -340,8 +345,12 @@ const WRP: u32 = WR;   // a rank's row of lane sums in tile_red: unpadded, so th
 var<workgroup> tile_red: array<f32, TK * WRP>;
 
 // One row's lane sums of ranks r0 .. r0+15 (q0..q3: four ranks each) through wg_sum's tree
-// (the pairs wg_sum adds: the same bits); lane k < TK gets rank k's total. Call in
-// uniform control flow.
+// (the pairs wg_sum adds: the same bits), evaluated as wg_reduce does for 256 lanes: lane l
+// adds rank l / 16's columns l % 16 and l % 16 + 16 down to stage 32 and leaves them in
+// place, then lane k < TK adds rank k's 32 values in straight-line code. Three barriers a
+// row, no division (a stage at a time took ten, with a divide per element: ~7 us of the
+// ~46 us of a lora_down_tile at 2B-4T widths on an H200). Lane k < TK gets rank k's
+// total. Call in uniform control flow.
 fn tile_row_sum(l: u32, q0: vec4<f32>, q1: vec4<f32>, q2: vec4<f32>, q3: vec4<f32>) -> f32 {
     for (var c = 0u; c < 4u; c++) {
         tile_red[c * WRP + l] = q0[c];
@@ -350,16 +359,34 @@ fn tile_row_sum(l: u32, q0: vec4<f32>, q1: vec4<f32>, q2: vec4<f32>, q3: vec4<f3
         tile_red[(12u + c) * WRP + l] = q3[c];
     }
     workgroupBarrier();
-    for (var s = WR / 2u; s > 0u; s = s >> 1u) {
-        for (var e = l; e < s * TK; e += WR) {
-            let at = (e / s) * WRP + e % s;
-            tile_red[at] += tile_red[at + s];
-        }
-        workgroupBarrier();
+    let at = (l >> 4u) * WRP + (l & 15u);   // rank l / 16, column l % 16 (and + 16)
+    let c0 = tile_col32(at);
+    let c1 = tile_col32(at + 16u);
+    tile_red[at] = c0;          // slots only this lane read
+    tile_red[at + 16u] = c1;
+    workgroupBarrier();
+    var total = 0.0;
+    if (l < TK) {   // stages 16 .. 1 of rank l's 32 column sums, in wg_reduce's pairs
+        let b = min(l, TK - 1u) * WRP;
+        let w0 = tile_quad(b); let w1 = tile_quad(b + 4u); let w2 = tile_quad(b + 8u); let w3 = tile_quad(b + 12u);
+        let w4 = tile_quad(b + 16u); let w5 = tile_quad(b + 20u); let w6 = tile_quad(b + 24u); let w7 = tile_quad(b + 28u);
+        let e0 = (w0 + w4) + (w2 + w6);
+        let e1 = (w1 + w5) + (w3 + w7);
+        let f = e0 + e1;
+        total = (f.x + f.z) + (f.y + f.w);
     }
-    let total = tile_red[min(l, TK - 1u) * WRP];
     workgroupBarrier();
     return total;
+}
+
+fn tile_col32(at: u32) -> f32 {   // stages 128, 64, 32 of one column: wg_reduce's pairs for 256 lanes
+    let a = (tile_red[at] + tile_red[at + 128u]) + (tile_red[at + 64u] + tile_red[at + 192u]);
+    let b = (tile_red[at + 32u] + tile_red[at + 160u]) + (tile_red[at + 96u] + tile_red[at + 224u]);
+    return a + b;
+}
+
+fn tile_quad(at: u32) -> vec4<f32> {
+    return vec4<f32>(tile_red[at], tile_red[at + 1u], tile_red[at + 2u], tile_red[at + 3u]);
 }
 
 fn down_a4(p: LoraParams, r: u32, i: u32) -> vec4<f32> {   // a[r .. r+3, i], rows past R-1 repeat row R-1
@@ -441,13 +468,16 @@ fn lora_grad_u_tile(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(work
 @compute @workgroup_size(WT)
 fn lora_up_tile(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>,
                 @builtin(num_workgroups) nw: vec3<u32>) {
+    let O4 = p_upr.o / 4u;
+    let k = (wid.x + wid.y * nw.x) * WT + lid3.x;   // = n/(TR*TQ) * O/4 + o/4
+    if (k >= (p_upr.n + TR * TQ - 1u) / (TR * TQ) * O4) { return; }
+    let nb = k / O4 * (TR * TQ);
+    for (var q = 0u; q < TQ && nb + q * TR < p_upr.n; q++) { up_tile_rows(nb + q * TR, k % O4); }
+}
+
+fn up_tile_rows(n0: u32, o4: u32) {   // rows n0 .. n0+3 of lora_up_tile's block
     let p = p_upr;
     let R4 = p.r / 4u;
-    let O4 = p.o / 4u;
-    let k = (wid.x + wid.y * nw.x) * WT + lid3.x;   // = n/TR * O/4 + o/4
-    if (k >= (p.n + TR - 1u) / TR * O4) { return; }
-    let n0 = k / O4 * TR;
-    let o4 = k % O4;
     let j = 4u * o4 * R4;                            // b[o, 0..3] for o = 4 o4
     let u0 = n0 * R4;                                // rows n0 .. n0+3 of u, past N-1: row N-1 (not stored)
     let u1 = min(n0 + 1u, p.n - 1u) * R4;
@@ -472,13 +502,17 @@ fn lora_up_tile(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgrou
 @compute @workgroup_size(WT)
 fn lora_grad_x_tile(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>,
                     @builtin(num_workgroups) nw: vec3<u32>) {
+    let base = keep_base(p_gxr, gxr_stream[0]);
+    let I4 = p_gxr.i / 4u;
+    let k = (wid.x + wid.y * nw.x) * WT + lid3.x;   // = n/(TR*TQ) * I/4 + i/4
+    if (k >= (p_gxr.n + TR * TQ - 1u) / (TR * TQ) * I4) { return; }
+    let nb = k / I4 * (TR * TQ);
+    for (var q = 0u; q < TQ && nb + q * TR < p_gxr.n; q++) { gx_tile_rows(nb + q * TR, k % I4, base); }
+}
+
+fn gx_tile_rows(n0: u32, i4: u32, base: u32) {   // rows n0 .. n0+3 of lora_grad_x_tile's block
     let p = p_gxr;
-    let step = gxr_stream[0];
     let I4 = p.i / 4u;
-    let k = (wid.x + wid.y * nw.x) * WT + lid3.x;   // = n/TR * I/4 + i/4
-    if (k >= (p.n + TR - 1u) / TR * I4) { return; }
-    let n0 = k / I4 * TR;
-    let i4 = k % I4;
     let d0 = n0 * p.r;                              // rows n0 .. n0+3 of du, past N-1: row N-1 (not stored)
     let d1 = min(n0 + 1u, p.n - 1u) * p.r;
     let d2 = min(n0 + 2u, p.n - 1u) * p.r;
@@ -488,7 +522,6 @@ fn lora_grad_x_tile(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(work
         let a = gxr_a[r * I4 + i4];
         acc0 += gx_du[d0 + r] * a; acc1 += gx_du[d1 + r] * a; acc2 += gx_du[d2 + r] * a; acc3 += gx_du[d3 + r] * a;
     }
-    let base = keep_base(p, step);
     gx_tile_store(n0, i4, acc0, base); gx_tile_store(n0 + 1u, i4, acc1, base);
     gx_tile_store(n0 + 2u, i4, acc2, base); gx_tile_store(n0 + 3u, i4, acc3, base);
 }
