@@ -2,7 +2,7 @@
 kernel beside its tile (*_tile: the same bits), and the split dA, dB sums with their
 reduce, at given shapes. Native only.
 
-    python -m bitlora.bench.lora_kernels [--shapes 1024x2560x2560x16,256x2560x640x8] [--reps 40]
+    python -m bitlora.bench.lora_kernels [--shapes 1024x2560x2560x16,256x2560x640x8] [--reps 40] [--tq 1,2,8]
 
 A shape is NxIxOxR (rows x inputs x outputs x rank), dropout 0.05. Prints ms per call:
 `reps` dispatches of one kernel in one submit, best of 3 batches, less an empty submit's
@@ -21,7 +21,7 @@ from bitlora.ops import lora, splitk
 SHAPES = "1024x2560x2560x16,1024x2560x640x16,1024x2560x6912x16,1024x6912x2560x16,256x2560x2560x8,256x2560x640x8"
 
 
-async def run(shapes: list, reps: int) -> list:
+async def run(shapes: list, reps: int, tqs=()) -> list:
     dev = await gpu.get_device()
     await dev.prepare(lora.kernel_specs(training=True, kind="gpu"))
     k = lambda e: dev.prepared(lora.SHADER, e)  # noqa: E731
@@ -51,15 +51,19 @@ async def run(shapes: list, reps: int) -> list:
         dy, du, dx = f(N * O, "dy"), f(N * R, "du"), f(N * I, "dx")
         stream = dev.buffer(16, "stream", data=struct.pack("<4I", 3, 0, 0, 0))
         wide = (-(-N // lora.TRD), -(-R // lora.TK), 1)
-        cols4 = lambda c: -(-(-(-N // lora.TR)) * (c // 4) // lora.WT)  # noqa: E731
+        cols4 = lambda c, tq: -(-(-(-N // (lora.TR * tq))) * (c // 4) // lora.WT)  # noqa: E731
         row = {"shape": f"{N}x{I}x{O}x{R}"}
         for name, bufs, plain, tile in (
             ("lora_down", [x, a, u, stream], N * R, wide),
-            ("lora_up", [u, b, y], -(-N * O // 256), cols4(O)),
+            ("lora_up", [u, b, y], -(-N * O // 256), cols4(O, lora.TQ)),
             ("lora_grad_u", [dy, b, du], N * R, wide),
-            ("lora_grad_x", [du, a, dx, stream], -(-N * I // 256), cols4(I)),
+            ("lora_grad_x", [du, a, dx, stream], -(-N * I // 256), cols4(I, lora.TQ)),
         ):
             row[name] = (await timed([(k(name), bufs, plain, P)]), await timed([(k(name + "_tile"), bufs, tile, P)]))
+            if name in ("lora_up", "lora_grad_x"):   # the tile at other row-block turns (lora.wgsl TQ)
+                for tq in tqs:
+                    kt = await dev.kernel(lora.SHADER, name + "_tile", {"TQ": tq})
+                    row[f"{name} TQ={tq}"] = await timed([(kt, bufs, cols4(O if name == "lora_up" else I, tq), P)])
         for name, cols, ins in (("dB", O, [dy, u]), ("dA", I, [du, x])):
             slices, per = lora.split_plan(N, cols, R)
             count = cols * R
@@ -74,7 +78,8 @@ async def run(shapes: list, reps: int) -> list:
         print(f"{row['shape']:>20}: " + "  ".join(f"{n[5:]} {row[n][0]:.4f} -> {row[n][1]:.4f}" for n in
                                                  ("lora_down", "lora_up", "lora_grad_u", "lora_grad_x"))
               + "".join(f"  {n} ({row[n][0]} slices) {row[n][1]:.4f} + reduce {row[n][2]:.4f} = {row[n][3]:.4f}"
-                        for n in ("dB", "dA")) + " ms", flush=True)
+                        for n in ("dB", "dA"))
+              + "".join(f"  {n[5:]} {v:.4f}" for n, v in row.items() if "TQ=" in n) + " ms", flush=True)
     return rows
 
 
@@ -82,9 +87,10 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shapes", default=SHAPES, help="NxIxOxR,... (default: 2B-4T's projections at B's and A's N, R)")
     ap.add_argument("--reps", type=int, default=40)
+    ap.add_argument("--tq", default="", help="also time lora_up_tile / lora_grad_x_tile at these TQ values (1,2,...)")
     args = ap.parse_args(argv)
     shapes = [tuple(int(v) for v in sh.split("x")) for sh in args.shapes.split(",")]
-    asyncio.run(run(shapes, args.reps))
+    asyncio.run(run(shapes, args.reps, [int(v) for v in filter(None, args.tq.split(","))]))
 
 
 if __name__ == "__main__":

@@ -303,15 +303,17 @@ def test_lora(run_case, N, I, O, R, p, kind):
 @pytest.mark.parametrize("N,I,O,R,p", [(6, 300, 17, 8, 0.4), (19, 36, 60, 8, 0.0), (9, 128, 64, 16, 0.05),
                                         (13, 40, 24, 20, 0.3), (5, 70, 33, 3, 0.2), (33, 256, 128, 4, 0.1),
                                         (1, 4, 4, 4, 0.0)])
-def test_lora_tiles_same_bits(run_case, N, I, O, R, p):
+@pytest.mark.parametrize("tq", [1, 3])
+def test_lora_tiles_same_bits(run_case, N, I, O, R, p, tq):
     """The GPU tiles (lora.wgsl *_tile) give the plain GPU kernels' bits: the same sums in
-    the same order (rows past N, ranks past R, rank blocks of TK, widths without a tile)."""
+    the same order (rows past N, ranks past R, rank blocks of TK, widths without a tile,
+    row blocks of lora_up_tile / lora_grad_x_tile one or TQ = 3 a turn)."""
     rng = np.random.default_rng(N * I + O + R)
     x, a, b, dy = (f32(rng.normal(size=s)) for s in ((N, I), (R, I), (O, R), (N, O)))
     y0, da0, db0, dx0 = (f32(rng.normal(size=s)) for s in ((N, O), (R, I), (O, R), (N, I)))
     args = dict(x=L(x), a=L(a), b=L(b), dy=L(dy), y0=L(y0), da0=L(da0), db0=L(db0), dx0=L(dx0), N=N, I=I, O=O,
                 R=R, scale=2.0, p=p, seed=5, step=2, kind="gpu")
-    tiled, plain = run_case("backward_cases", "case_lora", **args), run_case("backward_cases", "case_lora", plain=True, **args)
+    tiled, plain = run_case("backward_cases", "case_lora", tq=tq, **args), run_case("backward_cases", "case_lora", plain=True, **args)
     for key in ("u", "y", "du", "db", "da", "dx"):
         assert np.array_equal(np.array(tiled[key]), np.array(plain[key])), key
 

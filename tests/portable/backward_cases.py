@@ -47,10 +47,20 @@ async def case_cross_entropy(dev, logits, targets, N, V, grad_scale, loss_sum0=0
 
 
 async def case_lora(dev, x, a, b, dy, y0, da0, db0, dx0, N, I, O, R, scale, p=0.0, seed=0, step=0, kind="gpu",
-                    plain=False):
+                    plain=False, tq=1):
     """The LoRA branch forward and backward on a device of `kind`: a GPU kind's tiles
-    (lora.wgsl *_tile) at every size, or with `plain` its plain kernels (the same bits)."""
+    (lora.wgsl *_tile, lora_up_tile / lora_grad_x_tile with `tq` row blocks a turn) at
+    every size, or with `plain` its plain kernels (the same bits)."""
     await _prepare(dev)
+    tq0, lora.TQ = lora.TQ, tq
+    try:
+        await dev.prepare(lora.kernel_specs(training=True, kind="gpu"))
+        return await _lora(dev, x, a, b, dy, y0, da0, db0, dx0, N, I, O, R, scale, p, seed, step, kind, plain)
+    finally:
+        lora.TQ = tq0
+
+
+async def _lora(dev, x, a, b, dy, y0, da0, db0, dx0, N, I, O, R, scale, p, seed, step, kind, plain):
     s = lora.LoraShape(N, I, O, R, scale, p, seed)
     stream = _u32(dev, [step], "stream")   # the dropout stream's step travels in a buffer
     bx, ba, bb, bdy = _f32(dev, x, "x"), _f32(dev, a, "a"), _f32(dev, b, "b"), _f32(dev, dy, "dy")

@@ -30,7 +30,8 @@ LR = 16  # invocations per workgroup of the CPU variants (lora.wgsl LR)
 WR = 256  # lanes of the GPU reductions over I or O and workgroup of their tiles (lora.wgsl WR)
 WT = 64   # workgroup of lora_up_tile / lora_grad_x_tile (lora.wgsl WT)
 TK, TRD = 16, 4  # ranks, rows per workgroup of lora_down_tile / lora_grad_u_tile (lora.wgsl)
-TR = 4   # rows per invocation of lora_up_tile / lora_grad_x_tile (lora.wgsl TR)
+TR = 4   # rows a turn of lora_up_tile / lora_grad_x_tile (lora.wgsl TR)
+TQ = 1   # turns per invocation there (lora.wgsl's override TQ, whose default this is)
 TILE_MIN_GROUPS = 256   # lora_down_tile / lora_grad_u_tile only with this many workgroups (else the plain kernels)
 TILE_ENTRIES = ("lora_down", "lora_up", "lora_grad_u", "lora_grad_x")   # GPU tiles: entry + "_tile"
 TILES = True   # False: GPU kinds record the plain kernels (the tests compare the tiles' bits with theirs)
@@ -45,7 +46,7 @@ def kernel_specs(table_dtype: str = "f32", training: bool = False, kind: str | N
     kind is "gpu", the GPU tiles (*_tile) and split gradient sums unless it is "cpu"."""
     entries = FORWARD_ENTRIES + ("lora_down_parts",) + (BACKWARD_ENTRIES if training else ())
     gpu = [] if quads(shapes, "C", "F", "KV", "R") else [(SHADER, e) for e in entries]
-    tiles = [(SHADER, e + "_tile") for e in TILE_ENTRIES if e in entries] if kind != "cpu" else []
+    tiles = [(SHADER, e + "_tile", tq_constants(e + "_tile")) for e in TILE_ENTRIES if e in entries] if kind != "cpu" else []
     split = [(SHADER, e) for e in SPLIT_ENTRIES] + splitk.kernel_specs() if training and kind != "cpu" else []
     return gpu + ([(SHADER, e + "_rows") for e in entries] if kind != "gpu" else []) + tiles + split
 
@@ -84,7 +85,7 @@ def _tile(entry: str, s: LoraShape):
     """The workgroups of `entry`'s GPU tile (lora.wgsl *_tile) at shape s, or None where it
     has none or its vec4 widths are not multiples of 4 (then the plain kernel runs)."""
     N, I, O, R = s.N, s.I, s.O, s.R
-    rows = -(-N // TR)
+    rows = -(-N // (TR * TQ))   # row blocks of lora_up_tile / lora_grad_x_tile
     wide = (-(-N // TRD), -(-R // TK), 1)    # one chain of WR lanes per (row, rank) in both kernels:
     few = wide[0] * wide[1] < TILE_MIN_GROUPS   # with few rows the plain N*R workgroups hide latency better
     groups, widths = {
@@ -120,7 +121,14 @@ def _run(dev, entry: str, s: LoraShape, bufs: list, stream, accumulate: bool = T
         entry, groups = entry + "_tile", tile
     else:
         groups = gpu_groups
-    dev.dispatch(dev.prepared(SHADER, entry), bufs, groups=groups, params=s.params(accumulate=accumulate))
+    dev.dispatch(dev.prepared(SHADER, entry, tq_constants(entry)), bufs, groups=groups,
+                 params=s.params(accumulate=accumulate))
+
+
+def tq_constants(entry: str) -> dict | None:
+    """The override constants `entry` is compiled with: TQ for lora_up_tile / lora_grad_x_tile
+    where it is not the shader's default (kernel_specs lists them so)."""
+    return {"TQ": TQ} if TQ != 1 and entry in ("lora_up_tile", "lora_grad_x_tile") else None
 
 
 def split_plan(N: int, cols: int, R: int) -> tuple[int, int]:
