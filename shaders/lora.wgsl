@@ -336,8 +336,7 @@ override TQ: u32 = 1u; // turns (row blocks of TR) per invocation of lora_up_til
 const WT: u32 = 64u;   // workgroup of lora_up_tile / lora_grad_x_tile (ops/lora.py WT)
 const WRP: u32 = WR;   // a rank's row of lane sums in tile_red: unpadded, so that TK * WR floats
                        // fit WebGPU's default 16 KiB (tests/test_shader_limits.py); the tree's
-                       // stages below 32 then read rows 1 KiB apart, in one bank (at most 16
-                       // values a row: with 64 lanes a pad of one spread them)
+                       // last stages then read rows 1 KiB apart, in one bank (16 values a row)
 // The sums are named vec4 variables (row j, rank quad q: sjq), not a function-local array
 // (which NVIDIA's Vulkan compiler keeps in memory: bitlinear.wgsl). A vec4 sum adds
 // component by component: each (row, rank) pair's sum is the plain kernel's.
@@ -345,11 +344,12 @@ const WRP: u32 = WR;   // a rank's row of lane sums in tile_red: unpadded, so th
 var<workgroup> tile_red: array<f32, TK * WRP>;
 
 // One row's lane sums of ranks r0 .. r0+15 (q0..q3: four ranks each) through wg_sum's tree
-// (the pairs wg_sum adds: the same bits), evaluated as wg_reduce does for 256 lanes: lane l
-// adds rank l / 16's columns l % 16 and l % 16 + 16 down to stage 32 and leaves them in
-// place, then lane k < TK adds rank k's 32 values in straight-line code. Three barriers a
-// row, no division (a stage at a time took ten, with a divide per element: ~7 us of the
-// ~46 us of a lora_down_tile at 2B-4T widths on an H200). Lane k < TK gets rank k's
+// (the pairs wg_sum adds: the same bits), evaluated as wg_reduce does for WR = 256 lanes (the
+// only width tile_col32 spells out): lane l adds rank l / 16's columns c = l % 16 and c + 16
+// down to stage 32, adds those two (stage 16) and leaves the value in a slot only it read;
+// then lane k < TK adds rank k's 16 values in straight-line code. Three barriers a row and no
+// division, where a stage at a time took ten barriers and a divide per element (lavapipe,
+// running lora_down_tile at 1024 x 2560, r 16: 2.3x faster). Lane k < TK gets rank k's
 // total. Call in uniform control flow.
 fn tile_row_sum(l: u32, q0: vec4<f32>, q1: vec4<f32>, q2: vec4<f32>, q3: vec4<f32>) -> f32 {
     for (var c = 0u; c < 4u; c++) {
@@ -359,20 +359,13 @@ fn tile_row_sum(l: u32, q0: vec4<f32>, q1: vec4<f32>, q2: vec4<f32>, q3: vec4<f3
         tile_red[(12u + c) * WRP + l] = q3[c];
     }
     workgroupBarrier();
-    let at = (l >> 4u) * WRP + (l & 15u);   // rank l / 16, column l % 16 (and + 16)
-    let c0 = tile_col32(at);
-    let c1 = tile_col32(at + 16u);
-    tile_red[at] = c0;          // slots only this lane read
-    tile_red[at + 16u] = c1;
+    let at = (l >> 4u) * WRP + (l & 15u);   // rank l / 16, column l % 16
+    tile_red[at] = tile_col32(at) + tile_col32(at + 16u);
     workgroupBarrier();
     var total = 0.0;
-    if (l < TK) {   // stages 16 .. 1 of rank l's 32 column sums, in wg_reduce's pairs
-        let b = min(l, TK - 1u) * WRP;
-        let w0 = tile_quad(b); let w1 = tile_quad(b + 4u); let w2 = tile_quad(b + 8u); let w3 = tile_quad(b + 12u);
-        let w4 = tile_quad(b + 16u); let w5 = tile_quad(b + 20u); let w6 = tile_quad(b + 24u); let w7 = tile_quad(b + 28u);
-        let e0 = (w0 + w4) + (w2 + w6);
-        let e1 = (w1 + w5) + (w3 + w7);
-        let f = e0 + e1;
+    if (l < TK) {   // stages 8, 4, 2, 1 of rank l's 16 values, in wg_reduce's pairs
+        let b = l * WRP;
+        let f = (tile_quad(b) + tile_quad(b + 8u)) + (tile_quad(b + 4u) + tile_quad(b + 12u));
         total = (f.x + f.z) + (f.y + f.w);
     }
     workgroupBarrier();
