@@ -24,7 +24,7 @@ SHAPES = "1024x2560x2560x16,1024x2560x640x16,1024x2560x6912x16,1024x6912x2560x16
 async def run(shapes: list, reps: int, tqs=()) -> list:
     dev = await gpu.get_device()
     await dev.prepare(lora.kernel_specs(training=True, kind="gpu"))
-    k = lambda e: dev.prepared(lora.SHADER, e)  # noqa: E731
+    k = lambda e: dev.prepared(lora.SHADER, e, lora.tq_constants(e))  # noqa: E731
     idle = 1e9
     for _ in range(5):
         t = time.perf_counter()

@@ -24,8 +24,9 @@
 //   into y2[N, F] (the same arithmetic as the two kernels: the same bits).
 //   Bindings as splitk_reduce_parts, count = N*F, o2 = 0.
 
-// sum_z part[z * count + e] added in slice order, four slices' loads issued together
-// (one at a time left the LoRA gradients' reduces, ~26 slices, latency-bound on an H200)
+// sum_z part[z * count + e] added in slice order, four slices' loads issued together (a
+// reduce of many slices, the LoRA gradients' ~26, had one load in flight a turn; the same
+// bits; not yet timed on a GPU)
 fn slice_sum(e: u32, count: u32, slices: u32) -> f32 {
     var acc = 0.0;
     var z = 0u;
