@@ -172,6 +172,18 @@ def test_jsonl_broken_line_is_reported(tmp_path):
     assert [i for i, _, _ in ds.examples] == [0, 3]
 
 
+def test_jsonl_lines_end_at_newlines_only(tmp_path):
+    """U+2028, U+2029 and U+0085 may stand raw inside a JSON string (json.dumps with
+    ensure_ascii=False writes them so): they do not end a JSONL line; \r\n and \r do."""
+    recs = [{"instruction": "line\u2028sep, \u0085 NEL", "input": "", "output": "ok\u2029done"},
+            {"instruction": "Add.", "input": "2 and 3", "output": "5"}]
+    body = [json.dumps(r, ensure_ascii=False) for r in recs]
+    for sep in ("\n", "\r\n", "\r"):
+        p = tmp_path / "d.jsonl"
+        p.write_bytes((sep.join(body) + sep).encode())
+        assert load_records(p) == recs, repr(sep)
+
+
 def test_load_sources_agree(tmp_path):
     recs = [{"instruction": "a", "input": "", "output": "b"}, {"instruction": "c", "output": "d"}]
     text = json.dumps(recs)

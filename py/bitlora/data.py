@@ -108,7 +108,10 @@ def parse_records(text: str, name: str = "data", jsonl: bool = False) -> list:
             raise DataError(f"{name}: expected a JSON list of records (or JSONL), "
                             f"got a JSON {type(data).__name__}")
         return data
-    lines = [ln for ln in text.splitlines() if ln.strip()]
+    # lines end at "\n", "\r\n" or "\r" only (raw in JSON text they are whitespace, never
+    # inside a string): str.splitlines also breaks at U+2028, U+2029, U+0085, ..., which JSON
+    # allows raw inside a string (json.dumps(ensure_ascii=False) writes them so)
+    lines = [ln for ln in text.replace("\r\n", "\n").replace("\r", "\n").split("\n") if ln.strip()]
     if not jsonl and len(lines) > 1:
         try:   # a pretty-printed object is JSON, not JSONL: say so rather than report every line
             data = json.loads(text)
