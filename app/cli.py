@@ -51,12 +51,24 @@ def cmd_lite(args) -> int:
     return 0
 
 
+def resumed_settings(ckpt) -> dict:
+    """What a --resume run takes from its checkpoint where no flag says otherwise: every
+    setting of the run that saved it but where to write and which backend (and the model
+    and data, where the page made it: they were files in the browser)."""
+    from bitlora.formats.state import load_config
+
+    saved = load_config(ckpt)
+    return {k: v for k, v in saved.items() if k not in ("out", "backend", "resume", "init_adapter")
+            and not (k in ("model", "data") and v == "browser")}
+
+
 def cmd_train(args) -> int:
     from bitlora.config import ConfigError, TrainConfig
+    from bitlora.formats.errors import FormatError
 
     try:
-        cfg = TrainConfig.from_cli(args)
-    except ConfigError as e:
+        cfg = TrainConfig.from_cli(args, resumed_settings(args.resume) if args.resume else None)
+    except (ConfigError, ValueError, FormatError) as e:
         print(f"bitlora train: {e}", file=sys.stderr)
         return 2
     if cfg.backend == "browser":

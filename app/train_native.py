@@ -62,6 +62,8 @@ def train_native(cfg) -> int:
     async def run():
         await trainer.setup()    # loads --resume state, so the metrics file can be trimmed to it
         resumed = trainer.step if cfg.resume else None
+        for change in trainer.resume_changes:
+            print(f"bitlora: resuming step {trainer.step} with {change}", file=sys.stderr, flush=True)
         metrics = MetricsWriter(os.path.join(cfg.out, "metrics.jsonl"), resume_step=resumed)
 
         def on_step(row):

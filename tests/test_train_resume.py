@@ -77,6 +77,52 @@ def test_resume_equals_uninterrupted_and_runs_repeat_bitwise(tiny_model, tmp_pat
     assert losses == [m["loss"] for m in full.metrics], (losses, [m["loss"] for m in full.metrics])
 
 
+def test_resume_refuses_other_batching_or_adapter_settings_and_names_the_rest(tiny_model, tmp_path):
+    """A checkpoint's cursor is a place in its run's batching and its tensors have its
+    adapter's shape: a resume with another micro-batch, accumulation, seed, shuffle, rank,
+    alpha or set of modules is refused before any GPU buffer is made, naming the settings;
+    the optimizer's and the length's may change (listed in resume_changes)."""
+    part = Trainer(tiny_model, RECORDS, dict(CFG, save_every=2, max_steps=2), out=str(tmp_path / "p"))
+    part.train()
+    ckpt = str(tmp_path / "p" / "checkpoint")
+    for change in (dict(micro_batch_size=1), dict(grad_accum=1), dict(seed=6), dict(shuffle=False),
+                   dict(lora_r=8), dict(lora_alpha=4), dict(target_modules=["q_proj"]),
+                   dict(target_modules=["q_proj", "k_proj", "v_proj", "down_proj"])):
+        tr = Trainer(tiny_model, RECORDS, dict(CFG, resume=ckpt, **change), out=str(tmp_path / "x"))
+        with pytest.raises(ValueError, match=next(iter(change))):
+            tr.train()
+        assert tr.lora is None   # nothing was allocated, and a later setup() checks again
+    tr = Trainer(tiny_model, RECORDS, dict(CFG, resume=ckpt, lr=1e-3, max_steps=3,
+                                           target_modules=["down_proj", "v_proj", "q_proj"]), out=str(tmp_path / "y"))
+    tr.train()
+    assert tr.resume_changes == ["max_steps 3 (checkpoint: 2)", "lr 0.001 (checkpoint: 0.003)"]
+    assert [m["step"] for m in tr.metrics] == [1, 2, 3]
+
+
+def test_cli_resume_takes_the_checkpoints_settings_where_no_flag_is_given(tmp_path):
+    """`bitlora train --resume CKPT --max-steps N`: every setting not on the command line
+    comes from the run that saved CKPT, and the losses are the uninterrupted run's; a flag
+    that contradicts the checkpoint's batching is refused."""
+    bin_ = pathlib.Path(sys.executable).parent / "bitlora"
+    run = lambda *a: subprocess.run([str(bin_), "train", *a], capture_output=True, text=True, timeout=600)  # noqa: E731
+    flags = ["--micro-batch-size", "2", "--grad-accum", "2", "--cutoff-len", "64", "--lr-scheduler", "constant",
+             "--warmup-steps", "0", "--lr", "3e-3", "--seed", "3", "--lora-r", "4"]
+    losses = lambda out: {r["step"]: r["loss"] for r in map(json.loads, (out / "metrics.jsonl").read_text().splitlines())}  # noqa: E731
+    full = run(*flags, "--max-steps", "3", "--out", str(tmp_path / "full"))
+    assert full.returncode == 0, full.stderr[-2000:]
+    part = run(*flags, "--max-steps", "1", "--save-every", "1", "--out", str(tmp_path / "part"))
+    assert part.returncode == 0, part.stderr[-2000:]
+    ckpt = str(tmp_path / "part" / "checkpoint")
+    bad = run("--resume", ckpt, "--micro-batch-size", "1", "--max-steps", "3", "--out", str(tmp_path / "bad"))
+    assert bad.returncode != 0 and "micro_batch_size" in bad.stderr and "Traceback" not in bad.stderr
+    res = run("--resume", ckpt, "--max-steps", "3", "--out", str(tmp_path / "res"))
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "max_steps 3 (checkpoint: 1)" in res.stderr
+    full_losses = losses(tmp_path / "full")
+    assert losses(tmp_path / "res") == {2: full_losses[2], 3: full_losses[3]}
+    assert json.loads((tmp_path / "res" / "adapter_config.json").read_text())["r"] == 4
+
+
 def test_atrain_until_step_goes_on_where_it_stopped_and_awaits_the_checkpoint_hook(tiny_model, tmp_path):
     """atrain(until_step=3) takes steps 1-3; atrain() then finishes the run with the
     uninterrupted run's losses. An async on_checkpoint is awaited after each

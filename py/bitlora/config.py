@@ -159,9 +159,12 @@ class TrainConfig:
         return parser
 
     @classmethod
-    def from_cli(cls, args: argparse.Namespace) -> "TrainConfig":
+    def from_cli(cls, args: argparse.Namespace, base: dict | None = None) -> "TrainConfig":
+        """The flags given; the rest from `base` (a to_dict() dict, e.g. the run a --resume
+        checkpoint was saved with), else the defaults."""
         names = [f.name for f in dataclasses.fields(cls)]
-        return cls.from_dict({k: getattr(args, k) for k in names if getattr(args, k, None) is not None})
+        given = {k: getattr(args, k) for k in names if getattr(args, k, None) is not None}
+        return cls.from_dict({**{k: v for k, v in (base or {}).items() if k in names}, **given})
 
 
 # -- type checking ------------------------------------------------------------------

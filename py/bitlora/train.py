@@ -136,6 +136,7 @@ class Trainer:
         self.checkpoint_dir = None        # where save_every writes (default OUT/checkpoint)
         self._step_times: list[float] = []   # recent step durations, for the ETA
         self._buffers: list = []          # the GPU buffers setup() made (close() frees them)
+        self.resume_changes: list = []    # settings this run changed from its --resume checkpoint's
 
     # -- set-up ----------------------------------------------------------------
     async def setup(self) -> None:
@@ -144,12 +145,15 @@ class Trainer:
         if self.lora is not None:
             return
         cfg = self.config
-        init = None
+        init = state = None
         if cfg.init_adapter:
             conf, init = adapter_io.load_adapter(cfg.init_adapter)
             settings = adapter_io.adapter_settings(conf)
             cfg.lora_r, cfg.lora_alpha = settings["lora_r"], settings["lora_alpha"]
             cfg.target_modules = settings["target_modules"]
+        if cfg.resume:   # its settings checked before any GPU buffer is made
+            state = checkpoint_state.load_state(cfg.resume)
+            self.resume_changes = resume_changes(state.config, cfg, cfg.resume)
         dev, bufs = self.model.dev, []
         try:
             with dev.collect(bufs):
@@ -166,7 +170,7 @@ class Trainer:
         self.lora, self.acts, self.opt, self._buffers = lora, acts, opt, bufs
         self.programs = gpu.Programs(dev)
         if cfg.resume:
-            await self.load_checkpoint(cfg.resume)
+            await self.load_checkpoint(cfg.resume, state)
 
     def memory_estimate(self, cfg=None) -> dict:
         """GPU bytes this run (or one with TrainConfig `cfg`) allocates: Model.memory_estimate
@@ -383,8 +387,12 @@ class Trainer:
                 await done
         return path
 
-    async def load_checkpoint(self, ckpt_dir) -> None:
-        st = checkpoint_state.load_state(ckpt_dir)
+    async def load_checkpoint(self, ckpt_dir, st=None) -> None:
+        """Continue from the checkpoint in ckpt_dir (st: its TrainState, read already):
+        the adapter, AdamW's moments and step, the data cursor and the metrics so far.
+        ValueError where the data or a setting the run depends on differs (resume_changes)."""
+        st = st or checkpoint_state.load_state(ckpt_dir)
+        self.resume_changes = resume_changes(st.config, self.config, ckpt_dir)
         fp = st.cursor.get("fingerprint")
         if fp is not None and fp != self.dataset.fingerprint():
             raise ValueError(f"{ckpt_dir}: the checkpoint was made with different data or settings "
@@ -395,3 +403,35 @@ class Trainer:
         self.step = st.step
         self.cursor = {k: st.cursor[k] for k in ("epoch", "micro_batch", "step")}
         self.metrics = list(st.extra.get("metrics", []))
+
+
+# Settings a resumed run must share with the checkpoint's: the data's order and batching
+# (the cursor is a position in that layout), the adapter's shape and scale (its tensors
+# and moments are loaded as they are) and the seed (data order, dropout masks).
+RESUME_FIXED = ("micro_batch_size", "grad_accum", "shuffle", "seed", "lora_r", "lora_alpha", "target_modules")
+# ... and what may differ without comment: where things are, and how often to save
+RESUME_FREE = ("model", "data", "out", "backend", "resume", "init_adapter", "save_every")
+
+
+def resume_changes(saved: dict, cfg, ckpt_dir) -> list:
+    """Check a checkpoint's TrainConfig dict against the run resuming it: raise ValueError
+    naming every RESUME_FIXED setting that differs; return the other differences (the
+    optimizer's, the schedule's, the run's length: a resumed run may change them) as
+    "name value (checkpoint: old)" strings. An old checkpoint without a config: []."""
+    if not saved:
+        return []
+    now = cfg.to_dict()
+    same = lambda k: (sorted(saved[k]) == sorted(now[k]) if k == "target_modules"   # noqa: E731
+                      else saved[k] == now[k])
+    fixed = [k for k in RESUME_FIXED if k in saved and not same(k)]
+    if fixed:
+        raise ValueError(f"{ckpt_dir}: the checkpoint's run had " + ", ".join(f"{k} {_show(saved[k])}" for k in fixed)
+                         + "; this one has " + ", ".join(f"{k} {_show(now[k])}" for k in fixed)
+                         + ": resume with the checkpoint's settings, or start a new run without --resume")
+    return [f"{k} {_show(now[k])} (checkpoint: {_show(saved[k])})" for k in now
+            if k in saved and k not in RESUME_FIXED + RESUME_FREE and not same(k)]
+
+
+def _show(v) -> str:
+    return ",".join(v) if isinstance(v, list) else str(v)
+

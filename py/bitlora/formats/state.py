@@ -4,6 +4,7 @@ its losses equal those of an uninterrupted one.
     save_state(ckpt_dir, step=12, params=..., exp_avg=..., exp_avg_sq=...,
                cursor=step.cursor, rng={...}, config=cfg.to_dict(), extra={...})
     st = load_state(ckpt_dir)     # TrainState(step, params, exp_avg, exp_avg_sq, cursor, rng, config, extra)
+    load_config(ckpt_dir)         # the run's TrainConfig dict alone, from the header
 
 One file, `ckpt_dir/training_state.safetensors`: the LoRA tensors under their PEFT
 keys, the AdamW moments as `exp_avg.<key>` / `exp_avg_sq.<key>` (torch's names), all
@@ -30,6 +31,7 @@ from dataclasses import dataclass, field
 
 from ..config import TrainConfig
 from . import peft, safetensors
+from .source import FileSource
 
 STATE_FILE = "training_state.safetensors"
 FORMAT = "bitlora-training-state"
@@ -98,6 +100,25 @@ def load_state(path) -> TrainState:
     return TrainState(step=info["step"], params=params, exp_avg=m, exp_avg_sq=v,
                       cursor=info["cursor"], rng=info.get("rng"), config=info.get("config") or {},
                       extra=info.get("extra") or {})
+
+
+def load_config(path) -> dict:
+    """The TrainConfig dict a checkpoint (folder or state file) was saved with, from the
+    file's header alone ({} for a state without one). ValueError as load_state's."""
+    if os.path.isdir(path):
+        path = os.path.join(path, STATE_FILE)
+    if not os.path.exists(path):
+        raise ValueError(f"{path}: no training state to resume from")
+    src = FileSource(path)
+    try:
+        _, meta = safetensors.parse_header(src)
+    finally:
+        src.close()
+    try:
+        info = json.loads(meta["bitlora"])
+    except (TypeError, KeyError, ValueError):
+        raise ValueError(f"{path}: not a bitlora training state") from None
+    return info.get("config") or {}
 
 
 def random_state_to_json(rng: random.Random) -> list:
