@@ -371,3 +371,43 @@ def test_f16_to_f32_matches_struct_for_every_bit_pattern():
     got = f16_to_f32(raw)
     bad = [i for i in range(65536) if got[4 * i:4 * i + 4] != want[4 * i:4 * i + 4]]
     assert not bad, [hex(i) for i in bad[:10]]
+
+
+def test_hf_tokenizer_takes_its_special_tokens_from_tokenizer_config(tmp_path):
+    """bos / eos / pad come from tokenizer_config.json as HF's AutoTokenizer reads them
+    (a tokenizer whose tokens have other names; an EOS other than the first well-known
+    name); neither naming one, the EOS is config.json's eos_token_id; none at all: the
+    Dataset says so instead of appending None."""
+    import json
+    import shutil
+
+    from tokenizers import Tokenizer as HFTok
+    from transformers import AutoTokenizer
+
+    from bitlora.data import DataError, Dataset
+
+    base = make_hf(tmp_path / "base", "online_f32", seed=1)
+    renamed = tmp_path / "renamed"
+    shutil.copytree(base, renamed)
+    tj = renamed / "tokenizer.json"
+    tj.write_text(tj.read_text().replace("<|begin_of_text|>", "<|bos|>").replace("<|end_of_text|>", "<|eos|>"))
+    eot = tmp_path / "eot"
+    shutil.copytree(base, eot)
+    t = HFTok.from_file(str(eot / "tokenizer.json"))
+    t.add_special_tokens(["<|eot_id|>"])
+    t.save(str(eot / "tokenizer.json"))
+    for folder, conf in ((renamed, {"bos_token": "<|bos|>", "eos_token": "<|eos|>", "pad_token": "<|eos|>"}),
+                         (eot, {"bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>"})):
+        (folder / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "PreTrainedTokenizerFast", **conf}))
+        with open_checkpoint(str(folder)) as ck:
+            tok = ck.tokenizer()
+        hf = AutoTokenizer.from_pretrained(str(folder))
+        assert (tok.bos_id, tok.eos_id) == (hf.bos_token_id, hf.eos_token_id), folder.name
+    assert tok.eos_id == t.token_to_id("<|eot_id|>")
+    (renamed / "tokenizer_config.json").unlink()   # nothing names the tokens: config.json's ids
+    with open_checkpoint(str(renamed)) as ck:
+        tok = ck.tokenizer()
+    assert tok.eos_id == json.loads((renamed / "config.json").read_text())["eos_token_id"]
+    tok.eos_id = None
+    with pytest.raises(DataError, match="end-of-sequence"):
+        Dataset([{"instruction": "a", "output": "b"}], tok)

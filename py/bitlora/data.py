@@ -241,6 +241,10 @@ class Dataset:
     _fingerprint: str | None = field(init=False, default=None, repr=False, compare=False)
 
     def __post_init__(self):
+        if getattr(self.tok, "eos_id", None) is None:
+            raise DataError("the model's tokenizer names no end-of-sequence token (tokenizer_config.json's "
+                            "eos_token, config.json's eos_token_id, or the GGUF's tokenizer.ggml.eos_token_id): "
+                            "every training example ends with one")
         self.examples, self.invalid = [], []
         for i, rec in enumerate(self.records):
             why = check_record(rec)

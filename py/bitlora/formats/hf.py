@@ -65,6 +65,9 @@ class HFCheckpoint(Checkpoint):
         else:
             self.mode, self.linear_class = "online", None
         self.tokenizer_json = _read_text(folder, "tokenizer.json", 64 << 20, False)
+        tc = _read_text(folder, "tokenizer_config.json", 16 << 20, False)
+        tc = None if tc is None else _json(tc, f"{w}/tokenizer_config.json")
+        self.tokenizer_config = tc if isinstance(tc, dict) else None   # its bos / eos / pad tokens
 
         idx = _read_text(folder, "model.safetensors.index.json", 64 << 20, False)
         if idx is not None:
@@ -131,7 +134,18 @@ class HFCheckpoint(Checkpoint):
         self._total = total
 
     def tokenizer(self):
-        return Tokenizer.from_json(self.tokenizer_json) if self.tokenizer_json else None
+        """tokenizer.json with tokenizer_config.json's bos / eos / pad tokens, as HF's
+        AutoTokenizer reads them; an EOS neither names: config.json's eos_token_id."""
+        if not self.tokenizer_json:
+            return None
+        tok = Tokenizer.from_json(self.tokenizer_json, self.tokenizer_config)
+        if tok.eos_id is None:
+            e = self.raw_config.get("eos_token_id")
+            e = next((v for v in e if isinstance(v, int)), None) if isinstance(e, list) else e
+            if isinstance(e, int) and not isinstance(e, bool) and e >= 0:
+                tok.eos_id = e
+                tok.pad_id = e if tok.pad_id is None else tok.pad_id
+        return tok
 
     def _load(self, name):
         t = self._entries[name]
