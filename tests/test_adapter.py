@@ -87,6 +87,40 @@ def test_peft_adapter_loads_in_ours_and_config_keys_match(tmp_path):
         assert ours[k] == conf[k], k
 
 
+@pytest.mark.parametrize("targets", ["all-linear", r".*\.(q_proj|down_proj)", ["model.layers.0.self_attn.v_proj",
+                                                                               "model.layers.1.self_attn.v_proj"]])
+def test_peft_target_module_forms_and_a_float_alpha(tmp_path, targets):
+    """PEFT's other target_modules forms (all-linear, saved as module paths; a regular
+    expression over the paths; paths) name the adapted modules through the tensors' keys;
+    a float lora_alpha is kept, also through a training-state checkpoint's config."""
+    from peft import LoraConfig, get_peft_model
+    model = get_peft_model(_tiny_bitnet(), LoraConfig(r=2, lora_alpha=3.5, target_modules=targets,
+                                                       task_type="CAUSAL_LM"))
+    model.save_pretrained(str(tmp_path / "peft"))
+    conf, tensors = adapter.load_adapter(tmp_path / "peft")
+    settings = adapter.adapter_settings(conf, tensors)
+    want = {"all-linear": ALL, r".*\.(q_proj|down_proj)": ["q_proj", "down_proj"]}.get(str(targets), ["v_proj"])
+    assert settings["target_modules"] == want and settings["lora_alpha"] == 3.5
+    adapter.check_tensors(tensors, adapter.lora_shapes(HF_CONFIG, want, 2))
+    cfg = TrainConfig(**settings)
+    assert TrainConfig.from_dict(cfg.to_dict()).lora_alpha == 3.5
+    assert TrainConfig(lora_alpha=16.0).lora_alpha == 16 and isinstance(TrainConfig(lora_alpha=16.0).lora_alpha, int)
+
+
+def test_load_adapter_refuses_what_it_cannot_represent(tmp_path):
+    cfg = TrainConfig(lora_r=2)
+    adapter.save_adapter(tmp_path, _random_tensors(adapter.lora_shapes(HF_CONFIG, cfg.target_modules, 2)), cfg)
+    good = json.loads((tmp_path / adapter.CONFIG_FILE).read_text())
+    for change, match in ((dict(rank_pattern={"q_proj": 4}), "rank_pattern"), (dict(alpha_pattern={"v_proj": 2}), "alpha_pattern"),
+                          (dict(layers_to_transform=[0]), "layers_to_transform"), (dict(target_modules=None), "target_modules")):
+        (tmp_path / adapter.CONFIG_FILE).write_text(json.dumps({**good, **change}))
+        with pytest.raises(ValueError, match=match):
+            adapter.load_adapter(tmp_path)
+    (tmp_path / adapter.CONFIG_FILE).write_text("{not json")
+    with pytest.raises(ValueError, match="adapter_config.json: not a JSON"):
+        adapter.load_adapter(tmp_path)
+
+
 def test_round_trip_and_header(tmp_path):
     cfg = TrainConfig(lora_r=2, target_modules=["o_proj", "up_proj"])
     tensors = _random_tensors(adapter.lora_shapes(HF_CONFIG, cfg.target_modules, 2), seed=3)

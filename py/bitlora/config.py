@@ -70,7 +70,7 @@ class TrainConfig:
 
     # -- LoRA (PEFT LoraConfig) ------------------------------------------------------
     lora_r: int = 8                # alpaca-lora lora_r
-    lora_alpha: int = 16           # alpaca-lora lora_alpha (scale alpha / r)
+    lora_alpha: float = 16         # alpaca-lora lora_alpha (scale alpha / r); an integer stays one
     lora_dropout: float = 0.05     # alpaca-lora lora_dropout
     target_modules: list = field(default_factory=lambda: ["q_proj", "v_proj"])  # list[str]
 
@@ -93,8 +93,9 @@ class TrainConfig:
                  f"must be one of {', '.join(LR_SCHEDULERS)}")
         for name in ("model", "data", "out"):
             _require(getattr(self, name) != "", name, "must not be empty")
-        for name in ("epochs", "micro_batch_size", "grad_accum", "lora_r", "lora_alpha"):
+        for name in ("epochs", "micro_batch_size", "grad_accum", "lora_r"):
             _require(getattr(self, name) >= 1, name, "must be >= 1")
+        _require(self.lora_alpha > 0, "lora_alpha", "must be > 0")
         for name in ("max_steps", "warmup_steps", "save_every", "seed"):
             _require(getattr(self, name) >= 0, name, "must be >= 0")
         _require(self.cutoff_len >= 2, "cutoff_len", "must be >= 2 (BOS plus one token)")
@@ -173,6 +174,7 @@ class TrainConfig:
 _KIND = {f.name: f.type for f in dataclasses.fields(TrainConfig)}
 _KIND = {k: {"str": str, "int": int, "float": float, "bool": bool, "list": list,
              "str | None": "optional str"}[v] for k, v in _KIND.items()}
+_KIND["lora_alpha"] = "number"   # PEFT's is int or float: 16 stays 16 (adapter_config.json as PEFT writes it)
 
 
 def _check_type(name, value, kind):
@@ -180,6 +182,9 @@ def _check_type(name, value, kind):
         if value is None:
             return None
         kind = str
+    if kind == "number":
+        value = _check_type(name, value, float)
+        return int(value) if value.is_integer() else value
     if kind is bool:
         if not isinstance(value, bool):
             raise ConfigError(f"{name}: expected true or false, got {value!r}")
@@ -214,7 +219,7 @@ def _require(ok: bool, name: str, why: str) -> None:
 
 
 def _cli_type(kind):
-    return str if kind == "optional str" else kind
+    return {"optional str": str, "number": float}.get(kind, kind)
 
 
 def _comma_list(text: str) -> list:

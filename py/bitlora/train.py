@@ -148,7 +148,7 @@ class Trainer:
         init = state = None
         if cfg.init_adapter:
             conf, init = adapter_io.load_adapter(cfg.init_adapter)
-            settings = adapter_io.adapter_settings(conf)
+            settings = adapter_io.adapter_settings(conf, init)
             cfg.lora_r, cfg.lora_alpha = settings["lora_r"], settings["lora_alpha"]
             cfg.target_modules = settings["target_modules"]
         if cfg.resume:   # its settings checked before any GPU buffer is made

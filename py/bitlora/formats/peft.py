@@ -117,8 +117,13 @@ def load_adapter(adapter_dir) -> tuple:
     for p in (cpath, wpath):
         if not os.path.exists(p):
             raise ValueError(f"{adapter_dir}: no {os.path.basename(p)} (not a PEFT adapter folder)")
-    with open(cpath, encoding="utf-8") as f:
-        conf = json.load(f)
+    try:
+        with open(cpath, encoding="utf-8") as f:
+            conf = json.load(f)
+    except (UnicodeDecodeError, ValueError, RecursionError) as e:
+        raise ValueError(f"{cpath}: not a JSON adapter config ({e})") from None
+    if not isinstance(conf, dict):
+        raise ValueError(f"{cpath}: not a JSON object")
     if conf.get("peft_type") != "LORA":
         raise ValueError(f"{cpath}: peft_type is {conf.get('peft_type')!r}, expected 'LORA'")
     for key in ("use_dora", "use_rslora"):
@@ -126,19 +131,35 @@ def load_adapter(adapter_dir) -> tuple:
             raise ValueError(f"{cpath}: {key} is not supported")
     if conf.get("bias", "none") != "none":
         raise ValueError(f"{cpath}: bias {conf['bias']!r} is not supported (only 'none')")
+    for key in ("rank_pattern", "alpha_pattern"):
+        if conf.get(key):
+            raise ValueError(f"{cpath}: {key} (per-module ranks or alphas) is not supported")
+    if conf.get("layers_to_transform") is not None:
+        raise ValueError(f"{cpath}: layers_to_transform is not supported (bitlora adapts every layer)")
+    for key in ("r", "lora_alpha", "target_modules"):
+        if conf.get(key) is None:
+            raise ValueError(f"{cpath}: no {key}")
     with open(wpath, "rb") as f:
         tensors, _ = safetensors.loads(f.read(), wpath)
     return conf, tensors
 
 
-def adapter_settings(conf: dict) -> dict:
+def adapter_settings(conf: dict, tensors: dict | None = None) -> dict:
     """The TrainConfig fields an adapter_config.json fixes: lora_r, lora_alpha,
-    lora_dropout, target_modules (a list, in layer order)."""
+    lora_dropout, target_modules (a list, in layer order). PEFT's target_modules may be
+    short names, module paths (what "all-linear" is saved as: model.layers.0.mlp.up_proj,
+    ...) or a regular expression over the paths; the adapted modules are then read from
+    the tensors' keys (check_tensors makes sure every layer has them)."""
     tm = conf["target_modules"]
-    tm = [tm] if isinstance(tm, str) else list(tm)
+    if tensors is not None and (isinstance(tm, str) or any("." in m for m in tm)):
+        tm = {k.split(".")[-3] for k in tensors if k.endswith((".lora_A.weight", ".lora_B.weight"))}
+    elif tm == "all-linear":
+        tm = list(MODULES)
+    else:
+        tm = [tm] if isinstance(tm, str) else [m.rsplit(".", 1)[-1] for m in tm]
     return {"lora_r": conf["r"], "lora_alpha": conf["lora_alpha"],
             "lora_dropout": conf.get("lora_dropout", 0.0),
-            "target_modules": [m for m in MODULES if m in tm] + [m for m in tm if m not in MODULES]}
+            "target_modules": [m for m in MODULES if m in tm] + sorted(m for m in set(tm) if m not in MODULES)}
 
 
 def check_tensors(tensors: dict, shapes: list, what: str = "adapter") -> None:
