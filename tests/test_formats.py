@@ -411,3 +411,23 @@ def test_hf_tokenizer_takes_its_special_tokens_from_tokenizer_config(tmp_path):
     tok.eos_id = None
     with pytest.raises(DataError, match="end-of-sequence"):
         Dataset([{"instruction": "a", "output": "b"}], tok)
+
+
+def test_config_refuses_rope_scaling_and_an_odd_head_dim():
+    """Scaled RoPE (linear, dynamic, yarn, llama3: any rope_type but default, or a factor)
+    and an odd head_dim are refused when the config is read, not at the first step (or
+    never: scaling was ignored, the logits then far from HF's)."""
+    from bitlora.bitnet import DEMO_CONFIG
+    from bitlora.formats.checkpoint import normalize_config
+
+    base = dict(DEMO_CONFIG)
+    for key, rp in (("rope_parameters", {"rope_type": "default", "rope_theta": 1e4}),
+                    ("rope_scaling", None), ("rope_scaling", {"type": "default"})):
+        assert normalize_config({**base, key: rp}, "c")["head_dim"] == base["hidden_size"] // base["num_attention_heads"]
+    for key, rp in (("rope_parameters", {"rope_type": "linear", "factor": 4.0, "rope_theta": 1e4}),
+                    ("rope_scaling", {"type": "dynamic", "factor": 2.0}),
+                    ("rope_scaling", {"rope_type": "llama3", "factor": 8.0}), ("rope_parameters", {"factor": 2})):
+        with pytest.raises(FormatError, match="RoPE scaling"):
+            normalize_config({**base, key: rp}, "c")
+    with pytest.raises(FormatError, match="head_dim = 9 is odd"):
+        normalize_config({**base, "head_dim": 9}, "c")

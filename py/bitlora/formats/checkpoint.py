@@ -36,6 +36,14 @@ def normalize_config(raw: dict, where: str) -> dict:
     if raw.get("rope_theta") is None:
         rp = raw.get("rope_parameters") or raw.get("rope_scaling") or {}
         cfg["rope_theta"] = rp.get("rope_theta", HF_DEFAULTS["rope_theta"]) if isinstance(rp, dict) else HF_DEFAULTS["rope_theta"]
+    for key in ("rope_scaling", "rope_parameters"):   # as the GGUF reader: unscaled RoPE only
+        rp = raw.get(key)
+        if rp is None:
+            continue
+        kind = rp.get("rope_type", rp.get("type")) if isinstance(rp, dict) else rp
+        factor = rp.get("factor") if isinstance(rp, dict) else None
+        if kind not in (None, "default") or factor not in (None, 1, 1.0):
+            raise FormatError(f"{where}: {key} = {rp!r}: RoPE scaling is not implemented (only unscaled RoPE)")
     if cfg["num_key_value_heads"] is None:
         cfg["num_key_value_heads"] = cfg["num_attention_heads"]
     for k in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
@@ -47,6 +55,8 @@ def normalize_config(raw: dict, where: str) -> dict:
     head_dim = raw.get("head_dim") or cfg["hidden_size"] // h
     if not isinstance(head_dim, int) or head_dim <= 0 or head_dim > MAX_DIM:
         raise FormatError(f"{where}: config head_dim = {head_dim!r} is not a sane positive integer")
+    if head_dim % 2:
+        raise FormatError(f"{where}: config head_dim = {head_dim} is odd: RoPE rotates dimensions in pairs")
     if h % hkv:
         raise FormatError(f"{where}: config num_attention_heads {h} is not a multiple of num_key_value_heads {hkv}")
     cfg["head_dim"] = head_dim
