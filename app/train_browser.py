@@ -89,7 +89,10 @@ def train_in_browser(cfg, session=None, on_checkpoint=None) -> int:
     setup = {"type": "cli-setup", "model_files": model_files, "data": data, "init_adapter": init,
              "resume": resume, "config": config, "model_name": model_name}
     ckpt_dir = os.path.join(cfg.out, "checkpoint")
-    os.makedirs(cfg.out, exist_ok=True)
+    try:
+        os.makedirs(cfg.out, exist_ok=True)
+    except OSError as e:   # a file of that name, no permission, ...
+        return _fail(f"--out {cfg.out}: cannot make the output folder ({e.strerror or e})")
     mw, last = None, [{"step": 0}]    # metrics rows go to the file once each, in step order
 
     def write_rows(rows):

@@ -22,7 +22,10 @@ def train_native(cfg) -> int:
     from bitlora.model import load_model
     from bitlora.train import Trainer
 
-    os.makedirs(cfg.out, exist_ok=True)
+    try:
+        os.makedirs(cfg.out, exist_ok=True)
+    except OSError as e:   # a file of that name, no permission, ...
+        return _fail(f"--out {cfg.out}: cannot make the output folder ({e.strerror or e})")
     try:
         with tqdm(total=0, unit="B", unit_scale=True, desc="loading model", leave=False) as bar:
             def progress(done, total):
@@ -73,14 +76,16 @@ def train_native(cfg) -> int:
         bar.n = trainer.step
         try:
             await trainer.atrain()
-        finally:
-            await trainer.asave_adapter(cfg.out)
+        finally:   # the adapter so far (interrupted, failed later on), not an untrained one
+            if trainer.metrics:
+                await trainer.asave_adapter(cfg.out)
 
     try:
         gpu.run(run())
     except KeyboardInterrupt:
         bar.close()
-        print("\nbitlora train: interrupted; the adapter so far is in " + cfg.out, file=sys.stderr)
+        print("\nbitlora train: interrupted; " + (f"the adapter so far is in {cfg.out}" if trainer.metrics else
+                                                    "no step had finished: nothing saved"), file=sys.stderr)
         return 130
     except (gpu.GPUError, ValueError, OSError) as e:
         bar.close()

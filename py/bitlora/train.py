@@ -40,7 +40,7 @@ from .formats import peft as adapter_io
 from .formats import state as checkpoint_state
 from .config import TrainConfig
 from .fit import as_flags, changes, fit_settings, smallest
-from .data import Dataset, format_prompt, load_records
+from .data import Dataset, check_record, format_prompt, load_records
 from .lora import Lora
 from .optim import AdamW
 from .schedule import lr_at
@@ -188,19 +188,33 @@ class Trainer:
         need = lambda c: self.memory_estimate(c)["total"] - self.model.weight_bytes  # noqa: E731
         mb = lambda n: f"{n / 2**20:.1f} MiB"  # noqa: E731
         floor = self.dataset.shortest_cutoff()
-        keep = bool(cfg.resume)            # a resumed run keeps its adapter's shape
-        fit = fit_settings(cfg, lambda c: need(c) <= free, floor, keep_adapter=keep)
-        if fit is not None:
-            advice = f"Settings that fit: {as_flags(changes(cfg, fit))} (needs {mb(need(fit))})."
+        if cfg.resume:
+            advice = self._resumed_fit_text(cfg, need, free, floor)
         else:
-            least = smallest(cfg, floor, keep_adapter=keep)
-            advice = (f"Nothing fits: even micro_batch_size=1, cutoff_len={least.cutoff_len} (the shortest that "
-                      f"keeps every prompt), gradient checkpointing and LoRA rank {least.lora_r} on "
-                      f"{','.join(least.target_modules)} need {mb(need(least))}: free GPU memory or use a "
-                      "smaller model.")
+            fit = fit_settings(cfg, lambda c: need(c) <= free, floor)
+            if fit is not None:
+                advice = f"Settings that fit: {as_flags(changes(cfg, fit))} (needs {mb(need(fit))})."
+            else:
+                least = smallest(cfg, floor)
+                advice = (f"Nothing fits: even micro_batch_size=1, cutoff_len={least.cutoff_len} (the shortest that "
+                          f"keeps every prompt), gradient checkpointing and LoRA rank {least.lora_r} on "
+                          f"{','.join(least.target_modules)} need {mb(need(least))}: free GPU memory or use a "
+                          "smaller model.")
         room = (f"about {mb(max(free, 0))} are free" if dev.memory_limit else
                 f"about {mb(max(free, 0))} were in use when an allocation failed")
         return f"Out of GPU memory: {e}. This run needs {mb(need(cfg))} besides the model's weights and {room}. {advice}"
+
+    @staticmethod
+    def _resumed_fit_text(cfg, need, free: int, floor: int) -> str:
+        """out_of_memory_text's advice for a resumed run: it keeps its checkpoint's batching,
+        cutoff and adapter (resume_changes), so only gradient checkpointing may change."""
+        light = TrainConfig.from_dict({**cfg.to_dict(), "gradient_checkpointing": True})
+        if not cfg.gradient_checkpointing and need(light) <= free:
+            return f"Settings that fit: gradient_checkpointing=True (needs {need(light) / 2**20:.1f} MiB)."
+        fresh = fit_settings(cfg, lambda c: need(c) <= free, floor)
+        return ("A resumed run keeps its checkpoint's batching, cutoff and adapter, and even with gradient "
+                "checkpointing they do not fit: free GPU memory, or start a new run without --resume"
+                + (f" ({as_flags(changes(cfg, fresh))} would fit)." if fresh is not None else "."))
 
     def close(self) -> None:
         """Free the GPU buffers of the adapter, activations and optimizer (the model
@@ -333,9 +347,12 @@ class Trainer:
         """Generate with the adapter being trained. prompt: text, token ids, or an Alpaca
         record (formatted with the training prompt template, without its output).
         on_token / should_stop: as Model.agenerate's (streaming, stopping)."""
-        await self.setup()
-        if isinstance(prompt, dict):
+        if isinstance(prompt, dict):   # a record: its instruction (and input), as training formats them
+            why = check_record({"output": "", **prompt})
+            if why is not None:
+                raise ValueError(f"generate: the prompt record is not an Alpaca record: {why}")
             prompt = format_prompt(prompt)
+        await self.setup()
         return await self.model.agenerate(prompt, max_new_tokens, temperature, top_p, seed, lora=self.lora,
                                           on_token=on_token, should_stop=should_stop)
 
