@@ -226,3 +226,17 @@ def test_browser_resume_refuses_a_missing_checkpoint_before_starting_chromium(tm
     cfg = TrainConfig.from_dict(dict(backend="browser", out=str(tmp_path / "out"), resume=str(tmp_path / "nope")))
     assert train_in_browser(cfg, session=object()) == 2    # the session is never touched
     assert "no training state" in capsys.readouterr().err
+
+
+def test_user_errors_are_messages(tiny_model, tmp_path):
+    """--out naming a file is a message and exit 2, not a traceback; Trainer.generate with a
+    record that has no instruction names the field."""
+    (tmp_path / "afile").write_text("x")
+    bin_ = pathlib.Path(sys.executable).parent / "bitlora"
+    r = subprocess.run([str(bin_), "train", "--out", str(tmp_path / "afile")], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 2 and "cannot make the output folder" in r.stderr and "Traceback" not in r.stderr
+    tr = Trainer(tiny_model, RECORDS, dict(CFG, max_steps=1), out=str(tmp_path / "o"))
+    with pytest.raises(ValueError, match="missing field 'instruction'"):
+        tr.generate({"input": "2 and 3"})
+    assert tr.lora is None   # refused before the adapter was made
