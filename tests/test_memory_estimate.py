@@ -27,3 +27,22 @@ def test_estimate_is_within_10_percent_of_the_real_peak(settings):
     print(f"estimate {est['total']} B, peak {peak} B, parts {est['parts']}")
     assert abs(est["total"] - peak) <= 0.10 * peak, (est, peak)
     assert est["largest"] <= est["total"]
+
+
+def test_a_micro_batch_larger_than_the_data_allocates_for_the_data():
+    """micro_batch_size 64 on three records: activations for three sequences, as the
+    estimate says, and the same step as micro_batch_size 3 (one micro-batch of all)."""
+    model = load_model(str(MODEL_DIR))
+    recs = [{"instruction": f"Add {a} and {a}.", "output": f"{2 * a}"} for a in (1, 2, 3)]
+    runs = []
+    for mb in (64, 3):
+        base = model.dev.reset_peak()
+        tr = Trainer(model, recs, TrainConfig(max_steps=1, micro_batch_size=mb, grad_accum=1, cutoff_len=64))
+        est = tr.memory_estimate()
+        tr.train()
+        runs.append((est["total"], tr.metrics[0]["loss"], model.dev.peak_allocated - base))
+        tr.close()
+    (est64, loss64, peak64), (est3, loss3, peak3) = runs
+    assert est64 == est3 and loss64 == loss3 and abs(peak64 - peak3) <= 1024
+    full = model.memory_estimate(TrainConfig(micro_batch_size=64, grad_accum=1, cutoff_len=64), seq_len=64)
+    assert peak64 < full["total"] / 4   # what 64 rows would have taken

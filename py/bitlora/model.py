@@ -546,14 +546,14 @@ class Model:
         return Activations(self, B, T, modules, lora.R if lora is not None else 0,
                            "checkpoint" if checkpointing else "train", micro_batches)
 
-    def memory_estimate(self, cfg, seq_len: int | None = None) -> dict:
+    def memory_estimate(self, cfg, seq_len: int | None = None, rows: int | None = None) -> dict:
         """GPU bytes a training run with TrainConfig `cfg` allocates: {"total", "largest",
         "parts": {what: bytes}}. The weights are this model's own buffers; the rest is
         what Activations, the LoRA arena, AdamW and split-K allocate for micro-batches
-        of cfg.micro_batch_size sequences of `seq_len` tokens (default: cfg.cutoff_len,
-        capped at the model's context)."""
+        of `rows` (default cfg.micro_batch_size) sequences of `seq_len` tokens (default:
+        cfg.cutoff_len, capped at the model's context)."""
         T = seq_len or min(cfg.cutoff_len, int(self.config.get("max_position_embeddings", cfg.cutoff_len)))
-        N = cfg.micro_batch_size * T
+        N = (rows or cfg.micro_batch_size) * T
         modules = [m for m in MODULES if m in cfg.target_modules]
         plan = Activations.plan(self, N, modules, cfg.lora_r, "checkpoint" if cfg.gradient_checkpointing else "train",
                                 cfg.grad_accum)

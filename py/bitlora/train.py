@@ -158,7 +158,7 @@ class Trainer:
         try:
             with dev.collect(bufs):
                 lora = await Lora.create(self.model, cfg, init=init)
-                acts = self.model.activations(cfg.micro_batch_size, min(self.dataset.max_len(), self.cutoff_len),
+                acts = self.model.activations(self.rows(cfg), min(self.dataset.max_len(), self.cutoff_len),
                                               lora, cfg.grad_accum, cfg.gradient_checkpointing)
                 opt = AdamW(dev, lora.arena, lr=cfg.lr, betas=(cfg.adam_beta1, cfg.adam_beta2), eps=cfg.adam_eps,
                             weight_decay=cfg.weight_decay, max_grad_norm=cfg.max_grad_norm, zero_grads=False)
@@ -176,7 +176,13 @@ class Trainer:
         """GPU bytes this run (or one with TrainConfig `cfg`) allocates: Model.memory_estimate
         at the data's longest example."""
         cfg = cfg or self.config
-        return self.model.memory_estimate(cfg, seq_len=min(self.dataset.max_len(), cfg.cutoff_len, self.cutoff_len))
+        return self.model.memory_estimate(cfg, seq_len=min(self.dataset.max_len(), cfg.cutoff_len, self.cutoff_len),
+                                          rows=self.rows(cfg))
+
+    def rows(self, cfg=None) -> int:
+        """Sequences a micro-batch of this run holds at most: micro_batch_size, or fewer
+        where the data has fewer examples (their activations are all that is allocated)."""
+        return min((cfg or self.config).micro_batch_size, len(self.dataset))
 
     def out_of_memory_text(self, e, failed_at: int) -> str:
         """What did not fit, what the run needs and settings that would fit: the budget is
