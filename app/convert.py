@@ -23,7 +23,7 @@ import numpy as np
 import gguf
 from gguf import GGMLQuantizationType as Q
 
-from bitlora.formats import open_checkpoint
+from bitlora.formats import FormatError, open_checkpoint
 from bitlora.formats.gguf import BLK_TO_HF, GGUF_TO_HF, I2_S
 from bitlora.formats.tensors import TernaryTensor
 from bitlora.formats.ternary import unpack_codes
@@ -126,6 +126,11 @@ def convert(hf_dir, out_path, ttype: str = "tq2_0", arch: str = "bitnet-b1.58",
         g = gguf_name(name)
         if isinstance(t, TernaryTensor):
             O, I = t.shape
+            block = {I2_S: 128, Q.TQ1_0: 256, Q.TQ2_0: 256}.get(qt)   # I2_S: the tensor's weights; TQ: a row's
+            if block is not None and (O * I if qt == I2_S else I) % block:
+                raise ValueError(f"{name} [{O}, {I}]: {ttype} packs {'the tensor' if qt == I2_S else 'each row'} in "
+                                 f"blocks of {block} weights, and {O * I if qt == I2_S else I} is not a multiple; "
+                                 f"use --type f16 or f32 for this model")
             tv = np.frombuffer(unpack_codes(t.packed, O, I), np.uint8).astype(np.int8) - 1
             if qt == I2_S:
                 w.add_tensor(g, i2s_bytes(tv, t.scale).view(np.int8), raw_shape=(O, I), raw_dtype=I2_S)
@@ -162,7 +167,10 @@ def main(argv=None):
     p.add_argument("--arch", default="bitnet-b1.58", choices=["bitnet", "bitnet-b1.58", "bitnet-25"])
     p.add_argument("--embed-type", default="f16", choices=["f16", "f32", "bf16"])
     a = p.parse_args(argv)
-    print(convert(a.hf_dir, a.out, a.type, a.arch, a.embed_type))
+    try:
+        print(convert(a.hf_dir, a.out, a.type, a.arch, a.embed_type))
+    except (ValueError, OSError, FormatError) as e:   # FormatError: the folder; ValueError: a shape the type cannot pack
+        raise SystemExit(f"bitlora convert: {e}") from None
 
 
 if __name__ == "__main__":

@@ -166,3 +166,18 @@ def test_cli_prints_the_default_it_used(folders, tmp_path):
                         str(tmp_path / "out")], capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
     assert "warning: bitnet.rope.freq_base missing: using 10000" in r.stderr, r.stderr[-2000:]
+
+
+@pytest.mark.parametrize("ttype,block", [("i2_s", 128), ("tq2_0", 256), ("tq1_0", 256)])
+def test_converter_refuses_shapes_its_type_cannot_pack(tmp_path, ttype, block):
+    """A projection whose weights (I2_S) or rows (TQ1_0, TQ2_0) are not whole blocks is a
+    message naming the tensor and the way out, with exit status 1, and no file."""
+    import subprocess
+    import sys
+    from fixtures.make_tiny import ODD
+    folder = make_hf(tmp_path / "odd", "online_f32", dims=ODD, seed=3)
+    out = tmp_path / "x.gguf"
+    r = subprocess.run([sys.executable, "-m", "bitlora.app.convert", str(folder), str(out), "--type", ttype],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 1 and f"blocks of {block} weights" in r.stderr and "--type f16" in r.stderr
+    assert "Traceback" not in r.stderr and not out.exists()
