@@ -184,6 +184,17 @@ def test_jsonl_lines_end_at_newlines_only(tmp_path):
         assert load_records(p) == recs, repr(sep)
 
 
+def test_an_integer_too_long_for_python_is_a_data_error():
+    """json.loads refuses integers over 4300 digits with a plain ValueError: a DataError
+    naming the file (JSON), a skipped line (JSONL)."""
+    big = "9" * 5000
+    with pytest.raises(DataError, match="x.json: not JSON"):
+        parse_records(f'[{{"instruction": "a", "output": "b", "n": {big}}}]', "x.json")
+    recs = parse_records(f'{{"instruction": "a", "output": "b", "n": {big}}}\n{{"instruction": "c", "output": "d"}}',
+                         "x.jsonl", jsonl=True)
+    assert recs[1] == {"instruction": "c", "output": "d"} and "invalid JSON line" in recs[0].reason
+
+
 def test_load_sources_agree(tmp_path):
     recs = [{"instruction": "a", "input": "", "output": "b"}, {"instruction": "c", "output": "d"}]
     text = json.dumps(recs)

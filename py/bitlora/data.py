@@ -102,7 +102,7 @@ def parse_records(text: str, name: str = "data", jsonl: bool = False) -> list:
     if not jsonl and head != "{":
         try:
             data = json.loads(text)
-        except (json.JSONDecodeError, RecursionError) as e:   # RecursionError: absurd nesting
+        except (ValueError, RecursionError) as e:   # RecursionError: absurd nesting
             raise DataError(f"{name}: not JSON: {e}") from None
         if not isinstance(data, list):
             raise DataError(f"{name}: expected a JSON list of records (or JSONL), "
@@ -115,7 +115,7 @@ def parse_records(text: str, name: str = "data", jsonl: bool = False) -> list:
     if not jsonl and len(lines) > 1:
         try:   # a pretty-printed object is JSON, not JSONL: say so rather than report every line
             data = json.loads(text)
-        except (json.JSONDecodeError, RecursionError):
+        except (ValueError, RecursionError):
             pass
         else:
             raise DataError(f"{name}: expected a JSON list of records (or JSONL), got a JSON object")
@@ -123,7 +123,7 @@ def parse_records(text: str, name: str = "data", jsonl: bool = False) -> list:
     for ln in lines:
         try:
             records.append(json.loads(ln))
-        except (json.JSONDecodeError, RecursionError) as e:
+        except (ValueError, RecursionError) as e:
             records.append(_Unreadable(f"invalid JSON line: {e}"))
     return records
 
