@@ -340,3 +340,13 @@ def test_demo_dataset_is_clean():
     recs = load_records("demo")
     ds = Dataset(recs, _CharTok(), cutoff_len=2048)
     assert len(recs) > 0 and ds.invalid == []
+
+
+def test_an_example_past_the_models_vocabulary_is_skipped_with_the_reason():
+    """A tokenizer with more tokens than the embedding: such an example is skipped when
+    the data is read (naming the id), not an error at the first step."""
+    recs = [{"instruction": "ab", "output": "c"}, {"instruction": "a\u00f9", "output": "b"}]   # \u00f9: id 3 + 249
+    ds = Dataset(recs, _CharTok(), cutoff_len=512, vocab_size=200)
+    assert [i for i, _, _ in ds.examples] == [0] and ds.invalid[0][0] == 1
+    assert "token id 252 is outside the model's vocabulary (200)" in ds.invalid[0][1]
+    assert len(Dataset(recs, _CharTok(), cutoff_len=512).examples) == 2

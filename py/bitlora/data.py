@@ -236,6 +236,7 @@ class Dataset:
     tok: object
     cutoff_len: int = 256
     train_on_inputs: bool = False
+    vocab_size: int | None = None   # the model's: an example with an id at or past it is skipped
     examples: list = field(init=False)
     invalid: list = field(init=False)
     _fingerprint: str | None = field(init=False, default=None, repr=False, compare=False)
@@ -252,6 +253,9 @@ class Dataset:
                 ids, mask = tokenize_record(self.tok, rec, self.cutoff_len, self.train_on_inputs)
                 if not any(mask):
                     why = f"no target token left within cutoff_len {self.cutoff_len}"
+                elif self.vocab_size is not None and max(ids) >= self.vocab_size:
+                    why = (f"token id {max(ids)} is outside the model's vocabulary ({self.vocab_size}): "
+                           "its tokenizer has more tokens than its embedding")
             if why is None:
                 self.examples.append((i, ids, mask))
             else:

@@ -114,7 +114,7 @@ class Trainer:
             self.dataset = data
         else:
             records = load_records(data) if not isinstance(data, list) else data
-            self.dataset = Dataset(records, model.tokenizer, self.cutoff_len, cfg.train_on_inputs)
+            self.dataset = Dataset(records, model.tokenizer, self.cutoff_len, cfg.train_on_inputs, model.V)
         self.total_steps = self.dataset.total_steps(cfg.micro_batch_size, cfg.grad_accum, cfg.epochs,
                                                     cfg.max_steps)
         self.metrics: list[dict] = []
