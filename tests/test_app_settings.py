@@ -138,3 +138,22 @@ def test_fit_proposes_a_smaller_adapter_then_says_when_nothing_fits(browser_sess
         assert "Nothing fits" in page.get_by_role("status").text_content()
     finally:
         page.close()
+
+
+def test_a_cleared_number_field_means_its_default(browser_session):
+    """Clear Seed and Max steps and press Train: the empty fields are the defaults (JS
+    null reached Python as pyodide's jsnull and was refused: 'expected an integer')."""
+    from test_app_ux import FAST
+    page = open_page(browser_session)
+    try:
+        _fill(page, epochs=1, **FAST)
+        for name in ("seed", "max_steps"):
+            page.locator(f"#settings [name={name}]").fill("")
+        page.locator("#settings [name=max_steps]").dispatch_event("change")
+        page.get_by_role("button", name="Train").click()
+        status = page.get_by_role("status")
+        status.filter(has_text="finished").wait_for(timeout=300_000)
+        assert "expected" not in status.text_content()
+        assert "Settings:" not in page.locator("#memory-estimate").text_content()
+    finally:
+        page.close()

@@ -424,7 +424,7 @@ async def on_estimate(msg: dict) -> None:
     if S.model is None:
         return
     try:
-        cfg = TrainConfig.from_dict(dict(msg.get("config") or {}))
+        cfg = TrainConfig.from_dict(_given(msg.get("config")))
     except ConfigError as e:
         post({"type": "estimate", "text": f"Settings: {e}", "fits": False, "proposal": None})
         return
@@ -464,9 +464,14 @@ async def storage() -> bool:
     return True
 
 
+def _given(raw) -> dict:
+    """The page's settings without the empty fields (None, or JS null: each is the default)."""
+    return {k: v for k, v in dict(raw or {}).items() if v is not None and v is not JSNULL}
+
+
 def _training_config(raw: dict):
     from .config import TrainConfig
-    raw = {k: v for k, v in dict(raw or {}).items() if v is not None}
+    raw = _given(raw)
     if not raw.get("save_every"):
         raw["save_every"] = 10     # in the browser a run is always checkpointed: reloads lose nothing
     raw.update({"model": "browser", "data": "browser", "out": CKPT, "backend": "browser"})
@@ -868,6 +873,12 @@ HANDLERS = {
     "cli-setup": on_cli_setup,
     "cli-train": on_cli_train,
 }
+
+
+try:   # JS null through pyodide.toPy: not None, but pyodide's jsnull (a cleared number field sends one)
+    from pyodide.ffi import jsnull as JSNULL
+except ImportError:   # natively nothing is
+    JSNULL = object()
 
 
 async def dispatch(msg) -> None:
