@@ -85,3 +85,13 @@ def test_integral_float_from_json_is_an_int():
 def test_cli_rejects_bad_choice():
     with pytest.raises(SystemExit):
         _parser().parse_args(["--backend", "cuda"])
+
+
+def test_counts_stay_exact_as_js_numbers():
+    """max_steps 1e20 reached the page as a BigInt and broke its progress bar: counts are
+    capped at 10**9."""
+    from bitlora.config import ConfigError, TrainConfig
+    for name in ("epochs", "max_steps", "warmup_steps", "save_every"):
+        with pytest.raises(ConfigError, match=name):
+            TrainConfig(**{name: 10**20})
+    assert TrainConfig(max_steps=10**9).max_steps == 10**9

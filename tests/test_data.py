@@ -350,3 +350,12 @@ def test_an_example_past_the_models_vocabulary_is_skipped_with_the_reason():
     assert [i for i, _, _ in ds.examples] == [0] and ds.invalid[0][0] == 1
     assert "token id 252 is outside the model's vocabulary (200)" in ds.invalid[0][1]
     assert len(Dataset(recs, _CharTok(), cutoff_len=512).examples) == 2
+
+
+def test_deep_nesting_is_refused_before_parsing():
+    """A file of arrays or objects nested 100 deep or more is refused before json.loads
+    (in the browser such a parse overflows the JS stack and kills Pyodide)."""
+    for text in ("[" * 100000 + "]" * 100000, '{"a": ' * 150 + "1" + "}" * 150, "[" * 100 + "]" * 100):
+        with pytest.raises(DataError, match="nested 100 deep"):
+            parse_records(text, "x.json")
+    assert parse_records("[" * 2 + '{"instruction": "a", "output": "b"}' + "]" * 2, "x.json") == [[{"instruction": "a", "output": "b"}]]

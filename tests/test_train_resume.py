@@ -228,7 +228,7 @@ def test_browser_resume_refuses_a_missing_checkpoint_before_starting_chromium(tm
     assert "no training state" in capsys.readouterr().err
 
 
-def test_user_errors_are_messages(tiny_model, tmp_path):
+def test_user_errors_are_messages(tiny_folder, tiny_model, tmp_path):
     """--out naming a file is a message and exit 2, not a traceback; Trainer.generate with a
     record that has no instruction names the field."""
     (tmp_path / "afile").write_text("x")
@@ -240,3 +240,12 @@ def test_user_errors_are_messages(tiny_model, tmp_path):
     with pytest.raises(ValueError, match="missing field 'instruction'"):
         tr.generate({"input": "2 and 3"})
     assert tr.lora is None   # refused before the adapter was made
+    with pytest.raises(ValueError, match="lone surrogate"):
+        tiny_model.generate("half an emoji: \ud83d", max_new_tokens=2)
+    bad = Trainer(tiny_model, RECORDS + [{"instruction": "cut \ud83d", "output": "x"}], dict(CFG, max_steps=1))
+    assert bad.dataset.invalid == [(len(RECORDS), bad.dataset.invalid[0][1])] and "lone surrogate" in bad.dataset.invalid[0][1]
+    folder = tmp_path / "no-tokenizer"
+    shutil.copytree(tiny_folder, folder)
+    (folder / "tokenizer.json").unlink()
+    with pytest.raises(ValueError, match="has no tokenizer"):
+        Trainer(load_model(str(folder)), RECORDS, dict(CFG, max_steps=1))

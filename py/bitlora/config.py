@@ -26,6 +26,7 @@ LORA_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", 
 BACKENDS = ("native", "browser")
 LR_SCHEDULERS = ("constant", "linear", "cosine")
 DEMO = "demo"   # for `model` / `data`: the model and dataset shipped in bitlora.demo
+MAX_COUNT = 10**9   # epochs, steps: far past any run, and exact as a JS number
 
 
 class ConfigError(ValueError):
@@ -98,6 +99,8 @@ class TrainConfig:
         _require(self.lora_alpha > 0, "lora_alpha", "must be > 0")
         for name in ("max_steps", "warmup_steps", "save_every", "seed"):
             _require(getattr(self, name) >= 0, name, "must be >= 0")
+        for name in ("epochs", "max_steps", "warmup_steps", "save_every"):   # counts the page shows: JS numbers
+            _require(getattr(self, name) <= MAX_COUNT, name, f"must be <= {MAX_COUNT}")
         _require(self.cutoff_len >= 2, "cutoff_len", "must be >= 2 (BOS plus one token)")
         _require(self.lr > 0, "lr", "must be > 0")
         _require(self.weight_decay >= 0, "weight_decay", "must be >= 0")

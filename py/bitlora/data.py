@@ -46,6 +46,7 @@ import hashlib
 import json
 import os
 import random
+import re
 from dataclasses import dataclass, field
 
 from . import demo
@@ -94,11 +95,17 @@ def load_records(source, name: str | None = None) -> list:
     return parse_records(text, name or "data", jsonl=str(name or "").endswith(".jsonl"))
 
 
+MAX_DEPTH = 100   # Alpaca records nest 2 deep; json.loads recurses once a level
+_DEEP = re.compile(r'(?:[\[{]\s*(?:"[^"\\]{0,200}"\s*:\s*)?){%d}' % MAX_DEPTH)
+
+
 def parse_records(text: str, name: str = "data", jsonl: bool = False) -> list:
     """Records from the text of a JSON list or of JSONL (one object per non-blank line)."""
     head = text.lstrip()[:1]
     if not head:
         raise DataError(f"{name}: empty file")
+    if _DEEP.search(text):   # in the browser a deep parse overflows the JS stack and kills Pyodide
+        raise DataError(f"{name}: not JSON records: arrays or objects nested {MAX_DEPTH} deep or more")
     if not jsonl and head != "{":
         try:
             data = json.loads(text)
@@ -142,6 +149,16 @@ def _decode(raw: bytes, name: str) -> str:
 
 # -- one record ------------------------------------------------------------------------
 
+def text_problem(s: str) -> str | None:
+    """Why `s` is not text a tokenizer can take, or None: a lone UTF-16 surrogate (half an
+    emoji: JSON's "\\ud83d" alone) has no UTF-8 form."""
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError as e:
+        return f"holds a lone surrogate {s[e.start]!r} at {e.start} (half of a character, e.g. an emoji cut in two)"
+    return None
+
+
 def check_record(record) -> str | None:
     """None if the record is usable, else the reason it is not."""
     if isinstance(record, _Unreadable):
@@ -156,6 +173,10 @@ def check_record(record) -> str | None:
     inp = record.get("input")
     if inp is not None and not isinstance(inp, str):
         return f"field 'input' is {type(inp).__name__}, expected a string"
+    for key in ("instruction", "input", "output"):
+        bad = text_problem(record.get(key) or "")
+        if bad:
+            return f"field {key!r} {bad}"
     return None
 
 

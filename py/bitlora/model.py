@@ -52,6 +52,7 @@ from dataclasses import dataclass
 from .formats.tensors import FloatTensor, TernaryTensor, f16_to_f32
 from . import demo, gpu, ops
 from .bitnet import FULL, MODULES, NORMS
+from .data import text_problem
 from .formats import open_checkpoint, peft, source_name
 from .ops import bitlinear, linear, matvec
 from .ops import lora as lora_ops
@@ -1026,6 +1027,9 @@ class Model:
         if isinstance(prompt, str):
             if self.tokenizer is None:
                 raise ValueError("generate: this model has no tokenizer; pass token ids")
+            bad = text_problem(prompt)
+            if bad:
+                raise ValueError(f"generate: the prompt {bad}")
             ids = self.tokenizer.encode(prompt, add_special_tokens=True)
         else:
             ids = [int(t) for t in prompt]

@@ -112,6 +112,9 @@ class Trainer:
             data = _url_records(data)
         if isinstance(data, Dataset):
             self.dataset = data
+        elif model.tokenizer is None:
+            raise ValueError(f"{model.name}: the model has no tokenizer (tokenizer.json, or the GGUF's tokenizer "
+                             "metadata): training needs one to read the data")
         else:
             records = load_records(data) if not isinstance(data, list) else data
             self.dataset = Dataset(records, model.tokenizer, self.cutoff_len, cfg.train_on_inputs, model.V)

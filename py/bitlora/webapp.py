@@ -558,8 +558,8 @@ async def _run_training(trainer, resumed: bool) -> None:
                 f"{trainer.step}, or press Train to start again." if state == "stopped" and trainer.step else
                 "Stopped before step 1 was done: press Train to start again." if state == "stopped" else
                 f"Training finished ({trainer.step} steps): Export adapter to download it, or try it below.")
-        post({"type": "train-state", "state": state, "has_adapter": trainer.adapter_snapshot is not None,
-              "text": text})
+        post({"type": "train-state", "state": state, "text": text,   # a resumed, finished run has no new
+              "has_adapter": trainer.adapter_snapshot is not None or (trainer.step > 0 and trainer.lora is not None)})
     except Exception as e:  # noqa: BLE001 - the app stays usable
         if isinstance(e, gpu.OutOfMemory):   # the text names what did not fit and settings that would
             post({"type": "train-state", "state": "failed", "has_adapter": trainer.lora is not None, "text": str(e)})
@@ -613,6 +613,11 @@ async def on_train(msg: dict) -> None:
     except (ConfigError, DataError, ValueError) as e:
         post({"type": "train-state", "state": "idle"})
         post({"type": "error", "where": "settings", "text": str(e)})
+        return
+    except Exception as e:  # noqa: BLE001 - anything else: said, and the page back to idle (not stuck "starting")
+        post({"type": "log", "level": "error", "text": traceback.format_exc()})
+        post({"type": "train-state", "state": "idle"})
+        post({"type": "error", "where": "training", "text": f"not started: {type(e).__name__}: {e}"})
         return
     S.task = asyncio.ensure_future(_run_training(trainer, resumed=False))
 
