@@ -54,6 +54,7 @@ def test_model_files_bad_then_good_gguf_and_folder_train(browser_session, tiny):
     try:
         print("\n" + model_error(page, tiny["noise"], "not a GGUF file"))
         print(model_error(page, tiny["cut"], "truncated or corrupt"))
+        print(model_error(page, tiny["hf"] / "model.safetensors", "pick it with Model folder"))   # one file of a folder
         # nothing was loaded: the radios still show the demo model, which Train would use
         assert page.evaluate("() => document.querySelector('input[name=model-source]:checked').value") == "demo"
 

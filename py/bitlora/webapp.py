@@ -281,6 +281,9 @@ async def on_load_model(msg: dict) -> None:
             name, src = "bitlora demo model", await demo_model_files()
         elif source == "file":
             name, src = str(msg.get("name") or "model file"), msg["file"]
+            if name.lower().endswith((".safetensors", ".json")):   # one file of a HF folder
+                raise ValueError(f"{name}: a Hugging Face model is a folder (config.json, model.safetensors, "
+                                  "tokenizer.json): pick it with Model folder; Model file takes a .gguf")
         elif source == "folder":
             paths = [str(n) for n in msg["names"]]
             names = [p.split("/")[-1] for p in paths]
