@@ -417,8 +417,9 @@ class Trainer:
         """Continue from the checkpoint in ckpt_dir (st: its TrainState, read already):
         the adapter, AdamW's moments and step, the data cursor and the metrics so far.
         ValueError where the data or a setting the run depends on differs (resume_changes)."""
-        st = st or checkpoint_state.load_state(ckpt_dir)
-        self.resume_changes = resume_changes(st.config, self.config, ckpt_dir)
+        if st is None:   # (setup reads it first and checks it before making any buffer)
+            st = checkpoint_state.load_state(ckpt_dir)
+            self.resume_changes = resume_changes(st.config, self.config, ckpt_dir)
         fp = st.cursor.get("fingerprint")
         if fp is not None and fp != self.dataset.fingerprint():
             raise ValueError(f"{ckpt_dir}: the checkpoint was made with different data or settings "
