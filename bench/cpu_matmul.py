@@ -4,13 +4,13 @@ natively (lavapipe) or in Chromium's worker (SwiftShader), side by side in one r
 Standard library + bitlora only: the case runs inside Pyodide too.
 
     python -m bench.cpu_matmul [--backend browser] [--extra FILE.wgsl]
-        [--variants ENTRY:KIND:ROWS:COLS[:WG[:STEP]],...] [--shapes 512x128x384,...]
+        [--variants ENTRY:KIND:ROWS:COLS[:WG[:STEP[:CODES]]],...] [--shapes 512x128x384,...]
 
 KIND says how ENTRY is bound: mmf / mmb bitlinear_matmul_cpu's bindings as the forward
 (the weights transposed) / the input gradient; fwd bitlinear_forward_cpu's, fwdt the same
 with the weights transposed (wt[I, ceil(O/16)]), bwd BitlinearBackwardParams with dy,
 w_packed, dx. ROWS x COLS is the tile of an invocation, WG and STEP the override
-constants CPU_WG and CPU_STEP (left out: the shader's). Prints ms per call (best of batches of `reps`
+constants CPU_WG, CPU_STEP and CPU_CODES (0 / 1; left out: the shader's). Prints ms per call (best of batches of `reps`
 dispatches in one submit), GMAC/s, and each result's largest difference from the first
 variant's.
 """
@@ -41,6 +41,7 @@ async def case_cpu_matmul(dev, source: str, variants: list, shapes: list, reps: 
         if key not in kernels:
             consts = {"CPU_WG": key[1]} if key[1] else {}
             consts.update({"CPU_STEP": key[2]} if key[2] else {})
+            consts.update({"CPU_CODES": key[3] - 1} if key[3] else {})
             kernels[key] = await dev.compile(source, v[0], consts, v[0])
     for N, I, O in shapes:
         words = -(-I // 16)
@@ -86,7 +87,8 @@ async def case_cpu_matmul(dev, source: str, variants: list, shapes: list, reps: 
             dev.submit()
             res = array.array("f", await dev.read(y))
             ref = first.setdefault("fwd" if what in ("fwd", "fwdt", "mmf") else "bwd", res)
-            label = f"{entry} {what}" + "".join(f" {n}={x}" for n, x in zip(("CPU_WG", "CPU_STEP"), _key(v)[1:]) if x)
+            label = f"{entry} {what}" + "".join(f" {n}={x}" for n, x in zip(("CPU_WG", "CPU_STEP"), _key(v)[1:3]) if x) + \
+                (f" CPU_CODES={_key(v)[3] - 1}" if _key(v)[3] else "")
             runs.append([label, k, binds, groups, params, float("inf"), max(abs(a - b) for a, b in zip(res, ref)), y])
         for _ in range(batches):   # rounds over the variants: a busy machine's slow spells hit all of them
             for run in runs:
@@ -104,8 +106,9 @@ async def case_cpu_matmul(dev, source: str, variants: list, shapes: list, reps: 
 
 
 def _key(v) -> tuple:
-    """(entry, CPU_WG or 0, CPU_STEP or 0) of a variant [ENTRY, KIND, ROWS, COLS, WG?, STEP?]."""
-    return (v[0], v[4] if len(v) > 4 else 0, v[5] if len(v) > 5 else 0)
+    """(entry, CPU_WG or 0, CPU_STEP or 0, CPU_CODES + 1 or 0) of a variant
+    [ENTRY, KIND, ROWS, COLS, WG?, STEP?, CODES?]."""
+    return (v[0], v[4] if len(v) > 4 else 0, v[5] if len(v) > 5 else 0, v[6] + 1 if len(v) > 6 else 0)
 
 
 def main(argv=None):

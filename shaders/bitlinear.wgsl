@@ -397,21 +397,22 @@ fn bl_store(n: u32, i0: u32, acc: vec4<f32>, z: u32) {
 //   dispatch: ceil(ceil(N/4) * ceil(O/32) / CPU_WG) workgroups split over x, y; an
 //   invocation owns rows 4b .. 4b+3 and outputs 32j .. 32j+31.
 
-// Override constants, per adapter (ops/bitlinear.py CPU_TILES):
+// Override constants, per adapter where one differs (ops/bitlinear.py CPU_TILES; none now):
 // CPU_WG     invocations per workgroup.
 // CPU_STEP   reduction steps per update of the 256 sums of bitlinear_matmul_cpu: 4 (four
-//            products summed, then added: lavapipe 1.2-1.6x faster than 1, LLVM keeps
-//            fewer sums in flight) or 1 (SwiftShader, whose code for 4 ran 1.2x slower).
+//            products summed, then added: LLVM keeps fewer sums in flight) or 1. Measured
+//            2026-12-05 (bench/cpu_matmul.py, Chromium 156): 4 is faster on both, lavapipe
+//            1.2-1.6x, SwiftShader 1.2-1.5x (an earlier kernel ran 4 1.2x slower there).
 // CPU_CODES  true: bitlinear_matmul_cpu sums a * (code * 4^j), code = f32(h & (3 << 2j))
 //            in {0, 1, 2} (the decode's multiply and subtract gone: 2 operations a weight
 //            instead of 4), and subtracts the row sum of a at the end: sum a (code - 1) =
 //            4^-j sum a code 4^j - sum a, the power-of-two scalings exact. The forward's
 //            sums are integers below 2^24: the same bits; the input gradient's f32 sums
-//            round differently. SwiftShader (no FMA, every operation counts) 1.1-1.3x faster
-//            on the forward and on the input gradient where K >= 128; lavapipe 0.9-1.1x: false.
+//            round differently. With CPU_STEP 4: lavapipe 1.0-1.16x faster on both matmuls,
+//            SwiftShader ~1.1x on the input gradient and ~0.93x on the forward.
 override CPU_WG: u32 = 8u;
 override CPU_STEP: u32 = 4u;
-override CPU_CODES: bool = false;
+override CPU_CODES: bool = true;
 
 struct W32 { a: vec4<u32>, b: vec4<u32>, c: vec4<u32>, d: vec4<u32>, e: vec4<u32>, f: vec4<u32>, g: vec4<u32>, h: vec4<u32> };   // a word of 32 outputs
 

@@ -55,7 +55,7 @@ def test_bitlinear_forward(run_case, N, I, O, acc, kind, int8):
                  y0=L(y0), N=N, I=I, O=O, accumulate=acc, kind=kind, int8=int8)
     has_i8 = "bitlinear_forward_i8" in r
     assert r["int8"] == (kind == "gpu" and int8 and has_i8 and N > bitlinear.ROWS_KERNEL_MAX_N), r["int8"]
-    cpu_runs = (I % 4 == 0) + 2 + len(bitlinear.CPU_TILES) if kind == "cpu" else 0
+    cpu_runs = (I % 4 == 0) + 2 + len(bitlinear.CPU_TILES + bitlinear.CPU_ALTERNATIVES) if kind == "cpu" else 0
     assert len(r) == (6 + 2 * has_i8 if kind == "gpu" else 5 + cpu_runs), sorted(r)
     check_bitlinear_forward(r, xq, s, t, y0, scale, acc)
 

@@ -88,7 +88,7 @@ async def case_rmsnorm_backward(dev, dy, x, w, rstd, dx0, N, C, accumulate, kind
 
 async def case_bitlinear_backward_input(dev, dy, packed, scale, dx0, N, I, O, accumulate, split=None, kind="gpu"):
     """dx under "op" (the op on a device of `kind`) and, for kind "cpu", under each adapter
-    name of ops.bitlinear.CPU_TILES and "default": bitlinear_matmul_cpu with those constants."""
+    name of ops.bitlinear.CPU_TILES and CPU_ALTERNATIVES and "default": bitlinear_matmul_cpu with those constants."""
     await _prepare(dev)
     bdy, bw = _f32(dev, dy, "dy"), _u32(dev, packed, "w_packed")
     out = {}
@@ -96,7 +96,7 @@ async def case_bitlinear_backward_input(dev, dy, packed, scale, dx0, N, I, O, ac
     with dev.kind_as(kind):
         bitlinear.bitlinear_backward_input(dev, bdy, bw, scale, bdx, N, I, O, accumulate, split=split)
     out["op"] = await _get(dev, bdx, N * I)
-    for name, c in ([("default", None)] + list(bitlinear.CPU_TILES) if kind == "cpu" else []):
+    for name, c in ([("default", None)] + list(bitlinear.CPU_TILES + bitlinear.CPU_ALTERNATIVES) if kind == "cpu" else []):
         bdx = _f32(dev, dx0, "dx")
         bitlinear.cpu_matmul(dev, bdy, bdy, bw, scale, bdx, N, O, I, accumulate, divide=False, consts=c or {})
         out[name] = await _get(dev, bdx, N * I)

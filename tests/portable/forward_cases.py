@@ -73,11 +73,11 @@ async def case_bitlinear_forward(dev, xq, s, packed, scale, y0, N, I, O, accumul
     out = {}
     params = bitlinear.FORWARD.pack(N, I, O, scale, int(accumulate), words, 0)
     # CPU: bitlinear_matmul_cpu on the transposed weights with the shader's constants (lavapipe's)
-    # and every adapter's of ops.bitlinear.CPU_TILES; bitlinear_forward_cpu where I % 4 == 0
+    # and every adapter's of ops.bitlinear.CPU_TILES and CPU_ALTERNATIVES; bitlinear_forward_cpu where I % 4 == 0
     if kind == "cpu":
         bwt = bitlinear.transpose_weights(dev, bw, O, I)
         cparams = bitlinear.CPU_MATMUL.pack(N, I, O, scale, int(accumulate), 1)
-        for name, c in [("", None)] + list(bitlinear.CPU_TILES):
+        for name, c in [("", None)] + list(bitlinear.CPU_TILES + bitlinear.CPU_ALTERNATIVES):
             y = _buf(dev, "f", y0, "y")
             dev.dispatch(dev.prepared("bitlinear.wgsl", "bitlinear_matmul_cpu", c), [bx, bs, bwt, y], params=cparams,
                          groups=bitlinear.cpu_groups(dev, N, -(-O // bitlinear.CPU_TILE), bitlinear.CPU_ROWS,

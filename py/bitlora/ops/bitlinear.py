@@ -85,13 +85,16 @@ CPU_TILE = 32
 CPU_MATMUL = Uniform("CpuMatmulParams", "n:u32 k:u32 c:u32 scale:f32 accumulate:u32 divide:u32")
 TRANSPOSE = Uniform("TransposeParams", "o:u32 i:u32")
 CPU_TRANSPOSE_MAX_BYTES = 256 << 20
-# The override constants of bitlinear_matmul_cpu (shaders/bitlinear.wgsl CPU_WG, CPU_STEP) per
-# CPU adapter, matched lower-cased against its vendor / architecture / device / description;
-# the first match wins, anything else gets the shader's defaults (CPU_WG 8, CPU_STEP 4:
-# lavapipe's best). SwiftShader ran CPU_STEP 4 1.2x slower than 1; CPU_WG 8 and 16 ran alike on
-# both, 4 slower. CPU_CODES (sums of codes, the row sum subtracted once) ran SwiftShader's
-# matmuls 1.1-1.3x faster (its K = 64 input gradients ~1.2x slower), lavapipe's 0.9-1.1x.
-CPU_TILES: tuple = (("swiftshader", {"CPU_STEP": 1, "CPU_CODES": 1}),)
+# The override constants of bitlinear_matmul_cpu (shaders/bitlinear.wgsl CPU_WG, CPU_STEP,
+# CPU_CODES) per CPU adapter, matched lower-cased against its vendor / architecture / device /
+# description; the first match wins, anything else gets the shader's defaults (CPU_WG 8,
+# CPU_STEP 4, CPU_CODES on). None differs now: timed 2026-12-05 with bench/cpu_matmul.py, the
+# defaults ran SwiftShader's matmuls 1.2-1.5x faster than its old entry (CPU_STEP 1) and
+# lavapipe's 1.0-1.16x faster than CPU_CODES off. CPU_WG 8 and 16 ran alike on both, 4 slower.
+# CPU_ALTERNATIVES are other constants the tests run too (they stay correct if an adapter
+# needs them again).
+CPU_TILES: tuple = ()
+CPU_ALTERNATIVES: tuple = (("plain", {"CPU_STEP": 1, "CPU_CODES": 0}),)
 CPU_DEFAULT = {"CPU_WG": 8}
 CPU_WG = CPU_DEFAULT["CPU_WG"]
 
@@ -116,13 +119,13 @@ def cpu_groups(dev, N: int, tiles: int, rows: int, consts: dict | None = None) -
 
 
 def _cpu_matmul_specs(training: bool, kind: str | None, shapes: dict | None = None) -> list:
-    """The CPU matmuls: bitlinear_matmul_cpu with every CPU_TILES entry's constants and the
-    shader's, the transpose and the untransposed forward; with `shapes`, the adapter's
+    """The CPU matmuls: bitlinear_matmul_cpu with every CPU_TILES and CPU_ALTERNATIVES entry's
+    constants and the shader's, the transpose and the untransposed forward; with `shapes`, the adapter's
     constants only, and the untransposed forward only where the weights are not transposed."""
     if kind not in (None, "cpu"):
         return []
     if shapes is None:
-        consts, plain = [None] + [c for _, c in CPU_TILES], True
+        consts, plain = [None] + [c for _, c in CPU_TILES + CPU_ALTERNATIVES], True
     else:
         consts, plain = [adapter_constants(shapes["adapter"])], not shapes["transposed"]
     return [(SHADER, "bitlinear_matmul_cpu", c) for c in consts] + [(SHADER, "ternary_transpose")] + \
