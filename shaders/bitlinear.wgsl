@@ -547,17 +547,6 @@ fn cm_a4(b: u32, k: u32) -> vec4<f32> {   // a[row at b, k .. k+3]
     return vec4<f32>(cm_a[b + k], cm_a[b + k + 1u], cm_a[b + k + 2u], cm_a[b + k + 3u]);
 }
 
-fn r8_add(x: R8, y: R8) -> R8 {
-    return R8(x.a + y.a, x.b + y.b, x.c + y.c, x.d + y.d, x.e + y.e, x.f + y.f, x.g + y.g, x.h + y.h);
-}
-
-fn r8_dot4(d: vec4<f32>, t0: R8, t1: R8, t2: R8, t3: R8) -> R8 {   // d.x t0 + d.y t1 + d.z t2 + d.w t3
-    return R8(d.x * t0.a + d.y * t1.a + d.z * t2.a + d.w * t3.a, d.x * t0.b + d.y * t1.b + d.z * t2.b + d.w * t3.b,
-              d.x * t0.c + d.y * t1.c + d.z * t2.c + d.w * t3.c, d.x * t0.d + d.y * t1.d + d.z * t2.d + d.w * t3.d,
-              d.x * t0.e + d.y * t1.e + d.z * t2.e + d.w * t3.e, d.x * t0.f + d.y * t1.f + d.z * t2.f + d.w * t3.f,
-              d.x * t0.g + d.y * t1.g + d.z * t2.g + d.w * t3.g, d.x * t0.h + d.y * t1.h + d.z * t2.h + d.w * t3.h);
-}
-
 @compute @workgroup_size(CPU_WG)
 fn bitlinear_matmul_cpu(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>) {
     let W = (cm_p.c + 15u) / 16u;

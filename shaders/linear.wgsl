@@ -325,6 +325,8 @@ fn ln_store(n: u32, i0: u32, acc: vec4<f32>, z: u32) {
 // linear_forward_cpu   as linear_forward, for I % 4 == 0; bindings as there with x seen as
 //   vec4. An invocation keeps an 8-row x 32-output tile in registers (the prelude's T8):
 //   each loaded x vec4 feeds 32 x 4 multiply-adds, each weight 8, a bf16 word gives two.
+//   The four products of an x vec4 are summed, then added to the tile (t8_dot4; four
+//   updates before): lavapipe 1.16-1.35x faster at the demo's head, SwiftShader 1.03x.
 //   dispatch: ceil(ceil(N/8) * ceil(Oc/32) / CPU_WG) workgroups split over x, y;
 //   invocation g (gid.x + gid.y * nw.x * CPU_WG) owns rows 8(g / tiles) .. +7 and
 //   outputs 32(g % tiles) .. +31, tiles = ceil(Oc/32).
@@ -335,7 +337,9 @@ fn ln_store(n: u32, i0: u32, acc: vec4<f32>, z: u32) {
 //   LN_QUADS (the op sets it where I % 4 == 0) a quad of W is one vec4 load (bf16: two
 //   words) instead of four elements: at the demo's head SwiftShader 1.45x faster,
 //   lavapipe 1.1x. (A run-time `if` on I % 4 instead made SwiftShader 1.5x slower: it
-//   runs both sides of a branch, masked.)
+//   runs both sides of a branch, masked.) Four o's products are summed, then added to the
+//   tile (o % 4 left over one at a time): SwiftShader 1.35-1.5x faster at the demo's head,
+//   lavapipe 1.0-1.25x (f32 and bf16 W; 2026-12-05, the sums in another order).
 //   dispatch: groups (ceil(ceil(I/16) / CPU_WG), ceil(N/8)); invocation j owns rows
 //   8gy .. 8gy+7 and columns 16(gx*CPU_WG + j) .. +15.
 
@@ -379,10 +383,10 @@ fn linear_forward_cpu(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(nu
         let m0 = lc_m4(o0, 4u * c); let m1 = lc_m4(o0 + 4u, 4u * c); let m2 = lc_m4(o0 + 8u, 4u * c);
         let m3 = lc_m4(o0 + 12u, 4u * c); let m4 = lc_m4(o0 + 16u, 4u * c); let m5 = lc_m4(o0 + 20u, 4u * c);
         let m6 = lc_m4(o0 + 24u, 4u * c); let m7 = lc_m4(o0 + 28u, 4u * c);
-        a = t8_fma(a, x, 0u, R8(m0[0], m1[0], m2[0], m3[0], m4[0], m5[0], m6[0], m7[0]));
-        a = t8_fma(a, x, 1u, R8(m0[1], m1[1], m2[1], m3[1], m4[1], m5[1], m6[1], m7[1]));
-        a = t8_fma(a, x, 2u, R8(m0[2], m1[2], m2[2], m3[2], m4[2], m5[2], m6[2], m7[2]));
-        a = t8_fma(a, x, 3u, R8(m0[3], m1[3], m2[3], m3[3], m4[3], m5[3], m6[3], m7[3]));
+        a = t8_dot4(a, x, R8(m0[0], m1[0], m2[0], m3[0], m4[0], m5[0], m6[0], m7[0]),
+                    R8(m0[1], m1[1], m2[1], m3[1], m4[1], m5[1], m6[1], m7[1]),
+                    R8(m0[2], m1[2], m2[2], m3[2], m4[2], m5[2], m6[2], m7[2]),
+                    R8(m0[3], m1[3], m2[3], m3[3], m4[3], m5[3], m6[3], m7[3]));
     }
     lc_store(n0, o0, a.r0); lc_store(n0 + 1u, o0, a.r1); lc_store(n0 + 2u, o0, a.r2); lc_store(n0 + 3u, o0, a.r3);
     lc_store(n0 + 4u, o0, a.r4); lc_store(n0 + 5u, o0, a.r5); lc_store(n0 + 6u, o0, a.r6); lc_store(n0 + 7u, o0, a.r7);
@@ -407,6 +411,16 @@ fn lc_wr4(row: u32, c: u32, I: u32) -> vec4<f32> {   // w[row, c .. c+3], column
     return vec4<f32>(w_at(b + min(c, im)), w_at(b + min(c + 1u, im)), w_at(b + min(c + 2u, im)), w_at(b + min(c + 3u, im)));
 }
 
+fn lc_w16(o: u32, c: u32, I: u32) -> mat4x4<f32> {   // w[o, c .. c+15]
+    return mat4x4<f32>(lc_wr4(o, c, I), lc_wr4(o, c + 4u, I), lc_wr4(o, c + 8u, I), lc_wr4(o, c + 12u, I));
+}
+
+fn lc_dy4(d: u32, o: u32) -> vec4<f32> { return vec4<f32>(ln_dy[d + o], ln_dy[d + o + 1u], ln_dy[d + o + 2u], ln_dy[d + o + 3u]); }
+
+fn lc_dot4(d: vec4<f32>, t0: mat4x4<f32>, t1: mat4x4<f32>, t2: mat4x4<f32>, t3: mat4x4<f32>) -> mat4x4<f32> {
+    return d.x * t0 + d.y * t1 + d.z * t2 + d.w * t3;
+}
+
 @compute @workgroup_size(CPU_WG)
 fn linear_backward_input_cpu(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
     let I = ln_p.i;
@@ -419,8 +433,16 @@ fn linear_backward_input_cpu(@builtin(local_invocation_id) lid3: vec3<u32>, @bui
     let d6 = min(n0 + 6u, ln_p.n - 1u) * ld; let d7 = min(n0 + 7u, ln_p.n - 1u) * ld;
     var a0 = mat4x4<f32>(); var a1 = mat4x4<f32>(); var a2 = mat4x4<f32>(); var a3 = mat4x4<f32>();
     var a4 = mat4x4<f32>(); var a5 = mat4x4<f32>(); var a6 = mat4x4<f32>(); var a7 = mat4x4<f32>();
-    for (var o = 0u; o < ln_p.o; o++) {
-        let t = mat4x4<f32>(lc_wr4(o, c, I), lc_wr4(o, c + 4u, I), lc_wr4(o, c + 8u, I), lc_wr4(o, c + 12u, I));
+    var o = 0u;
+    for (; o + 3u < ln_p.o; o += 4u) {   // four o's products summed, then added (see the header)
+        let t0 = lc_w16(o, c, I); let t1 = lc_w16(o + 1u, c, I); let t2 = lc_w16(o + 2u, c, I); let t3 = lc_w16(o + 3u, c, I);
+        a0 += lc_dot4(lc_dy4(d0, o), t0, t1, t2, t3); a1 += lc_dot4(lc_dy4(d1, o), t0, t1, t2, t3);
+        a2 += lc_dot4(lc_dy4(d2, o), t0, t1, t2, t3); a3 += lc_dot4(lc_dy4(d3, o), t0, t1, t2, t3);
+        a4 += lc_dot4(lc_dy4(d4, o), t0, t1, t2, t3); a5 += lc_dot4(lc_dy4(d5, o), t0, t1, t2, t3);
+        a6 += lc_dot4(lc_dy4(d6, o), t0, t1, t2, t3); a7 += lc_dot4(lc_dy4(d7, o), t0, t1, t2, t3);
+    }
+    for (; o < ln_p.o; o++) {
+        let t = lc_w16(o, c, I);
         a0 += ln_dy[d0 + o] * t; a1 += ln_dy[d1 + o] * t; a2 += ln_dy[d2 + o] * t; a3 += ln_dy[d3 + o] * t;
         a4 += ln_dy[d4 + o] * t; a5 += ln_dy[d5 + o] * t; a6 += ln_dy[d6 + o] * t; a7 += ln_dy[d7 + o] * t;
     }

@@ -180,9 +180,24 @@ fn r8_scale(x: R8, s: f32) -> R8 {
 struct T8 { r0: R8, r1: R8, r2: R8, r3: R8, r4: R8, r5: R8, r6: R8, r7: R8 };   // 8 rows x 32 columns
 struct U8 { a: vec4<u32>, b: vec4<u32> };   // offsets of 8 rows
 
-fn t8_fma(a: T8, x: R8, j: u32, t: R8) -> T8 {   // row r += x_r[j] * t (x: a vec4 of each of the 8 rows)
-    return T8(r8_fma(a.r0, x.a[j], t), r8_fma(a.r1, x.b[j], t), r8_fma(a.r2, x.c[j], t), r8_fma(a.r3, x.d[j], t),
-              r8_fma(a.r4, x.e[j], t), r8_fma(a.r5, x.f[j], t), r8_fma(a.r6, x.g[j], t), r8_fma(a.r7, x.h[j], t));
+fn r8_add(x: R8, y: R8) -> R8 {
+    return R8(x.a + y.a, x.b + y.b, x.c + y.c, x.d + y.d, x.e + y.e, x.f + y.f, x.g + y.g, x.h + y.h);
+}
+
+fn r8_dot4(d: vec4<f32>, t0: R8, t1: R8, t2: R8, t3: R8) -> R8 {   // d.x t0 + d.y t1 + d.z t2 + d.w t3
+    return R8(d.x * t0.a + d.y * t1.a + d.z * t2.a + d.w * t3.a, d.x * t0.b + d.y * t1.b + d.z * t2.b + d.w * t3.b,
+              d.x * t0.c + d.y * t1.c + d.z * t2.c + d.w * t3.c, d.x * t0.d + d.y * t1.d + d.z * t2.d + d.w * t3.d,
+              d.x * t0.e + d.y * t1.e + d.z * t2.e + d.w * t3.e, d.x * t0.f + d.y * t1.f + d.z * t2.f + d.w * t3.f,
+              d.x * t0.g + d.y * t1.g + d.z * t2.g + d.w * t3.g, d.x * t0.h + d.y * t1.h + d.z * t2.h + d.w * t3.h);
+}
+
+// row r += x_r . (t0, t1, t2, t3) (x: a vec4 of each of the 8 rows): four products summed,
+// then added to the tile (fewer sums in flight than four updates)
+fn t8_dot4(a: T8, x: R8, t0: R8, t1: R8, t2: R8, t3: R8) -> T8 {
+    return T8(r8_add(a.r0, r8_dot4(x.a, t0, t1, t2, t3)), r8_add(a.r1, r8_dot4(x.b, t0, t1, t2, t3)),
+              r8_add(a.r2, r8_dot4(x.c, t0, t1, t2, t3)), r8_add(a.r3, r8_dot4(x.d, t0, t1, t2, t3)),
+              r8_add(a.r4, r8_dot4(x.e, t0, t1, t2, t3)), r8_add(a.r5, r8_dot4(x.f, t0, t1, t2, t3)),
+              r8_add(a.r6, r8_dot4(x.g, t0, t1, t2, t3)), r8_add(a.r7, r8_dot4(x.h, t0, t1, t2, t3)));
 }
 
 // ---------------------------------------------------------------- optimizer state
