@@ -7,7 +7,7 @@ Standard library + bitlora only: the case runs inside Pyodide too.
         [--variants ENTRY:KIND:ROWS:COLS[:WG[:STEP[:CODES]]],...] [--shapes 512x128x384,...]
 
 KIND says how ENTRY is bound: mmf / mmb bitlinear_matmul_cpu's bindings as the forward
-(the weights transposed) / the input gradient; fwd bitlinear_forward_cpu's, fwdt the same
+(the weights transposed) / the input gradient (mmf4 / mmb4: a bound again at binding 5); fwd bitlinear_forward_cpu's, fwdt the same
 with the weights transposed (wt[I, ceil(O/16)]), bwd BitlinearBackwardParams with dy,
 w_packed, dx. ROWS x COLS is the tile of an invocation, WG and STEP the override
 constants CPU_WG, CPU_STEP and CPU_CODES (0 / 1; left out: the shader's). Prints ms per call (best of batches of `reps`
@@ -66,13 +66,13 @@ async def case_cpu_matmul(dev, source: str, variants: list, shapes: list, reps: 
             entry, what, rows, cols = v[0], v[1], int(v[2]), int(v[3])
             wg = _key(v)[1] or 8
             k = kernels[_key(v)]
-            if what == "mmf":     # bitlinear_matmul_cpu as the forward
+            if what in ("mmf", "mmf4"):     # bitlinear_matmul_cpu as the forward (4: a again at binding 5)
                 y = dev.buffer(4 * N * O, "y")
-                binds, cols_total = [bufs["xq"], bufs["s"], bufs["wt"], y], O
+                binds, cols_total = [bufs["xq"], bufs["s"], bufs["wt"], y] + [bufs["xq"]] * (what == "mmf4"), O
                 params = _pack(N, I, O, 0.5, 0, 1)
-            elif what == "mmb":   # ... as the input gradient
+            elif what in ("mmb", "mmb4"):   # ... as the input gradient
                 y = dev.buffer(4 * N * I, "dx")
-                binds, cols_total = [bufs["dy"], bufs["dy"], bufs["w"], y], I
+                binds, cols_total = [bufs["dy"], bufs["dy"], bufs["w"], y] + [bufs["dy"]] * (what == "mmb4"), I
                 params = _pack(N, O, I, 0.5, 0, 0)
             elif what in ("fwd", "fwdt"):
                 y = dev.buffer(4 * N * O, "y")
@@ -86,7 +86,7 @@ async def case_cpu_matmul(dev, source: str, variants: list, shapes: list, reps: 
             dev.dispatch(k, binds, groups, params)
             dev.submit()
             res = array.array("f", await dev.read(y))
-            ref = first.setdefault("fwd" if what in ("fwd", "fwdt", "mmf") else "bwd", res)
+            ref = first.setdefault("fwd" if what in ("fwd", "fwdt", "mmf", "mmf4") else "bwd", res)
             label = f"{entry} {what}" + "".join(f" {n}={x}" for n, x in zip(("CPU_WG", "CPU_STEP"), _key(v)[1:3]) if x) + \
                 (f" CPU_CODES={_key(v)[3] - 1}" if _key(v)[3] else "")
             runs.append([label, k, binds, groups, params, float("inf"), max(abs(a - b) for a, b in zip(res, ref)), y])

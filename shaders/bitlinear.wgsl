@@ -386,7 +386,8 @@ fn bl_store(n: u32, i0: u32, acc: vec4<f32>, z: u32) {
 //   words (32 columns, constant shifts), where reading w_packed[O, I/16] it picks one
 //   column out of 32 words: on SwiftShader 1.4x faster, on lavapipe 1.1-1.3x.
 //   0 params CpuMatmulParams {N, K, C, scale, accumulate, divide} | 1 a[N, K] read |
-//   2 s[N] read (bound, unused, where divide = 0) | 3 wt[K, ceil(C/16)] u32 read | 4 y[N, C] read_write
+//   2 s[N] read (bound, unused, where divide = 0) | 3 wt[K, ceil(C/16)] u32 read | 4 y[N, C] read_write |
+//   5 a again, read as vec4s where CPU_QUADS (a spare 16-byte buffer where not)
 //   dispatch: ceil(ceil(N/8) * ceil(ceil(C/16) / 2) / CPU_WG) workgroups split over x, y;
 //   an invocation owns rows 8b .. 8b+7 and the 32 columns of packed words 2j, 2j+1.
 //
@@ -410,9 +411,13 @@ fn bl_store(n: u32, i0: u32, acc: vec4<f32>, z: u32) {
 //            sums are integers below 2^24: the same bits; the input gradient's f32 sums
 //            round differently. With CPU_STEP 4: lavapipe 1.0-1.16x faster on both matmuls,
 //            SwiftShader ~1.1x on the input gradient and ~0.93x on the forward.
+// CPU_QUADS  K % 4 == 0 (the op sets it): with CPU_STEP 4 a row's four a values are one vec4
+//            load (binding 5) instead of four: lavapipe 1.1-1.3x faster, SwiftShader
+//            1.0-1.2x (the same bits; an override, not a run-time `if`: see linear.wgsl).
 override CPU_WG: u32 = 8u;
 override CPU_STEP: u32 = 4u;
 override CPU_CODES: bool = true;
+override CPU_QUADS: bool = false;
 
 struct W32 { a: vec4<u32>, b: vec4<u32>, c: vec4<u32>, d: vec4<u32>, e: vec4<u32>, f: vec4<u32>, g: vec4<u32>, h: vec4<u32> };   // a word of 32 outputs
 
@@ -520,6 +525,7 @@ struct CpuMatmulParams { n: u32, k: u32, c: u32, scale: f32, accumulate: u32, di
 @group(0) @binding(2) var<storage, read> cm_s: array<f32>;
 @group(0) @binding(3) var<storage, read> cm_t: array<u32>;
 @group(0) @binding(4) var<storage, read_write> cm_y: array<f32>;
+@group(0) @binding(5) var<storage, read> cm_a4v: array<vec4<f32>>;   // a again (CPU_QUADS)
 
 fn code4(w: vec4<u32>, m: vec4<u32>) -> vec4<f32> { return vec4<f32>(bitcast<vec4<i32>>(w & m)); }   // code * 4^j
 
@@ -543,7 +549,8 @@ fn cm_fin(x: R8, r: f32) -> R8 {   // CPU_CODES: sums of a * code * 4^j, row sum
 
 fn sum4(v: vec4<f32>) -> f32 { return (v.x + v.y) + (v.z + v.w); }
 
-fn cm_a4(b: u32, k: u32) -> vec4<f32> {   // a[row at b, k .. k+3]
+fn cm_a4(b: u32, k: u32) -> vec4<f32> {   // a[row at b, k .. k+3] (k % 4 == 0)
+    if (CPU_QUADS) { return cm_a4v[(b + k) / 4u]; }   // b = row * K, K % 4 == 0
     return vec4<f32>(cm_a[b + k], cm_a[b + k + 1u], cm_a[b + k + 2u], cm_a[b + k + 3u]);
 }
 

@@ -76,12 +76,9 @@ async def case_bitlinear_forward(dev, xq, s, packed, scale, y0, N, I, O, accumul
     # and every adapter's of ops.bitlinear.CPU_TILES and CPU_ALTERNATIVES; bitlinear_forward_cpu where I % 4 == 0
     if kind == "cpu":
         bwt = bitlinear.transpose_weights(dev, bw, O, I)
-        cparams = bitlinear.CPU_MATMUL.pack(N, I, O, scale, int(accumulate), 1)
         for name, c in [("", None)] + list(bitlinear.CPU_TILES + bitlinear.CPU_ALTERNATIVES):
             y = _buf(dev, "f", y0, "y")
-            dev.dispatch(dev.prepared("bitlinear.wgsl", "bitlinear_matmul_cpu", c), [bx, bs, bwt, y], params=cparams,
-                         groups=bitlinear.cpu_groups(dev, N, -(-O // bitlinear.CPU_TILE), bitlinear.CPU_ROWS,
-                                                     c or bitlinear.CPU_DEFAULT))
+            bitlinear.cpu_matmul(dev, bx, bs, bwt, scale, y, N, I, O, accumulate, divide=True, consts=c or {})
             out[f"bitlinear_matmul_cpu {name}".strip()] = await _get(dev, y, N * O)
     tiles = -(-O // bitlinear.CPU_TILE)
     cpu = [("bitlinear_forward_cpu", "bitlinear_forward_cpu",

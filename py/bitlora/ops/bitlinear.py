@@ -128,8 +128,15 @@ def _cpu_matmul_specs(training: bool, kind: str | None, shapes: dict | None = No
         consts, plain = [None] + [c for _, c in CPU_TILES + CPU_ALTERNATIVES], True
     else:
         consts, plain = [adapter_constants(shapes["adapter"])], not shapes["transposed"]
-    return [(SHADER, "bitlinear_matmul_cpu", c) for c in consts] + [(SHADER, "ternary_transpose")] + \
-        ([(SHADER, "bitlinear_forward_cpu")] if plain else [])
+    # CPU_QUADS: every reduction length a multiple of 4 (forward C, F; input gradient C, KV, F)
+    flags = (True,) if quads(shapes, "C", "F", "KV") else (True, False)
+    return [(SHADER, "bitlinear_matmul_cpu", _with_quads(c, q)) for c in consts for q in flags] + \
+        [(SHADER, "ternary_transpose")] + ([(SHADER, "bitlinear_forward_cpu")] if plain else [])
+
+
+def _with_quads(consts: dict | None, quads: bool) -> dict:
+    """bitlinear_matmul_cpu's constants with CPU_QUADS (K % 4 == 0: a read as vec4s)."""
+    return {**(consts or {}), "CPU_QUADS": int(quads)}
 
 
 def transpose_weights(dev, w_packed, O: int, I: int, label: str = "wt"):
@@ -148,7 +155,9 @@ def cpu_matmul(dev, a, s, wt, scale: float, y, N: int, K: int, C: int, accumulat
     """bitlinear_matmul_cpu: y[N, C] (= or +=) (a[N, K] t[K, C]) * scale (/ s[N] if divide), with
     `dev`'s constants (cpu_constants) unless `consts` are given ({}: the shader's defaults)."""
     consts = cpu_constants(dev) if consts is None else consts or None
-    dev.dispatch(dev.prepared(SHADER, "bitlinear_matmul_cpu", consts), [a, s, wt, y],
+    q = K % 4 == 0   # binding 5: a again, read as vec4s, or a spare buffer
+    dev.dispatch(dev.prepared(SHADER, "bitlinear_matmul_cpu", _with_quads(consts, q)),
+                 [a, s, wt, y, a if q else spare(dev, 0)],
                  groups=cpu_groups(dev, N, -(-C // CPU_TILE), CPU_ROWS, consts),
                  params=CPU_MATMUL.pack(N, K, C, scale, int(accumulate), int(divide)))
 
