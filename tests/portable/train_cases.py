@@ -23,14 +23,15 @@ async def _model(dev, model_files):
     return await Model.load({k: base64.b64decode(v) for k, v in model_files.items()}, device=dev)
 
 
-async def case_train(dev, model_files, adapter_files, records, config):
+async def case_train(dev, model_files, adapter_files, records, config, kind=None):
     """Train with `config` from the given initial adapter; return per-step metrics and
-    the final adapter."""
-    m = await _model(dev, model_files)
-    config = dict(config, init_adapter=_write_adapter(adapter_files, "/tmp/bitlora-init-adapter"))
-    tr = Trainer(m, records, config)
-    await tr.atrain()
-    final = await tr.aadapter_tensors()
+    the final adapter. `kind` forces the kernel family ("gpu" / "cpu"; None: the device's)."""
+    with dev.kind_as(kind):
+        m = await _model(dev, model_files)
+        config = dict(config, init_adapter=_write_adapter(adapter_files, "/tmp/bitlora-init-adapter"))
+        tr = Trainer(m, records, config)
+        await tr.atrain()
+        final = await tr.aadapter_tensors()
     return {"metrics": tr.metrics, "adapter": {k: list(v[1]) for k, v in final.items()}}
 
 
