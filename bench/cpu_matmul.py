@@ -7,7 +7,8 @@ Standard library + bitlora only: the case runs inside Pyodide too.
         [--variants ENTRY:KIND:ROWS:COLS[:WG[:STEP[:CODES]]],...] [--shapes 512x128x384,...]
 
 KIND says how ENTRY is bound: mmf / mmb bitlinear_matmul_cpu's bindings as the forward
-(the weights transposed) / the input gradient (mmf4 / mmb4: a bound again at binding 5); fwd bitlinear_forward_cpu's, fwdt the same
+(the weights transposed) / the input gradient (mmf4 / mmb4: a bound again at binding 5, and
+CPU_QUADS for bitlinear_matmul_cpu); fwd bitlinear_forward_cpu's, fwdt the same
 with the weights transposed (wt[I, ceil(O/16)]), bwd BitlinearBackwardParams with dy,
 w_packed, dx. ROWS x COLS is the tile of an invocation, WG and STEP the override
 constants CPU_WG, CPU_STEP and CPU_CODES (0 / 1; left out: the shader's). Prints ms per call (best of batches of `reps`
@@ -42,6 +43,7 @@ async def case_cpu_matmul(dev, source: str, variants: list, shapes: list, reps: 
             consts = {"CPU_WG": key[1]} if key[1] else {}
             consts.update({"CPU_STEP": key[2]} if key[2] else {})
             consts.update({"CPU_CODES": key[3] - 1} if key[3] else {})
+            consts.update({"CPU_QUADS": 1} if key[4] and v[0] == "bitlinear_matmul_cpu" else {})
             kernels[key] = await dev.compile(source, v[0], consts, v[0])
     for N, I, O in shapes:
         words = -(-I // 16)
@@ -106,9 +108,10 @@ async def case_cpu_matmul(dev, source: str, variants: list, shapes: list, reps: 
 
 
 def _key(v) -> tuple:
-    """(entry, CPU_WG or 0, CPU_STEP or 0, CPU_CODES + 1 or 0) of a variant
-    [ENTRY, KIND, ROWS, COLS, WG?, STEP?, CODES?]."""
-    return (v[0], v[4] if len(v) > 4 else 0, v[5] if len(v) > 5 else 0, v[6] + 1 if len(v) > 6 else 0)
+    """(entry, CPU_WG or 0, CPU_STEP or 0, CPU_CODES + 1 or 0, a bound again (CPU_QUADS for
+    bitlinear_matmul_cpu)) of a variant [ENTRY, KIND, ROWS, COLS, WG?, STEP?, CODES?]."""
+    return (v[0], v[4] if len(v) > 4 else 0, v[5] if len(v) > 5 else 0, v[6] + 1 if len(v) > 6 else 0,
+            v[1] in ("mmf4", "mmb4"))
 
 
 def main(argv=None):

@@ -549,8 +549,8 @@ fn cm_fin(x: R8, r: f32) -> R8 {   // CPU_CODES: sums of a * code * 4^j, row sum
 
 fn sum4(v: vec4<f32>) -> f32 { return (v.x + v.y) + (v.z + v.w); }
 
-fn cm_a4(b: u32, k: u32) -> vec4<f32> {   // a[row at b, k .. k+3] (k % 4 == 0)
-    if (CPU_QUADS) { return cm_a4v[(b + k) / 4u]; }   // b = row * K, K % 4 == 0
+fn cm_a4(b: u32, k: u32) -> vec4<f32> {   // a[row at b, k .. k+3]: b = row * K, or row * K / 4 where CPU_QUADS (k % 4 == 0)
+    if (CPU_QUADS) { return cm_a4v[b + k / 4u]; }
     return vec4<f32>(cm_a[b + k], cm_a[b + k + 1u], cm_a[b + k + 2u], cm_a[b + k + 3u]);
 }
 
@@ -565,26 +565,29 @@ fn bitlinear_matmul_cpu(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(
     let wb = vec2<u32>(g % tiles * 2u, min(g % tiles * 2u + 1u, W - 1u));
     let nm = vec4<u32>(cm_p.n - 1u);
     let db = U8(min(vec4<u32>(n0) + vec4<u32>(0u, 1u, 2u, 3u), nm) * K, min(vec4<u32>(n0) + vec4<u32>(4u, 5u, 6u, 7u), nm) * K);
+    let sh = vec4<u32>(select(0u, 2u, CPU_QUADS));
+    let da = U8(db.a >> sh, db.b >> sh);   // the rows' offsets as cm_a4 takes them (in quads where CPU_QUADS)
     var a = T8();
     var r0 = vec4<f32>(0.0); var r1 = vec4<f32>(0.0);   // CPU_CODES: the 8 rows' sums of a
     var k = 0u;
     if (CPU_STEP == 4u) {
-        for (; k + 3u < K; k += 4u) {
+        for (var q = 0u; q < K / 4u; q++) {
+            k = 4u * q;
             let t0 = cm_t32(k, wb);
             let t1 = cm_t32(k + 1u, wb);
             let t2 = cm_t32(k + 2u, wb);
             let t3 = cm_t32(k + 3u, wb);
+            let e = R8(cm_a4(da.a.x, k), cm_a4(da.a.y, k), cm_a4(da.a.z, k), cm_a4(da.a.w, k),
+                       cm_a4(da.b.x, k), cm_a4(da.b.y, k), cm_a4(da.b.z, k), cm_a4(da.b.w, k));   // the 8 rows' a quads
             if (CPU_CODES) {
-                r0 += vec4<f32>(sum4(cm_a4(db.a.x, k)), sum4(cm_a4(db.a.y, k)), sum4(cm_a4(db.a.z, k)), sum4(cm_a4(db.a.w, k)));
-                r1 += vec4<f32>(sum4(cm_a4(db.b.x, k)), sum4(cm_a4(db.b.y, k)), sum4(cm_a4(db.b.z, k)), sum4(cm_a4(db.b.w, k)));
+                r0 += vec4<f32>(sum4(e.a), sum4(e.b), sum4(e.c), sum4(e.d));
+                r1 += vec4<f32>(sum4(e.e), sum4(e.f), sum4(e.g), sum4(e.h));
             }
-            a = T8(r8_add(a.r0, r8_dot4(cm_a4(db.a.x, k), t0, t1, t2, t3)), r8_add(a.r1, r8_dot4(cm_a4(db.a.y, k), t0, t1, t2, t3)),
-                   r8_add(a.r2, r8_dot4(cm_a4(db.a.z, k), t0, t1, t2, t3)), r8_add(a.r3, r8_dot4(cm_a4(db.a.w, k), t0, t1, t2, t3)),
-                   r8_add(a.r4, r8_dot4(cm_a4(db.b.x, k), t0, t1, t2, t3)), r8_add(a.r5, r8_dot4(cm_a4(db.b.y, k), t0, t1, t2, t3)),
-                   r8_add(a.r6, r8_dot4(cm_a4(db.b.z, k), t0, t1, t2, t3)), r8_add(a.r7, r8_dot4(cm_a4(db.b.w, k), t0, t1, t2, t3)));
+            a = t8_dot4(a, e, t0, t1, t2, t3);
         }
+        k = K / 4u * 4u;
     }
-    for (; k < K; k++) {
+    for (; k < K && !(CPU_QUADS && CPU_STEP == 4u); k++) {   // the rest (none where CPU_QUADS: K % 4 == 0)
         let t = cm_t32(k, wb);
         let d0 = vec4<f32>(cm_a[db.a.x + k], cm_a[db.a.y + k], cm_a[db.a.z + k], cm_a[db.a.w + k]);
         let d1 = vec4<f32>(cm_a[db.b.x + k], cm_a[db.b.y + k], cm_a[db.b.z + k], cm_a[db.b.w + k]);
