@@ -287,17 +287,28 @@ $("load-demo-data").onclick = () => loadData({ source: "demo" });
 $("data-file").onchange = (e) => { const f = e.target.files[0]; if (f) loadData({ source: "file", file: f, name: f.name }); };
 $("data-url-load").onclick = () => { const url = $("data-url").value.trim(); if (url) loadData({ source: "url", url }); };
 
-// Choosing a radio starts that source: the demo loads, a file or folder opens its picker,
-// a URL waits for its field. Until something loads, the radios keep showing what is loaded.
+// Choosing a radio switches the source and nothing more: the demo loads (it needs nothing
+// else); a file, folder or URL waits for its own control, and the status says which. Arrow
+// keys check each radio they pass, so a radio that opened a file chooser or moved the focus
+// would do that to a keyboard user only passing through (it did). What is loaded shows
+// beside the model and dataset; after a load (or a failed one) the radios show it again.
+const SOURCE_HINTS = {
+  "model/file": "Model source: a file. Choose the .gguf with Model file",
+  "model/folder": "Model source: a folder. Choose a Hugging Face model folder with Model folder",
+  "model/url": "Model source: a URL. Type a repo id or URL into Model URL and press Enter or Load URL",
+  "data/file": "Dataset source: a file. Choose the JSON or JSONL file with Dataset file",
+  "data/url": "Dataset source: a URL. Type it into Dataset URL and press Enter or Load URL",
+};
 for (const what of ["model", "data"]) {
   for (const el of document.querySelectorAll(`input[name=${what}-source]`)) {
     el.addEventListener("change", () => {
       const v = el.value;
-      syncRadios();
-      if (v === "demo" && loaded[what].source !== "demo") (what === "model" ? loadModel : loadData)({ source: "demo" });
-      else if (v === "file") $(`${what}-file`).click();
-      else if (v === "folder") $("model-folder").click();
-      else if (v === "url") $(`${what}-url`).focus();
+      if (v === "demo") {
+        if (loaded[what].source !== "demo") (what === "model" ? loadModel : loadData)({ source: "demo" });
+        return;
+      }
+      const now = loaded[what].name || (what === "model" ? "the demo model" : "the demo dataset");
+      setStatus(`${SOURCE_HINTS[`${what}/${v}`]}; until it loads, Train uses ${now}.`);
     });
   }
 }

@@ -72,3 +72,46 @@ def test_an_unforeseen_failure_starting_a_run_is_a_message_and_train_works_again
         page.get_by_role("status").filter(has_text="finished").wait_for(timeout=300_000)
     finally:
         page.close()
+
+
+def _radio_state(page, group):
+    """(the checked radio's value, the focused element's value or id) of a source group."""
+    return page.evaluate("(g) => [document.querySelector(`input[name=${g}]:checked`).value, "
+                         "document.activeElement.value || document.activeElement.id]", group)
+
+
+def test_arrowing_through_the_source_radios_opens_no_file_chooser(browser_session, tmp_path):
+    """Arrow keys through the model and dataset source radios check each in turn and open
+    nothing (the file and folder radios opened their choosers, the URL radio took the
+    focus away); the status says what to do. The chooser opens when the file input
+    itself is activated, and the file chosen there loads."""
+    from fixtures.make_tiny import TINY, make_gguf, make_hf
+    gguf = make_gguf(make_hf(tmp_path / "hf", "online_f32", dims=dict(TINY, max_position_embeddings=256), seed=1),
+                     tmp_path / "tiny.gguf", "tq2_0")
+    page = open_app(browser_session)
+    choosers = []
+    page.on("filechooser", lambda fc: choosers.append(fc))
+    try:
+        page.get_by_role("status").filter(has_text="press Train").wait_for(timeout=60_000)
+        for group, first, order in (("model-source", "Built-in demo model", ["file", "folder", "url"]),
+                                    ("data-source", "Built-in demo dataset", ["file", "url"])):
+            page.get_by_label(first).focus()
+            for value in order:
+                page.keyboard.press("ArrowDown")
+                page.wait_for_timeout(400)          # a chooser would have been asked for by now
+                assert choosers == [], (group, value)
+                assert _radio_state(page, group) == [value, value], (group, value, _radio_state(page, group))
+            print(f"\n{group}: {page.get_by_role('status').text_content()}")
+        assert "Dataset URL" in page.get_by_role("status").text_content()
+        page.get_by_label("Built-in demo model").focus()
+        page.keyboard.press("ArrowDown")                                 # to "file", then to its input
+        assert "Model file" in page.get_by_role("status").text_content()
+        page.keyboard.press("Tab")
+        assert page.evaluate("() => document.activeElement.id") == "model-file"
+        with page.expect_file_chooser() as chooser:
+            page.keyboard.press("Space")
+        chooser.value.set_files(str(gguf))
+        page.get_by_role("status").filter(has_text="Model loaded: tiny.gguf").wait_for(timeout=120_000)
+        assert _radio_state(page, "model-source")[0] == "file"
+    finally:
+        page.close()
