@@ -390,6 +390,15 @@ function showSkipped(n) {
   el.className = n ? "warning" : "muted";
 }
 
+// When a checkpoint was saved, in the user's time zone and as an age ("3 min ago").
+function savedWhen(m) {
+  if (typeof m.saved_unix !== "number") return m.saved_at || "at an unknown time";   // an older session.json
+  const age = Math.max(0, Date.now() / 1000 - m.saved_unix);
+  const ago = age < 60 ? "just now" : age < 3600 ? `${Math.floor(age / 60)} min ago`
+    : age < 86400 ? `${Math.floor(age / 3600)} h ago` : `${Math.floor(age / 86400)} days ago`;
+  return `${new Date(m.saved_unix * 1000).toLocaleString()} (${ago})`;
+}
+
 function fmtTime(s) {
   if (!isFinite(s) || s < 0) return "—";
   const m = Math.floor(s / 60), sec = Math.round(s % 60);
@@ -533,11 +542,12 @@ const handlers = {
   },
   checkpoint: (m) => {
     if (m.available) {
-      banner(`${m.reason ? m.reason + " " : ""}A training checkpoint from ${m.saved_at} (step ${m.step} of `
-             + `${m.total_steps}) is in this browser's storage.`,
+      banner(`${m.reason ? m.reason + " " : ""}A training checkpoint is in this browser's storage: `
+             + `${m.model || "a model"} on ${m.data || "a dataset"}, step ${m.step} of ${m.total_steps}, `
+             + `saved ${savedWhen(m)}.`,
              { label: "Resume training", run: () => { trainState = "starting"; updateButtons(); py.send({ type: "resume-checkpoint" }); } });
     } else if (m.saved) {
-      log(`checkpoint saved at step ${m.step}`);
+      log(`checkpoint saved at step ${m.step}${m.seconds != null ? ` (${m.seconds.toFixed(2)} s)` : ""}`);
     } else if (m.saved === false) {
       log(m.text, "error");
       banner(m.text);

@@ -8,6 +8,8 @@ so; a LoRA rank the tab cannot checkpoint is refused before it starts.
 
 Test hooks (?test-hooks) only inject a fault or hold training at a step
 (test_app.hold), as in tests/test_app_faults.py."""
+import json
+
 import pytest
 
 from test_app import _fill, held, hold, pyrun, release
@@ -113,5 +115,47 @@ def test_arrowing_through_the_source_radios_opens_no_file_chooser(browser_sessio
         chooser.value.set_files(str(gguf))
         page.get_by_role("status").filter(has_text="Model loaded: tiny.gguf").wait_for(timeout=120_000)
         assert _radio_state(page, "model-source")[0] == "file"
+    finally:
+        page.close()
+
+
+def test_a_reload_before_the_first_interval_checkpoint_keeps_the_steps_and_the_offer_names_the_run(
+        browser_session, tmp_path):
+    """An older run (the demo dataset, 2 steps) leaves its checkpoint; a new run on a
+    dataset file, checkpoints every 10 steps, is reloaded while step 3 is held. Before,
+    nothing of it was saved yet: the banner offered the older run's step 2, naming neither
+    its model nor its dataset. Now the first step is saved at once, and the offer names
+    the model, the dataset, the step of steps and when; resuming goes on from step 1."""
+    data = tmp_path / "mine.json"
+    data.write_text(json.dumps([{"instruction": f"Add {a} and {b}.", "input": "", "output": str(a + b)}
+                                for a, b in [(1, 2), (3, 4), (10, 7), (2, 9), (5, 5), (12, 30)]]))
+    page = open_app(browser_session)
+    try:
+        load_demo(page)
+        _fill(page, max_steps=2, **SETTINGS)
+        page.get_by_role("button", name="Train", exact=True).click()
+        page.get_by_role("status").filter(has_text="finished").wait_for(timeout=300_000)
+        page.get_by_label("Dataset file").set_input_files(str(data))
+        page.get_by_role("status").filter(has_text="Dataset loaded").wait_for(timeout=60_000)
+        _fill(page, **dict(SETTINGS, max_steps=6, save_every=10))
+        page.evaluate("() => { bitloraTest.messages.length = 0; }")
+        hold(page, 3)
+        page.get_by_role("button", name="Train", exact=True).click()
+        held(page)
+        saved = wait_for(page, "checkpoint", lambda m: m.get("saved"), timeout_s=60)
+        print(f"\nfirst checkpoint: step {saved['step']} in {saved['seconds']:.2f} s")
+        before = {m["step"]: m["loss"] for m in messages(page, "step")}
+        assert sorted(before) == [1, 2], before
+        reload(page)
+        step = offered_step(page)
+        text = page.locator("#banner-text").text_content()
+        print(text)
+        assert step == 1, (step, text)
+        assert "bitlora demo model on mine.json, step 1 of 6, saved " in text and "just now" in text, text
+        page.get_by_role("button", name="Resume training").click()
+        page.get_by_role("status").filter(has_text="finished").wait_for(timeout=300_000)
+        after = {m["step"]: m["loss"] for m in messages(page, "step")}
+        assert sorted(after) == [2, 3, 4, 5, 6] and after[2] == before[2], (before, after)   # step 2 recomputed
+        assert page.locator("#chart-loss").get_attribute("data-points") == "6"
     finally:
         page.close()

@@ -33,6 +33,7 @@ def post(msg: dict) -> None:
 
 
 CKPT = "/bitlora-ckpt"          # IndexedDB-backed folder: checkpoints survive a reload
+SAVE_INTERVAL_S = 60            # besides save_every and the first step: a reload loses about a minute at most
 
 
 class Session:
@@ -509,10 +510,12 @@ async def _store_checkpoint(trainer, step: int) -> None:
     IDBFS copies the changed files in one IndexedDB transaction (a quota error or a
     reload aborts it whole); even where only some files get through, the state file is
     one entry, old or new, and the resume offer takes the step from it."""
+    t0 = time.monotonic()
     try:
         with open(CKPT + "/session.json", "w") as f:
             json.dump({"model": S.model_source, "data_name": S.data_name, "step": step,
-                       "total_steps": trainer.total_steps, "saved_at": time.strftime("%Y-%m-%d %H:%M:%S")}, f)
+                       "total_steps": trainer.total_steps, "saved_at": time.strftime("%Y-%m-%d %H:%M:%S"),
+                       "saved_unix": time.time()}, f)     # the page shows it in the user's time zone
         await _syncfs(False)
     except Exception as e:  # noqa: BLE001 - quota exceeded, IndexedDB gone: keep training
         kept = f"the last saved one is step {S.saved_step}" if S.saved_step else "none is saved yet"
@@ -521,7 +524,7 @@ async def _store_checkpoint(trainer, step: int) -> None:
                       f"storage may be full. Training continues; {kept}."})
         return
     S.saved_step = step
-    post({"type": "checkpoint", "saved": True, "step": step})
+    post({"type": "checkpoint", "saved": True, "step": step, "seconds": time.monotonic() - t0})
 
 
 async def _run_training(trainer, resumed: bool) -> None:
@@ -540,6 +543,7 @@ async def _run_training(trainer, resumed: bool) -> None:
 
     trainer.on_micro = on_micro
     trainer.keep_adapter = True      # Export answers from the last step's copy, even mid-step
+    trainer.save_first, trainer.save_interval_s = True, SAVE_INTERVAL_S   # a reload loses little
     if can_save:
         with open(CKPT + "/records.json", "w") as f:   # reaches IndexedDB with the first checkpoint
             json.dump(S.records, f)
@@ -660,7 +664,8 @@ async def on_checkpoint_query(reason: str = "") -> bool:
         return False
     post({"type": "checkpoint", "available": True, "step": st.step, "reason": reason,
           "total_steps": info.get("total_steps"), "saved_at": info.get("saved_at"),
-          "model": (info.get("model") or {}).get("name")})
+          "saved_unix": info.get("saved_unix"), "model": (info.get("model") or {}).get("name"),
+          "data": info.get("data_name")})
     return True
 
 
