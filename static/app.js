@@ -533,7 +533,9 @@ const handlers = {
     $("gen-base-speed").textContent = genSpeed(m.base_tokens, m.base_tokens_per_s);
     $("gen-adapted").textContent = m.adapted ?? (m.stopped ? "" : "(no adapter yet: train first)");
     $("gen-adapted-speed").textContent = m.adapted == null ? "" : genSpeed(m.adapted_tokens, m.adapted_tokens_per_s);
-    setStatus(m.stopped ? "Generation stopped." : "Generated: change the instruction and Generate again, or train further.");
+    if (m.warning) log(`generate: ${m.warning}`, "error");
+    setStatus(m.stopped ? "Generation stopped." : m.warning ? `Generated, but ${m.warning}.`
+      : "Generated: change the instruction and Generate again, or train further.", m.warning ? "warning" : "");
   },
   export: (m) => {
     for (const f of m.files) download(f.name, f.bytes);
@@ -562,7 +564,10 @@ const handlers = {
       modelReady = loaded.model.name !== "";
     }
     if (m.where === "model" || m.where === "dataset" || m.where === "data") { loading = ""; syncRadios(); }
-    if (m.where === "generate") generating = false;
+    if (m.where === "generate") {
+      generating = false;
+      for (const id of ["gen-base", "gen-adapted"]) if ($(id).textContent === "…") $(id).textContent = "";
+    }
     updateButtons();
   },
 };

@@ -159,3 +159,54 @@ def test_a_reload_before_the_first_interval_checkpoint_keeps_the_steps_and_the_o
         assert page.locator("#chart-loss").get_attribute("data-points") == "6"
     finally:
         page.close()
+
+
+def _words_for_prompt(tokens):
+    """An instruction of "word word …" whose Alpaca prompt is `tokens` tokens for the demo
+    model's tokenizer (read natively; the page's worker encodes the same way)."""
+    from bitlora.data import format_prompt
+    from bitlora.model import load_model
+    tok = load_model("demo").tokenizer
+    n = lambda k: len(tok.encode(format_prompt({"instruction": "word " * k, "input": "", "output": ""}),  # noqa: E731
+                                 add_special_tokens=True))
+    k = next(k for k in range(tokens) if n(k) >= tokens)
+    assert n(k) == tokens, (k, n(k))
+    return "word " * k
+
+
+def test_generate_past_the_models_context_says_so(browser_session):
+    """Generate with a 500-token prompt and 48 new tokens on the demo model (context 512):
+    before, all 48 came, from positions the model never saw, with no word said; now 12
+    come and the status says why. A prompt of 600 tokens says how long one may be, and
+    Generate works again."""
+    near, over = _words_for_prompt(500), "word " * 600
+    page = open_app(browser_session)
+    try:
+        load_demo(page)
+        page.locator("#prompt").fill(near)
+        page.locator("#prompt-input").fill("")
+        page.locator("#max-new-tokens").fill("48")
+        page.locator("#temperature").fill("100")       # EOS unlikely: every token that fits comes
+        generate = page.get_by_role("button", name="Generate")
+        generate.click()
+        status = page.get_by_role("status").filter(has_text="Generated")
+        status.wait_for(timeout=120_000)
+        print(f"\n{status.text_content()}")
+        done = messages(page, "generated")[-1]
+        assert done["base_tokens"] == 12, done
+        assert status.text_content() == ("Generated, but the prompt's 500 tokens + 48 new tokens go past the model's "
+                                         "context of 512 tokens: generating at most 12 new tokens.")
+        page.locator("#prompt").fill(over)
+        generate.click()
+        status = page.get_by_role("status").filter(has_text="shorten the prompt")
+        status.wait_for(timeout=60_000)
+        print(status.text_content())
+        assert "generate: the prompt is" in status.text_content() and "context (max_position_embeddings) is 512" \
+            in status.text_content() and "ValueError" not in status.text_content()
+        assert page.locator("#gen-base").text_content() == ""
+        page.wait_for_function("() => !document.getElementById('generate').disabled", timeout=10_000)
+        page.locator("#prompt").fill("Say hi.")
+        generate.click()
+        page.get_by_role("status").filter(has_text="Generated: change").wait_for(timeout=120_000)
+    finally:
+        page.close()

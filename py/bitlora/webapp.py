@@ -747,8 +747,13 @@ async def on_generate(msg: dict) -> None:
     out = {"type": "generated", "base": "", "adapted": None, "stopped": False}
     try:
         kw = dict(max_new_tokens=n, temperature=temp, seed=0, should_stop=lambda: S.stop_generating)
-        base = await S.model.agenerate(prompt, on_token=_streamer("base", S.model.tokenizer), **kw)
-        out.update(base=base.text, base_tokens=len(base.ids), base_tokens_per_s=base.tokens_per_s())
+        try:
+            base = await S.model.agenerate(prompt, on_token=_streamer("base", S.model.tokenizer), **kw)
+        except ValueError as e:      # a prompt that fills the model's context, a lone surrogate
+            post({"type": "error", "where": "generate", "text": str(e).removeprefix("generate: ")})
+            return
+        out.update(base=base.text, base_tokens=len(base.ids), base_tokens_per_s=base.tokens_per_s(),
+                   warning=base.warning)   # fewer new tokens than asked: the model's context is full
         if S.trainer is not None and S.trainer.lora is not None and not S.stop_generating:
             adapted = await S.trainer.agenerate(prompt, on_token=_streamer("adapted", S.model.tokenizer), **kw)
             out.update(adapted=adapted.text, adapted_tokens=len(adapted.ids),
