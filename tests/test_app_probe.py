@@ -210,3 +210,35 @@ def test_generate_past_the_models_context_says_so(browser_session):
         page.get_by_role("status").filter(has_text="Generated: change").wait_for(timeout=120_000)
     finally:
         page.close()
+
+
+def test_a_rank_whose_checkpoint_the_tab_cannot_hold_is_refused_with_what_fits(browser_session):
+    """LoRA rank 100000 on the demo model (micro-batch 1, cutoff 64) fits the 4 GB GPU
+    budget (about 3 GB), but its checkpoint needs some 10 GB of the tab's Python memory
+    (wasm32: 4 GiB at most), where it ran out. Now the estimate says so and Fit to device
+    proposes a rank that fits; Train does not start it."""
+    page = open_app(browser_session)
+    try:
+        load_demo(page)
+        _fill(page, max_steps=1, lora_r=100000, lora_alpha=16, **{k: v for k, v in SETTINGS.items()})
+        estimate = page.locator("#memory-estimate", has_text="Python memory")
+        estimate.wait_for(timeout=30_000)
+        text = estimate.text_content()
+        print(f"\n{text}")
+        assert "Too big: its checkpoints need about" in text and "over the 2048 MB it can use" in text, text
+        fit = page.get_by_role("button", name="Fit to device")
+        assert fit.is_visible()
+        page.get_by_role("button", name="Train", exact=True).click()
+        status = page.get_by_role("status").filter(has_text="not started")
+        status.wait_for(timeout=60_000)
+        assert "Python memory" in status.text_content()
+        assert not [m for m in messages(page, "train-state") if m.get("state") == "running"]
+        page.wait_for_function("() => !document.getElementById('train').disabled", timeout=10_000)
+        fit.click()
+        page.locator("#memory-estimate", has_text="Training with these settings").filter(
+            has_not_text="Too big").wait_for(timeout=30_000)
+        r = int(page.locator("#settings [name=lora_r]").input_value())
+        print(f"fitted: {page.locator('#memory-estimate').text_content()} (lora_r {r})")
+        assert 1 <= r < 100000
+    finally:
+        page.close()

@@ -549,12 +549,19 @@ class Model:
         return Activations(self, B, T, modules, lora.R if lora is not None else 0,
                            "checkpoint" if checkpointing else "train", micro_batches)
 
+    # Host (Python) memory a checkpoint needs at its peak, in copies of the adapter's f32
+    # parameters: the parameters and AdamW's two moments read out of the GPU, unpacked,
+    # serialized and joined, the PEFT adapter beside them and the step's adapter snapshot.
+    # Measured with tracemalloc (tests/test_memory_estimate.py): 13-14 copies.
+    HOST_COPIES = 15
+
     def memory_estimate(self, cfg, seq_len: int | None = None, rows: int | None = None) -> dict:
         """GPU bytes a training run with TrainConfig `cfg` allocates: {"total", "largest",
-        "parts": {what: bytes}}. The weights are this model's own buffers; the rest is
+        "parts": {what: bytes}, "host"}. The weights are this model's own buffers; the rest is
         what Activations, the LoRA arena, AdamW and split-K allocate for micro-batches
         of `rows` (default cfg.micro_batch_size) sequences of `seq_len` tokens (default:
-        cfg.cutoff_len, capped at the model's context)."""
+        cfg.cutoff_len, capped at the model's context). "host": not GPU memory, but the
+        Python memory its checkpoints need at their peak (HOST_COPIES; a bound, not exact)."""
         T = seq_len or min(cfg.cutoff_len, int(self.config.get("max_position_embeddings", cfg.cutoff_len)))
         N = (rows or cfg.micro_batch_size) * T
         modules = [m for m in MODULES if m in cfg.target_modules]
@@ -567,7 +574,8 @@ class Model:
                  "lora + adamw": sum(arena.values()) + AdamW.state_bytes(len(shapes)),
                  "split-k": buffer_bytes(4 * self.splitk_floats(N, cfg.lora_r if modules else 0))}
         largest = max([b for _, b in plan] + [arena["params"]])
-        return {"total": sum(parts.values()), "largest": largest, "parts": parts}
+        return {"total": sum(parts.values()), "largest": largest, "parts": parts,
+                "host": self.HOST_COPIES * arena["params"]}
 
     def splitk_floats(self, N: int, R: int = 0) -> int:
         """The split-K scratch a training step of N rows (LoRA rank R) grows to (floats)

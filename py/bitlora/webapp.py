@@ -350,9 +350,15 @@ def _estimate(model, cfg) -> dict:
     return model.memory_estimate(cfg, seq_len=min(S.longest, cfg.cutoff_len) if S.longest else None)
 
 
+# The tab's Python memory a run's checkpoints may take (Model.memory_estimate's "host"):
+# Pyodide's heap is wasm32, at most 4 GiB, and Python, the model's tokenizer and the run's
+# own data need the rest. A checkpoint past it ran the tab's Python out of memory.
+HOST_LIMIT = 2 << 30
+
+
 def _fits(model, cfg, budget) -> bool:
     est = _estimate(model, cfg)
-    return est["largest"] <= _limit(model) and (not budget or est["total"] <= budget)
+    return est["largest"] <= _limit(model) and (not budget or est["total"] <= budget) and est["host"] <= HOST_LIMIT
 
 
 def shortest_cutoff(model) -> int:
@@ -394,7 +400,9 @@ def estimate_message(model, cfg, budget: int | None = None) -> dict:
     out = {"type": "estimate", "fits": fits, "bytes": total, "largest": largest, "limit": limit, "proposal": None}
     if not fits:
         why = (f"its largest buffer ({_mb(largest)}) is over the device's {_mb(limit)}" if largest > limit
-               else f"{_mb(total)} is over your budget of {_mb(budget)}")
+               else f"{_mb(total)} is over your budget of {_mb(budget)}" if budget and total > budget
+               else f"its checkpoints need about {_mb(est['host'])} of this tab's Python memory (the adapter "
+                    f"and AdamW's moments, copied out of the GPU), over the {_mb(HOST_LIMIT)} it can use")
         text += f" Too big: {why}."
         floor = shortest_cutoff(model)
         fit = fit_settings(cfg, lambda c: _fits(model, c, budget), floor)
