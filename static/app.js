@@ -287,17 +287,28 @@ $("load-demo-data").onclick = () => loadData({ source: "demo" });
 $("data-file").onchange = (e) => { const f = e.target.files[0]; if (f) loadData({ source: "file", file: f, name: f.name }); };
 $("data-url-load").onclick = () => { const url = $("data-url").value.trim(); if (url) loadData({ source: "url", url }); };
 
-// Choosing a radio starts that source: the demo loads, a file or folder opens its picker,
-// a URL waits for its field. Until something loads, the radios keep showing what is loaded.
+// Choosing a radio switches the source and nothing more: the demo loads (it needs nothing
+// else); a file, folder or URL waits for its own control, and the status says which. Arrow
+// keys check each radio they pass, so a radio that opened a file chooser or moved the focus
+// would do that to a keyboard user only passing through (it did). What is loaded shows
+// beside the model and dataset; after a load (or a failed one) the radios show it again.
+const SOURCE_HINTS = {
+  "model/file": "Model source: a file. Choose the .gguf with Model file",
+  "model/folder": "Model source: a folder. Choose a Hugging Face model folder with Model folder",
+  "model/url": "Model source: a URL. Type a repo id or URL into Model URL and press Enter or Load URL",
+  "data/file": "Dataset source: a file. Choose the JSON or JSONL file with Dataset file",
+  "data/url": "Dataset source: a URL. Type it into Dataset URL and press Enter or Load URL",
+};
 for (const what of ["model", "data"]) {
   for (const el of document.querySelectorAll(`input[name=${what}-source]`)) {
     el.addEventListener("change", () => {
       const v = el.value;
-      syncRadios();
-      if (v === "demo" && loaded[what].source !== "demo") (what === "model" ? loadModel : loadData)({ source: "demo" });
-      else if (v === "file") $(`${what}-file`).click();
-      else if (v === "folder") $("model-folder").click();
-      else if (v === "url") $(`${what}-url`).focus();
+      if (v === "demo") {
+        if (loaded[what].source !== "demo") (what === "model" ? loadModel : loadData)({ source: "demo" });
+        return;
+      }
+      const now = loaded[what].name || (what === "model" ? "the demo model" : "the demo dataset");
+      setStatus(`${SOURCE_HINTS[`${what}/${v}`]}; until it loads, Train uses ${now}.`);
     });
   }
 }
@@ -377,6 +388,15 @@ function showSkipped(n) {
   const el = $("skipped-steps");
   el.textContent = `Skipped steps (NaN/Inf gradients): ${n}`;
   el.className = n ? "warning" : "muted";
+}
+
+// When a checkpoint was saved, in the user's time zone and as an age ("3 min ago").
+function savedWhen(m) {
+  if (typeof m.saved_unix !== "number") return m.saved_at || "at an unknown time";   // an older session.json
+  const age = Math.max(0, Date.now() / 1000 - m.saved_unix);
+  const ago = age < 60 ? "just now" : age < 3600 ? `${Math.floor(age / 60)} min ago`
+    : age < 86400 ? `${Math.floor(age / 3600)} h ago` : `${Math.floor(age / 86400)} days ago`;
+  return `${new Date(m.saved_unix * 1000).toLocaleString()} (${ago})`;
 }
 
 function fmtTime(s) {
@@ -513,7 +533,9 @@ const handlers = {
     $("gen-base-speed").textContent = genSpeed(m.base_tokens, m.base_tokens_per_s);
     $("gen-adapted").textContent = m.adapted ?? (m.stopped ? "" : "(no adapter yet: train first)");
     $("gen-adapted-speed").textContent = m.adapted == null ? "" : genSpeed(m.adapted_tokens, m.adapted_tokens_per_s);
-    setStatus(m.stopped ? "Generation stopped." : "Generated: change the instruction and Generate again, or train further.");
+    if (m.warning) log(`generate: ${m.warning}`, "error");
+    setStatus(m.stopped ? "Generation stopped." : m.warning ? `Generated, but ${m.warning}.`
+      : "Generated: change the instruction and Generate again, or train further.", m.warning ? "warning" : "");
   },
   export: (m) => {
     for (const f of m.files) download(f.name, f.bytes);
@@ -522,11 +544,12 @@ const handlers = {
   },
   checkpoint: (m) => {
     if (m.available) {
-      banner(`${m.reason ? m.reason + " " : ""}A training checkpoint from ${m.saved_at} (step ${m.step} of `
-             + `${m.total_steps}) is in this browser's storage.`,
+      banner(`${m.reason ? m.reason + " " : ""}A training checkpoint is in this browser's storage: `
+             + `${m.model || "a model"} on ${m.data || "a dataset"}, step ${m.step} of ${m.total_steps}, `
+             + `saved ${savedWhen(m)}.`,
              { label: "Resume training", run: () => { trainState = "starting"; updateButtons(); py.send({ type: "resume-checkpoint" }); } });
     } else if (m.saved) {
-      log(`checkpoint saved at step ${m.step}`);
+      log(`checkpoint saved at step ${m.step}${m.seconds != null ? ` (${m.seconds.toFixed(2)} s)` : ""}`);
     } else if (m.saved === false) {
       log(m.text, "error");
       banner(m.text);
@@ -541,7 +564,10 @@ const handlers = {
       modelReady = loaded.model.name !== "";
     }
     if (m.where === "model" || m.where === "dataset" || m.where === "data") { loading = ""; syncRadios(); }
-    if (m.where === "generate") generating = false;
+    if (m.where === "generate") {
+      generating = false;
+      for (const id of ["gen-base", "gen-adapted"]) if ($(id).textContent === "…") $(id).textContent = "";
+    }
     updateButtons();
   },
 };

@@ -46,3 +46,29 @@ def test_a_micro_batch_larger_than_the_data_allocates_for_the_data():
     assert est64 == est3 and loss64 == loss3 and abs(peak64 - peak3) <= 1024
     full = model.memory_estimate(TrainConfig(micro_batch_size=64, grad_accum=1, cutoff_len=64), seq_len=64)
     assert peak64 < full["total"] / 4   # what 64 rows would have taken
+
+
+@pytest.mark.parametrize("r", [256, 2048])
+def test_host_estimate_bounds_what_a_checkpoint_takes_in_python(r, tmp_path):
+    """memory_estimate's "host" (the page refuses a run past the tab's Python memory with
+    it: r 100000 on the demo ran the tab out of memory at its first checkpoint) bounds the
+    Python heap's peak over steps with the page's adapter snapshot and a checkpoint, and
+    is not loose by more than 2x (tracemalloc, above what was allocated before)."""
+    import tracemalloc
+    model = load_model(str(MODEL_DIR))
+    trainer = Trainer(model, "demo", TrainConfig(max_steps=2, lora_r=r, micro_batch_size=1, cutoff_len=64,
+                                                  save_every=2, out=str(tmp_path)))
+    trainer.keep_adapter = True                  # as the page trains: a copy of the adapter each step
+    gpu.run(trainer.setup())
+    est = trainer.memory_estimate()["host"]
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        trainer.train()
+        peak = tracemalloc.get_traced_memory()[1] - base
+    finally:
+        tracemalloc.stop()
+        trainer.close()
+    print(f"r {r}: host estimate {est / 2**20:.1f} MiB, traced peak {peak / 2**20:.1f} MiB "
+          f"({peak / (est / model.HOST_COPIES):.1f} copies of the adapter)")
+    assert est / 2 <= peak <= est, (est, peak)

@@ -241,6 +241,33 @@ def test_native_api_plain_calls(folders):
     assert isinstance(out.text, str) and len(out.ids) <= 3
 
 
+def test_generate_stays_within_the_models_context():
+    """Prompt + new tokens past max_position_embeddings (512 for the demo model) ran on at
+    positions the model never saw (RoPE extrapolated: garbage, no word said). Now the new
+    tokens are cut to what fits, with a warning; a prompt that fills the context is a
+    ValueError saying how long it may be; the API's Trainer.generate says the same."""
+    import warnings
+    import bitlora
+    m = bitlora.load_model("demo")
+    assert m.config["max_position_embeddings"] == 512
+    ids = m.tokenizer.encode("word " * 600, add_special_tokens=True)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = m.generate(ids[:500], max_new_tokens=48, temperature=100.0)   # EOS unlikely: all 12 come
+        fits = m.generate(ids[:400], max_new_tokens=48)
+    assert len(out.ids) == 12, len(out.ids)
+    assert out.warning == ("the prompt's 500 tokens + 48 new tokens go past the model's context of 512 tokens: "
+                           "generating at most 12 new tokens"), out.warning
+    assert [str(w.message) for w in caught] == ["generate: " + out.warning]      # only the one past it
+    assert fits.warning == ""
+    with pytest.raises(ValueError, match=r"the prompt is 512 tokens and the model's context "
+                                         r"\(max_position_embeddings\) is 512: shorten the prompt to at most 511"):
+        m.generate(ids[:512], max_new_tokens=4)
+    tr = bitlora.Trainer(m, "demo", max_steps=1)
+    with pytest.raises(ValueError, match="shorten the prompt"):
+        tr.generate({"instruction": "word " * 600})
+
+
 def test_nothing_recompiles(run_case, folders):
     r = run_case("model_cases", "case_compile_once", files=files_of(folders["online_f32"]), ids=IDS)
     assert r["again"] == 0, r   # (first may be 0: the device and its pipelines outlive a case)

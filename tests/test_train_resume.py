@@ -149,6 +149,31 @@ def test_atrain_until_step_goes_on_where_it_stopped_and_awaits_the_checkpoint_ho
     assert [m["loss"] for m in tr.metrics] == [m["loss"] for m in full.metrics]   # bitwise
 
 
+def test_save_first_and_save_interval_add_checkpoints_and_change_nothing_else(tiny_model, tmp_path):
+    """save_first writes a checkpoint after the first step (the page: a reload before the
+    first save_every checkpoint lost every step); save_interval_s one whenever that long
+    has passed, at least 20 x the last save's duration apart; the losses stay bitwise."""
+    import time
+    full = Trainer(tiny_model, RECORDS, CFG, out=str(tmp_path / "full"))
+    full.train()
+    runs = {}
+    for name, first, interval in (("first", True, None), ("never", False, 1e9), ("always", False, 0.0)):
+        tr = Trainer(tiny_model, RECORDS, dict(CFG, save_every=4), out=str(tmp_path / name))
+        tr.save_first, tr.save_interval_s = first, interval
+        saved = []
+        tr.on_checkpoint = lambda step, tr=tr, saved=saved: saved.append((step, time.monotonic(), tr.save_s))
+        tr.train()
+        runs[name] = saved
+        assert [m["loss"] for m in tr.metrics] == [m["loss"] for m in full.metrics], name   # bitwise
+    assert [s for s, _, _ in runs["first"]] == [1, 4]
+    assert [s for s, _, _ in runs["never"]] == [4]
+    always = runs["always"]
+    assert always[0][0] == 1 and 4 in [s for s, _, _ in always]
+    for (s0, t0, _), (s1, t1, cost) in zip(always, always[1:]):   # cost: what s0's save took
+        assert s1 > s0 and (s1 % 4 == 0 or t1 - t0 >= 20 * cost), (s0, s1, t1 - t0, cost)
+    print(f"\nsave_interval_s 0: checkpoints at steps {[s for s, _, _ in always]}")
+
+
 def test_cli_train_writes_peft_files_and_metrics(tmp_path):
     out = tmp_path / "out"
     bin_ = pathlib.Path(sys.executable).parent / "bitlora"

@@ -47,6 +47,7 @@ import math
 import os
 import struct
 import time
+import warnings
 from dataclasses import dataclass
 
 from .formats.tensors import FloatTensor, TernaryTensor, f16_to_f32
@@ -195,6 +196,7 @@ class Generation:
     total_s: float = 0.0         # from the call to the last id
     host_s: float = 0.0          # of which recording and submitting (not waiting for the GPU)
     dispatches: int = 0          # kernels recorded (dropped steps included)
+    warning: str = ""            # why fewer new tokens than asked could come (the model's context)
 
     def tokens_per_s(self) -> float:
         """Decoding speed: the ids after the first, over the time after the first."""
@@ -547,12 +549,19 @@ class Model:
         return Activations(self, B, T, modules, lora.R if lora is not None else 0,
                            "checkpoint" if checkpointing else "train", micro_batches)
 
+    # Host (Python) memory a checkpoint needs at its peak, in copies of the adapter's f32
+    # parameters: the parameters and AdamW's two moments read out of the GPU, unpacked,
+    # serialized and joined, the PEFT adapter beside them and the step's adapter snapshot.
+    # Measured with tracemalloc (tests/test_memory_estimate.py): 13-14 copies.
+    HOST_COPIES = 15
+
     def memory_estimate(self, cfg, seq_len: int | None = None, rows: int | None = None) -> dict:
         """GPU bytes a training run with TrainConfig `cfg` allocates: {"total", "largest",
-        "parts": {what: bytes}}. The weights are this model's own buffers; the rest is
+        "parts": {what: bytes}, "host"}. The weights are this model's own buffers; the rest is
         what Activations, the LoRA arena, AdamW and split-K allocate for micro-batches
         of `rows` (default cfg.micro_batch_size) sequences of `seq_len` tokens (default:
-        cfg.cutoff_len, capped at the model's context)."""
+        cfg.cutoff_len, capped at the model's context). "host": not GPU memory, but the
+        Python memory its checkpoints need at their peak (HOST_COPIES; a bound, not exact)."""
         T = seq_len or min(cfg.cutoff_len, int(self.config.get("max_position_embeddings", cfg.cutoff_len)))
         N = (rows or cfg.micro_batch_size) * T
         modules = [m for m in MODULES if m in cfg.target_modules]
@@ -565,7 +574,8 @@ class Model:
                  "lora + adamw": sum(arena.values()) + AdamW.state_bytes(len(shapes)),
                  "split-k": buffer_bytes(4 * self.splitk_floats(N, cfg.lora_r if modules else 0))}
         largest = max([b for _, b in plan] + [arena["params"]])
-        return {"total": sum(parts.values()), "largest": largest, "parts": parts}
+        return {"total": sum(parts.values()), "largest": largest, "parts": parts,
+                "host": self.HOST_COPIES * arena["params"]}
 
     def splitk_floats(self, N: int, R: int = 0) -> int:
         """The split-K scratch a training step of N rows (LoRA rank R) grows to (floats)
@@ -1008,6 +1018,26 @@ class Model:
             start, size = start + size, 2 * size
         return parts
 
+    def fit_context(self, prompt_tokens: int, max_new_tokens: int) -> tuple:
+        """(new tokens that fit, warning) for a prompt of prompt_tokens: prompt + new tokens
+        stay within the model's context (max_position_embeddings; past it the positions are
+        ones the model never saw, RoPE extrapolates and the text is garbage). A prompt that
+        fills the context is a ValueError; fewer new tokens come with a warning (also
+        warnings.warn), "" when all fit or the model names no context."""
+        ctx = self.config.get("max_position_embeddings")
+        if not ctx or prompt_tokens + max_new_tokens <= int(ctx):
+            return max_new_tokens, ""
+        ctx = int(ctx)
+        if prompt_tokens >= ctx:
+            raise ValueError(f"generate: the prompt is {prompt_tokens} tokens and the model's context "
+                             f"(max_position_embeddings) is {ctx}: shorten the prompt to at most {ctx - 1} "
+                             "tokens")
+        fit = ctx - prompt_tokens
+        warning = (f"the prompt's {prompt_tokens} tokens + {max_new_tokens} new tokens go past the model's "
+                   f"context of {ctx} tokens: generating at most {fit} new tokens")
+        warnings.warn("generate: " + warning, stacklevel=2)
+        return fit, warning
+
     async def agenerate(self, prompt, max_new_tokens: int = 64, temperature: float = 0.0, top_p: float = 1.0,
                         seed: int = 0, lora=None, on_token=None, should_stop=None, eos=None) -> Generation:
         """Continue `prompt` (text, encoded with the tokenizer's BOS template; or a list
@@ -1023,7 +1053,9 @@ class Model:
         steps late and the steps after it are dropped. on_token(id, ids so far) is called
         (and awaited if it returns an awaitable) as each id arrives; should_stop() -> True
         ends the generation there (Generation.stopped). eos: the ids that end it (default
-        eos_ids(); benchmarks pass an empty set)."""
+        eos_ids(); benchmarks pass an empty set). Prompt + new tokens stay within the
+        model's context (fit_context: fewer new tokens, with Generation.warning; a prompt
+        that fills it is a ValueError)."""
         if isinstance(prompt, str):
             if self.tokenizer is None:
                 raise ValueError("generate: this model has no tokenizer; pass token ids")
@@ -1035,11 +1067,12 @@ class Model:
             ids = [int(t) for t in prompt]
         if not ids:
             raise ValueError("generate: empty prompt")
+        max_new_tokens, warning = self.fit_context(len(ids), max_new_tokens)
         dev, eos = self.dev, self.eos_ids() if eos is None else set(eos)
         cache = self.kv_cache(1, len(ids) + max_new_tokens)
         g = self._sampler(max_new_tokens)
         dev.write(g.state, sampler_state(seed, temperature, top_p))
-        out = Generation("", [], ids)
+        out = Generation("", [], ids, warning=warning)
         t0, d0 = time.perf_counter(), dev.dispatches
         pending, recorded, done = collections.deque(), 0, False
         while True:

@@ -33,6 +33,7 @@ def post(msg: dict) -> None:
 
 
 CKPT = "/bitlora-ckpt"          # IndexedDB-backed folder: checkpoints survive a reload
+SAVE_INTERVAL_S = 60            # besides save_every and the first step: a reload loses about a minute at most
 
 
 class Session:
@@ -349,9 +350,15 @@ def _estimate(model, cfg) -> dict:
     return model.memory_estimate(cfg, seq_len=min(S.longest, cfg.cutoff_len) if S.longest else None)
 
 
+# The tab's Python memory a run's checkpoints may take (Model.memory_estimate's "host"):
+# Pyodide's heap is wasm32, at most 4 GiB, and Python, the model's tokenizer and the run's
+# own data need the rest. A checkpoint past it ran the tab's Python out of memory.
+HOST_LIMIT = 2 << 30
+
+
 def _fits(model, cfg, budget) -> bool:
     est = _estimate(model, cfg)
-    return est["largest"] <= _limit(model) and (not budget or est["total"] <= budget)
+    return est["largest"] <= _limit(model) and (not budget or est["total"] <= budget) and est["host"] <= HOST_LIMIT
 
 
 def shortest_cutoff(model) -> int:
@@ -393,7 +400,9 @@ def estimate_message(model, cfg, budget: int | None = None) -> dict:
     out = {"type": "estimate", "fits": fits, "bytes": total, "largest": largest, "limit": limit, "proposal": None}
     if not fits:
         why = (f"its largest buffer ({_mb(largest)}) is over the device's {_mb(limit)}" if largest > limit
-               else f"{_mb(total)} is over your budget of {_mb(budget)}")
+               else f"{_mb(total)} is over your budget of {_mb(budget)}" if budget and total > budget
+               else f"its checkpoints need about {_mb(est['host'])} of this tab's Python memory (the adapter "
+                    f"and AdamW's moments, copied out of the GPU), over the {_mb(HOST_LIMIT)} it can use")
         text += f" Too big: {why}."
         floor = shortest_cutoff(model)
         fit = fit_settings(cfg, lambda c: _fits(model, c, budget), floor)
@@ -509,10 +518,12 @@ async def _store_checkpoint(trainer, step: int) -> None:
     IDBFS copies the changed files in one IndexedDB transaction (a quota error or a
     reload aborts it whole); even where only some files get through, the state file is
     one entry, old or new, and the resume offer takes the step from it."""
+    t0 = time.monotonic()
     try:
         with open(CKPT + "/session.json", "w") as f:
             json.dump({"model": S.model_source, "data_name": S.data_name, "step": step,
-                       "total_steps": trainer.total_steps, "saved_at": time.strftime("%Y-%m-%d %H:%M:%S")}, f)
+                       "total_steps": trainer.total_steps, "saved_at": time.strftime("%Y-%m-%d %H:%M:%S"),
+                       "saved_unix": time.time()}, f)     # the page shows it in the user's time zone
         await _syncfs(False)
     except Exception as e:  # noqa: BLE001 - quota exceeded, IndexedDB gone: keep training
         kept = f"the last saved one is step {S.saved_step}" if S.saved_step else "none is saved yet"
@@ -521,7 +532,7 @@ async def _store_checkpoint(trainer, step: int) -> None:
                       f"storage may be full. Training continues; {kept}."})
         return
     S.saved_step = step
-    post({"type": "checkpoint", "saved": True, "step": step})
+    post({"type": "checkpoint", "saved": True, "step": step, "seconds": time.monotonic() - t0})
 
 
 async def _run_training(trainer, resumed: bool) -> None:
@@ -540,6 +551,7 @@ async def _run_training(trainer, resumed: bool) -> None:
 
     trainer.on_micro = on_micro
     trainer.keep_adapter = True      # Export answers from the last step's copy, even mid-step
+    trainer.save_first, trainer.save_interval_s = True, SAVE_INTERVAL_S   # a reload loses little
     if can_save:
         with open(CKPT + "/records.json", "w") as f:   # reaches IndexedDB with the first checkpoint
             json.dump(S.records, f)
@@ -660,7 +672,8 @@ async def on_checkpoint_query(reason: str = "") -> bool:
         return False
     post({"type": "checkpoint", "available": True, "step": st.step, "reason": reason,
           "total_steps": info.get("total_steps"), "saved_at": info.get("saved_at"),
-          "model": (info.get("model") or {}).get("name")})
+          "saved_unix": info.get("saved_unix"), "model": (info.get("model") or {}).get("name"),
+          "data": info.get("data_name")})
     return True
 
 
@@ -742,8 +755,13 @@ async def on_generate(msg: dict) -> None:
     out = {"type": "generated", "base": "", "adapted": None, "stopped": False}
     try:
         kw = dict(max_new_tokens=n, temperature=temp, seed=0, should_stop=lambda: S.stop_generating)
-        base = await S.model.agenerate(prompt, on_token=_streamer("base", S.model.tokenizer), **kw)
-        out.update(base=base.text, base_tokens=len(base.ids), base_tokens_per_s=base.tokens_per_s())
+        try:
+            base = await S.model.agenerate(prompt, on_token=_streamer("base", S.model.tokenizer), **kw)
+        except ValueError as e:      # a prompt that fills the model's context, a lone surrogate
+            post({"type": "error", "where": "generate", "text": str(e).removeprefix("generate: ")})
+            return
+        out.update(base=base.text, base_tokens=len(base.ids), base_tokens_per_s=base.tokens_per_s(),
+                   warning=base.warning)   # fewer new tokens than asked: the model's context is full
         if S.trainer is not None and S.trainer.lora is not None and not S.stop_generating:
             adapted = await S.trainer.agenerate(prompt, on_token=_streamer("adapted", S.model.tokenizer), **kw)
             out.update(adapted=adapted.text, adapted_tokens=len(adapted.ids),
