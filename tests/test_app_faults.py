@@ -44,6 +44,14 @@ def load_demo(page):
     page.locator("#data-summary", has_text="usable").wait_for(timeout=60_000)
 
 
+def train_demo_steps(page, steps: int):
+    """Load the demo model and dataset, train `steps` steps with SETTINGS, wait for the end."""
+    load_demo(page)
+    _fill(page, max_steps=steps, **SETTINGS)
+    page.get_by_role("button", name="Train", exact=True).click()
+    page.get_by_role("status").filter(has_text="finished").wait_for(timeout=300_000)
+
+
 def messages(page, kind):
     """The worker's messages of one type, their plain (non-object) fields only."""
     return page.evaluate("(k) => bitloraTest.messages.filter((m) => m.type === k).map((m) => "
@@ -280,10 +288,7 @@ def test_out_of_gpu_memory_says_what_fits_keeps_the_checkpoint_and_the_page(brow
     Then a WebGPU GPUOutOfMemoryError in mid-run stops that run the same way."""
     page = open_app(browser_session)
     try:
-        load_demo(page)
-        _fill(page, max_steps=2, **SETTINGS)
-        page.get_by_role("button", name="Train", exact=True).click()
-        page.get_by_role("status").filter(has_text="finished").wait_for(timeout=300_000)
+        train_demo_steps(page, 2)
         res = page.evaluate("(code) => bitloraTest.run(code, 60000)", LIMIT)
         assert res["ok"], res
         page.evaluate("() => { bitloraTest.messages.length = 0; }")

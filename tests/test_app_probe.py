@@ -13,7 +13,7 @@ import json
 import pytest
 
 from test_app import _fill, held, hold, pyrun, release
-from test_app_faults import SETTINGS, load_demo, messages, offered_step, open_app, reload, wait_for
+from test_app_faults import SETTINGS, load_demo, messages, offered_step, open_app, reload, train_demo_steps, wait_for
 
 pytestmark = pytest.mark.browser   # headless Chromium: skipped by -m "not browser"
 
@@ -24,10 +24,7 @@ def test_a_finished_run_resumed_after_a_reload_can_be_exported(browser_session):
     (has_adapter was false: the resumed run took no new step, so it had no snapshot)."""
     page = open_app(browser_session)
     try:
-        load_demo(page)
-        _fill(page, max_steps=2, **SETTINGS)
-        page.get_by_role("button", name="Train", exact=True).click()
-        page.get_by_role("status").filter(has_text="finished").wait_for(timeout=300_000)
+        train_demo_steps(page, 2)
         reload(page)
         assert offered_step(page) == 2
         page.get_by_role("button", name="Resume training").click()
@@ -131,10 +128,7 @@ def test_a_reload_before_the_first_interval_checkpoint_keeps_the_steps_and_the_o
                                 for a, b in [(1, 2), (3, 4), (10, 7), (2, 9), (5, 5), (12, 30)]]))
     page = open_app(browser_session)
     try:
-        load_demo(page)
-        _fill(page, max_steps=2, **SETTINGS)
-        page.get_by_role("button", name="Train", exact=True).click()
-        page.get_by_role("status").filter(has_text="finished").wait_for(timeout=300_000)
+        train_demo_steps(page, 2)
         page.get_by_label("Dataset file").set_input_files(str(data))
         page.get_by_role("status").filter(has_text="Dataset loaded").wait_for(timeout=60_000)
         _fill(page, **dict(SETTINGS, max_steps=6, save_every=10))
