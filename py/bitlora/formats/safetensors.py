@@ -100,24 +100,28 @@ def scalar_value(data: bytes, dtype: str) -> float:
 
 # -- whole files: adapters and training states ------------------------------------
 
-def _f32_bytes(data, n: int, name: str) -> bytes:
+def _f32_view(data, n: int, name: str):
+    """The little-endian bytes of n f32 values as a buffer to copy from (no copy made
+    where data already is bytes or a little-endian array('f'))."""
     if isinstance(data, (bytes, bytearray, memoryview)):
-        raw = bytes(data)
+        raw = memoryview(data).cast("B")
     else:
         arr = data if isinstance(data, array.array) and data.typecode == "f" else array.array("f", data)
         if sys.byteorder == "big":
             arr = array.array("f", arr)
             arr.byteswap()
-        raw = arr.tobytes()
+        raw = memoryview(arr).cast("B")
     if len(raw) != 4 * n:
         raise ValueError(f"{name}: {len(raw)} bytes for {n} f32 values")
     return raw
 
 
-def dumps(tensors: dict, metadata: dict | None = None) -> bytes:
+def dumps(tensors: dict, metadata: dict | None = None) -> bytearray:
     """safetensors bytes of {name: (shape, f32 values as array('f') / sequence / bytes)};
-    names sorted, header padded with spaces to 8 bytes (the layout other writers produce too)."""
-    header, chunks, off = {}, [], 0
+    names sorted, header padded with spaces to 8 bytes (the layout other writers produce too).
+    Each tensor is copied once, into the one buffer returned: a checkpoint's moments and
+    parameters are most of the page's Python memory when it is written."""
+    header, views, off = {}, [], 0
     if metadata:
         header["__metadata__"] = {str(k): str(v) for k, v in metadata.items()}
     for name in sorted(tensors):
@@ -125,13 +129,20 @@ def dumps(tensors: dict, metadata: dict | None = None) -> bytes:
         n = 1
         for d in shape:
             n *= int(d)
-        raw = _f32_bytes(data, n, name)
+        raw = _f32_view(data, n, name)
         header[name] = {"dtype": "F32", "shape": [int(d) for d in shape], "data_offsets": [off, off + len(raw)]}
-        chunks.append(raw)
+        views.append(raw)
         off += len(raw)
     h = json.dumps(header, separators=(",", ":")).encode()
     h += b" " * (-len(h) % 8)
-    return struct.pack("<Q", len(h)) + h + b"".join(chunks)
+    out = bytearray(8 + len(h) + off)
+    struct.pack_into("<Q", out, 0, len(h))
+    at = 8 + len(h)
+    out[8:at] = h
+    for raw in views:
+        out[at:at + len(raw)] = raw
+        at += len(raw)
+    return out
 
 
 def loads(buf: bytes, name: str = "safetensors") -> tuple:
