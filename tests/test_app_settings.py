@@ -65,7 +65,7 @@ def test_every_setting_survives_a_reload_and_is_used(browser_session):
 
         page.get_by_role("button", name="Load demo model").click()
         page.locator("#memory-estimate", has_text="your budget is 1234 MB").wait_for(timeout=120_000)
-        page.get_by_role("button", name="Load URL").first.click()         # org/some-model@v2 on the mirror
+        page.get_by_role("button", name="Load URL: model", exact=True).click()   # org/some-model@v2 on the mirror
         failed = page.get_by_role("status").filter(has_text="model: ")
         failed.wait_for(timeout=60_000)
         assert "http://127.0.0.1:9/mirror/org/some-model/resolve/v2/config.json" in failed.text_content()

@@ -265,7 +265,7 @@ def test_a_foreign_origin_is_refused_with_a_reason_unless_allowed(browser_sessio
             page.goto(allowed.url)
             page.get_by_role("status").filter(has_text="press Train").wait_for(timeout=120_000)
             page.get_by_label("Dataset URL").fill(foreign + "/data.json")
-            page.get_by_role("button", name="Load URL").nth(1).click()
+            page.get_by_role("button", name="Load URL: dataset", exact=True).click()   # one button of that name
             page.get_by_role("status").filter(has_text="Dataset loaded: 1 usable").wait_for(timeout=60_000)
             assert page.evaluate("() => document.querySelector('input[name=data-source]:checked').value") == "url"
             page.get_by_label("Dataset URL").fill(foreign + "/missing.json")
