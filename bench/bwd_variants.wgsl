@@ -334,3 +334,142 @@ fn bwd_fma(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id)
     bl_store(n0 + ty + 48u, c0, a30, wid.z); bl_store(n0 + ty + 48u, c1, a31, wid.z);
 }
 
+
+// ---------------------------------------------------------------------------- bwd_k32_v4, bwd_2s_v4
+// The kept kernel (dy read as vec4s at binding 5: entries ending in _v4 get it) with fewer
+// barriers per product. bwd_k32_v4: chunks of 32 o, not 16 (two barriers per 32 o, two
+// dy quads and four weight words prefetched a thread; 24 KB of workgroup memory; split
+// unit 32). bwd_2s_v4: 16-o chunks in two staging buffers, one barrier per chunk (the next
+// chunk is stored into the other buffer while no thread reads it). Both sum o in order,
+// as the kept kernel: the same bits.
+@group(0) @binding(5) var<storage, read> v4_dy4: array<vec4<f32>>;
+var<workgroup> k32_dy: array<array<vec4<f32>, 8>, 64>;    // [row][o quad], 32 o
+var<workgroup> k32_w: array<array<vec4<f32>, 32>, 32>;    // [o][column quad]
+var<workgroup> s2_dy: array<array<array<vec4<f32>, 4>, 64>, 2>;   // [buffer][row][o quad]
+var<workgroup> s2_w: array<array<array<vec4<f32>, 32>, 16>, 2>;   // [buffer][o][column quad]
+
+struct V4Sums { a00: vec4<f32>, a01: vec4<f32>, a10: vec4<f32>, a11: vec4<f32>,
+                a20: vec4<f32>, a21: vec4<f32>, a30: vec4<f32>, a31: vec4<f32> };
+
+fn v4_dy_quad(n: u32, o: u32, oend: u32) -> vec4<f32> {   // dy[n, o .. o+3], 0 past the edges
+    if (n >= bl_p.n) { return vec4<f32>(0.0); }
+    let at = n * bl_p.o + o;
+    if (bl_p.o % 4u == 0u && o + 3u < oend) { return v4_dy4[at / 4u]; }
+    var v = vec4<f32>(0.0);
+    for (var c = 0u; c < 4u; c++) {
+        if (o + c < oend) { v[c] = bl_dy[at + c]; }
+    }
+    return v;
+}
+
+fn v4_w_at(o: u32, wi: u32, oend: u32) -> u32 {
+    if (o < oend && wi < (bl_p.i + 15u) / 16u) { return bl_w[o * ((bl_p.i + 15u) / 16u) + wi]; }
+    return 0x55555555u;
+}
+
+// one o of a quad's products: dy values d0..d3 of the thread's rows against weights w0, w1
+fn v4_o(acc: V4Sums, d0: f32, d1: f32, d2: f32, d3: f32, w0: vec4<f32>, w1: vec4<f32>) -> V4Sums {
+    var s = acc;
+    s.a00 += d0 * w0; s.a01 += d0 * w1; s.a10 += d1 * w0; s.a11 += d1 * w1;
+    s.a20 += d2 * w0; s.a21 += d2 * w1; s.a30 += d3 * w0; s.a31 += d3 * w1;
+    return s;
+}
+
+fn k32_oq(acc: V4Sums, oq: u32, ty: u32, tx: u32) -> V4Sums {
+    let d0 = k32_dy[ty][oq]; let d1 = k32_dy[ty + 16u][oq];
+    let d2 = k32_dy[ty + 32u][oq]; let d3 = k32_dy[ty + 48u][oq];
+    var s = v4_o(acc, d0.x, d1.x, d2.x, d3.x, k32_w[oq * 4u][tx], k32_w[oq * 4u][tx + 16u]);
+    s = v4_o(s, d0.y, d1.y, d2.y, d3.y, k32_w[oq * 4u + 1u][tx], k32_w[oq * 4u + 1u][tx + 16u]);
+    s = v4_o(s, d0.z, d1.z, d2.z, d3.z, k32_w[oq * 4u + 2u][tx], k32_w[oq * 4u + 2u][tx + 16u]);
+    return v4_o(s, d0.w, d1.w, d2.w, d3.w, k32_w[oq * 4u + 3u][tx], k32_w[oq * 4u + 3u][tx + 16u]);
+}
+
+fn s2_oq(acc: V4Sums, b: u32, oq: u32, ty: u32, tx: u32) -> V4Sums {
+    let d0 = s2_dy[b][ty][oq]; let d1 = s2_dy[b][ty + 16u][oq];
+    let d2 = s2_dy[b][ty + 32u][oq]; let d3 = s2_dy[b][ty + 48u][oq];
+    var s = v4_o(acc, d0.x, d1.x, d2.x, d3.x, s2_w[b][oq * 4u][tx], s2_w[b][oq * 4u][tx + 16u]);
+    s = v4_o(s, d0.y, d1.y, d2.y, d3.y, s2_w[b][oq * 4u + 1u][tx], s2_w[b][oq * 4u + 1u][tx + 16u]);
+    s = v4_o(s, d0.z, d1.z, d2.z, d3.z, s2_w[b][oq * 4u + 2u][tx], s2_w[b][oq * 4u + 2u][tx + 16u]);
+    return v4_o(s, d0.w, d1.w, d2.w, d3.w, s2_w[b][oq * 4u + 3u][tx], s2_w[b][oq * 4u + 3u][tx + 16u]);
+}
+
+fn v4_store_all(acc: V4Sums, n0: u32, ty: u32, wq0: u32, tx: u32, z: u32) {
+    let c0 = (wq0 * 4u + tx) * 4u;
+    let c1 = (wq0 * 4u + tx + 16u) * 4u;
+    bl_store(n0 + ty, c0, acc.a00, z); bl_store(n0 + ty, c1, acc.a01, z);
+    bl_store(n0 + ty + 16u, c0, acc.a10, z); bl_store(n0 + ty + 16u, c1, acc.a11, z);
+    bl_store(n0 + ty + 32u, c0, acc.a20, z); bl_store(n0 + ty + 32u, c1, acc.a21, z);
+    bl_store(n0 + ty + 48u, c0, acc.a30, z); bl_store(n0 + ty + 48u, c1, acc.a31, z);
+}
+
+@compute @workgroup_size(16, 16)
+fn bwd_k32_v4(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
+    let tx = lid3.x;
+    let ty = lid3.y;
+    let lid = ty * 16u + tx;
+    let n0 = wid.y * 64u;
+    let wq0 = wid.x * 8u;
+    let obeg = wid.z * bl_p.ko;
+    let oend = min(bl_p.o, (wid.z + 1u) * bl_p.ko);
+    let sr = lid / 4u;       // staged dy: row sr, o quads sq and sq + 4
+    let sq = lid % 4u;
+    let wo0 = lid / 32u;     // staged weights: o wo0 + 8m (m < 4), column quad lid % 32
+    let wq = lid % 32u;
+    let wi = wq0 + wq / 4u;
+    var p0 = v4_dy_quad(n0 + sr, obeg + 4u * sq, oend); var p1 = v4_dy_quad(n0 + sr, obeg + 16u + 4u * sq, oend);
+    var pw0 = v4_w_at(obeg + wo0, wi, oend); var pw1 = v4_w_at(obeg + wo0 + 8u, wi, oend);
+    var pw2 = v4_w_at(obeg + wo0 + 16u, wi, oend); var pw3 = v4_w_at(obeg + wo0 + 24u, wi, oend);
+    var acc = V4Sums();
+    for (var o0 = obeg; o0 < oend; o0 += 32u) {
+        k32_dy[sr][sq] = p0; k32_dy[sr][sq + 4u] = p1;
+        k32_w[wo0][wq] = ternary_quad(pw0, wq % 4u); k32_w[wo0 + 8u][wq] = ternary_quad(pw1, wq % 4u);
+        k32_w[wo0 + 16u][wq] = ternary_quad(pw2, wq % 4u); k32_w[wo0 + 24u][wq] = ternary_quad(pw3, wq % 4u);
+        workgroupBarrier();
+        let o1 = o0 + 32u;
+        p0 = v4_dy_quad(n0 + sr, o1 + 4u * sq, oend); p1 = v4_dy_quad(n0 + sr, o1 + 16u + 4u * sq, oend);
+        pw0 = v4_w_at(o1 + wo0, wi, oend); pw1 = v4_w_at(o1 + wo0 + 8u, wi, oend);
+        pw2 = v4_w_at(o1 + wo0 + 16u, wi, oend); pw3 = v4_w_at(o1 + wo0 + 24u, wi, oend);
+        acc = k32_oq(acc, 0u, ty, tx); acc = k32_oq(acc, 1u, ty, tx);
+        acc = k32_oq(acc, 2u, ty, tx); acc = k32_oq(acc, 3u, ty, tx);
+        acc = k32_oq(acc, 4u, ty, tx); acc = k32_oq(acc, 5u, ty, tx);
+        acc = k32_oq(acc, 6u, ty, tx); acc = k32_oq(acc, 7u, ty, tx);
+        workgroupBarrier();
+    }
+    v4_store_all(acc, n0, ty, wq0, tx, wid.z);
+}
+
+@compute @workgroup_size(16, 16)
+fn bwd_2s_v4(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
+    let tx = lid3.x;
+    let ty = lid3.y;
+    let lid = ty * 16u + tx;
+    let n0 = wid.y * 64u;
+    let wq0 = wid.x * 8u;
+    let obeg = wid.z * bl_p.ko;
+    let oend = min(bl_p.o, (wid.z + 1u) * bl_p.ko);
+    let sr = lid / 4u;
+    let sq = lid % 4u;
+    let wo0 = lid / 32u;
+    let wq = lid % 32u;
+    let wi = wq0 + wq / 4u;
+    s2_dy[0][sr][sq] = v4_dy_quad(n0 + sr, obeg + 4u * sq, oend);
+    s2_w[0][wo0][wq] = ternary_quad(v4_w_at(obeg + wo0, wi, oend), wq % 4u);
+    s2_w[0][wo0 + 8u][wq] = ternary_quad(v4_w_at(obeg + wo0 + 8u, wi, oend), wq % 4u);
+    workgroupBarrier();
+    var acc = V4Sums();
+    var b = 0u;
+    for (var o0 = obeg; o0 < oend; o0 += 16u) {
+        let o1 = o0 + 16u;
+        let p = v4_dy_quad(n0 + sr, o1 + 4u * sq, oend);
+        let pw0 = v4_w_at(o1 + wo0, wi, oend); let pw1 = v4_w_at(o1 + wo0 + 8u, wi, oend);
+        acc = s2_oq(acc, b, 0u, ty, tx); acc = s2_oq(acc, b, 1u, ty, tx);
+        acc = s2_oq(acc, b, 2u, ty, tx); acc = s2_oq(acc, b, 3u, ty, tx);
+        let nb = 1u - b;    // read last in the turn before, whose barrier all threads passed
+        s2_dy[nb][sr][sq] = p;
+        s2_w[nb][wo0][wq] = ternary_quad(pw0, wq % 4u);
+        s2_w[nb][wo0 + 8u][wq] = ternary_quad(pw1, wq % 4u);
+        workgroupBarrier();
+        b = nb;
+    }
+    v4_store_all(acc, n0, ty, wq0, tx, wid.z);
+}

@@ -158,7 +158,7 @@ async def main(args):
                     groups = (-(-O // tile_c), -(-N // tile_r), slices)
                 else:
                     binds, out = [bdy, bw, dx, part], dx
-                    if entry == "bitlinear_backward_input":   # dy again, read as vec4s
+                    if entry == "bitlinear_backward_input" or entry.endswith("_v4"):   # dy again, read as vec4s
                         binds.append(bitlinear.dy_quads(dev, bdy, O))
                     groups = (-(-words // (tile_c // 16)), -(-N // tile_r), slices)
 

@@ -571,3 +571,27 @@ def test_linear_backward_vocab_chunks(run_case, w_dtype, N, I, O, kind):
     r = run_case("backward_cases", "case_linear_backward_chunked", dy=L(dy), w_words=words, N=N, I=I, O=O,
                  chunk=64, w_dtype=w_dtype, kind=kind)
     assert_close(r, dy.astype(np.float64) @ w, 1e-5, "chunked dx")
+
+
+def test_bench_backward_variants_give_the_kept_kernels_bits():
+    """bench/bwd_variants.wgsl's candidates (timed on GPUs with `bench matmul --variants`)
+    claim the kept bitlinear_backward_input's order of sums; the bench compares each one's
+    dx with the kept kernel's at the same split-K plan ("bits =") and with numpy (err). The
+    widths are not multiples of the tiles, so the edges' zero padding is exercised too."""
+    import pathlib
+    import subprocess
+    import sys
+    wgsl = pathlib.Path(__file__).resolve().parent.parent / "bench" / "bwd_variants.wgsl"
+    variants = "bwd_k32_v4:64:128:32,bwd_2s_v4:64:128:16"
+    out = subprocess.run([sys.executable, "-m", "bitlora.bench.matmul", "--shapes", "72x160x200,64x48x36",
+                          "--kernels", "bwd", "--splits", "1,4", "--reps", "1", "--variants",
+                          str(wgsl), "--bwd-variants", variants],
+                         capture_output=True, text=True, timeout=600, check=True).stdout
+    rows = [line for line in out.splitlines() if " bwd " in line]
+    for entry in ("bwd_k32_v4", "bwd_2s_v4"):
+        mine = [line for line in rows if f" {entry} " in line]
+        assert len(mine) == 4, (entry, out)
+        for line in mine:
+            assert float(line.split("err ")[1].split()[0]) < 1e-5, line
+        assert any("bits = bitlinear_backward_input's" in line for line in mine), (entry, out)
+        assert not any("bits !=" in line for line in mine), (entry, out)
