@@ -362,11 +362,6 @@ fn v4_dy_quad(n: u32, o: u32, oend: u32) -> vec4<f32> {   // dy[n, o .. o+3], 0 
     return v;
 }
 
-fn v4_w_at(o: u32, wi: u32, oend: u32) -> u32 {
-    if (o < oend && wi < (bl_p.i + 15u) / 16u) { return bl_w[o * ((bl_p.i + 15u) / 16u) + wi]; }
-    return 0x55555555u;
-}
-
 // one o of a quad's products: dy values d0..d3 of the thread's rows against weights w0, w1
 fn v4_o(acc: V4Sums, d0: f32, d1: f32, d2: f32, d3: f32, w0: vec4<f32>, w1: vec4<f32>) -> V4Sums {
     var s = acc;
@@ -417,8 +412,8 @@ fn bwd_k32_v4(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_
     let wq = lid % 32u;
     let wi = wq0 + wq / 4u;
     var p0 = v4_dy_quad(n0 + sr, obeg + 4u * sq, oend); var p1 = v4_dy_quad(n0 + sr, obeg + 16u + 4u * sq, oend);
-    var pw0 = v4_w_at(obeg + wo0, wi, oend); var pw1 = v4_w_at(obeg + wo0 + 8u, wi, oend);
-    var pw2 = v4_w_at(obeg + wo0 + 16u, wi, oend); var pw3 = v4_w_at(obeg + wo0 + 24u, wi, oend);
+    var pw0 = p8_w_at(obeg + wo0, wi, oend); var pw1 = p8_w_at(obeg + wo0 + 8u, wi, oend);
+    var pw2 = p8_w_at(obeg + wo0 + 16u, wi, oend); var pw3 = p8_w_at(obeg + wo0 + 24u, wi, oend);
     var acc = V4Sums();
     for (var o0 = obeg; o0 < oend; o0 += 32u) {
         k32_dy[sr][sq] = p0; k32_dy[sr][sq + 4u] = p1;
@@ -427,8 +422,8 @@ fn bwd_k32_v4(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_
         workgroupBarrier();
         let o1 = o0 + 32u;
         p0 = v4_dy_quad(n0 + sr, o1 + 4u * sq, oend); p1 = v4_dy_quad(n0 + sr, o1 + 16u + 4u * sq, oend);
-        pw0 = v4_w_at(o1 + wo0, wi, oend); pw1 = v4_w_at(o1 + wo0 + 8u, wi, oend);
-        pw2 = v4_w_at(o1 + wo0 + 16u, wi, oend); pw3 = v4_w_at(o1 + wo0 + 24u, wi, oend);
+        pw0 = p8_w_at(o1 + wo0, wi, oend); pw1 = p8_w_at(o1 + wo0 + 8u, wi, oend);
+        pw2 = p8_w_at(o1 + wo0 + 16u, wi, oend); pw3 = p8_w_at(o1 + wo0 + 24u, wi, oend);
         acc = k32_oq(acc, 0u, ty, tx); acc = k32_oq(acc, 1u, ty, tx);
         acc = k32_oq(acc, 2u, ty, tx); acc = k32_oq(acc, 3u, ty, tx);
         acc = k32_oq(acc, 4u, ty, tx); acc = k32_oq(acc, 5u, ty, tx);
@@ -453,15 +448,15 @@ fn bwd_2s_v4(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_i
     let wq = lid % 32u;
     let wi = wq0 + wq / 4u;
     s2_dy[0][sr][sq] = v4_dy_quad(n0 + sr, obeg + 4u * sq, oend);
-    s2_w[0][wo0][wq] = ternary_quad(v4_w_at(obeg + wo0, wi, oend), wq % 4u);
-    s2_w[0][wo0 + 8u][wq] = ternary_quad(v4_w_at(obeg + wo0 + 8u, wi, oend), wq % 4u);
+    s2_w[0][wo0][wq] = ternary_quad(p8_w_at(obeg + wo0, wi, oend), wq % 4u);
+    s2_w[0][wo0 + 8u][wq] = ternary_quad(p8_w_at(obeg + wo0 + 8u, wi, oend), wq % 4u);
     workgroupBarrier();
     var acc = V4Sums();
     var b = 0u;
     for (var o0 = obeg; o0 < oend; o0 += 16u) {
         let o1 = o0 + 16u;
         let p = v4_dy_quad(n0 + sr, o1 + 4u * sq, oend);
-        let pw0 = v4_w_at(o1 + wo0, wi, oend); let pw1 = v4_w_at(o1 + wo0 + 8u, wi, oend);
+        let pw0 = p8_w_at(o1 + wo0, wi, oend); let pw1 = p8_w_at(o1 + wo0 + 8u, wi, oend);
         acc = s2_oq(acc, b, 0u, ty, tx); acc = s2_oq(acc, b, 1u, ty, tx);
         acc = s2_oq(acc, b, 2u, ty, tx); acc = s2_oq(acc, b, 3u, ty, tx);
         let nb = 1u - b;    // read last in the turn before, whose barrier all threads passed
