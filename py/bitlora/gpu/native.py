@@ -84,6 +84,22 @@ def _replay_pass(cpass, run, stamp=None) -> None:
             stamp()
 
 
+def _module_with_checks(device, code, label, checks):
+    """A WGSL module compiled with naga's runtime checks `checks` (wgpu-native's
+    WGPUShaderRuntimeChecks bits: 1 bounds checks, 2 loop bounding; 3 is what
+    create_shader_module does)."""
+    from wgpu.backends.wgpu_native import _api
+    src = _api.new_struct_p("WGPUShaderSourceWGSL *", code=_api.to_c_string_view(code))
+    src[0].chain.next = _ffi.NULL
+    src[0].chain.sType = _lib.WGPUSType_ShaderSourceWGSL
+    desc = _api.new_struct_p("WGPUShaderModuleDescriptor *", nextInChain=_ffi.cast("WGPUChainedStruct *", src),
+                             label=_api.to_c_string_view(label))
+    mid = _api.libf.wgpuDeviceCreateShaderModuleTrusted(device._internal, desc, checks)
+    if mid == _ffi.NULL:
+        raise RuntimeError(f"shader module {label} could not be created")
+    return _api.GPUShaderModule(label, mid, device)
+
+
 TIMESTAMP_FEATURES = ("timestamp-query", "timestamp-query-inside-passes")
 QUERIES_PER_SET = 4096   # wgpu's most queries in one query set
 
@@ -117,6 +133,8 @@ class NativeBackend:
         self.limits = {_camel(k): v for k, v in self.device.limits.items()}
         self.queue = self.device.queue
         self._staging_pool: dict[int, list] = {}
+        checks = os.environ.get("BITLORA_SHADER_CHECKS")
+        self.shader_checks = None if checks is None or _lib is None else int(checks)
 
     # buffers
     def create_buffer(self, size, usage, label):
@@ -159,6 +177,8 @@ class NativeBackend:
     # pipelines
     async def create_module(self, code, label):
         try:
+            if self.shader_checks is not None:
+                return _module_with_checks(self.device, code, label, self.shader_checks)
             return self.device.create_shader_module(code=code, label=label)
         except wgpu.GPUError as e:
             raise GPUError(f"WGSL {label}: {e.message if hasattr(e, 'message') else e}") from None
