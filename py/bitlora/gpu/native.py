@@ -96,7 +96,7 @@ def _module_with_checks(device, code, label, checks):
                              label=_api.to_c_string_view(label))
     mid = _api.libf.wgpuDeviceCreateShaderModuleTrusted(device._internal, desc, checks)
     if mid == _ffi.NULL:
-        raise RuntimeError(f"shader module {label} could not be created")
+        raise GPUError(f"WGSL {label}: wgpu-native created no module (runtime checks {checks})")
     return _api.GPUShaderModule(label, mid, device)
 
 
@@ -134,6 +134,9 @@ class NativeBackend:
         self.queue = self.device.queue
         self._staging_pool: dict[int, list] = {}
         checks = os.environ.get("BITLORA_SHADER_CHECKS")
+        if checks is not None and not checks.isdigit():
+            raise ValueError(f"BITLORA_SHADER_CHECKS={checks!r}: give naga's runtime-check bits as a number "
+                             "(0 none, 1 index clamping, 2 loop bounding, 3 both: the default)")
         self.shader_checks = None if checks is None or _lib is None else int(checks)
 
     # buffers
