@@ -10,6 +10,12 @@ Native only (numpy).
 
 A shape is BxTxHxHkvxD. Prints ms per call of each kernel (min over repeated batches
 of `reps` dispatches in one submit) and the max relative error of dq, dk, dv.
+`--step` adds, per kind, the attention a training step records (ops.attention, which
+on GPUs runs the 32-row kernels where D % 4 == 0 and D <= 128: attention_forward_q32,
+_dqs_q32 from the forward's out and lse, _dkv_q32 and the reduces of shared KV heads'
+dk, dv), forward and backward timed as wholes, with the kernels it dispatched named:
+
+    python -m bitlora.bench.attention --shapes 2x512x20x5x128 --kinds gpu --step   # config B's
 """
 from __future__ import annotations
 
@@ -112,6 +118,36 @@ async def main(args):
                         extra += f" (err {np.abs(got - want[0]).max() / np.abs(want[0]).max():.1e})"
                 print(f"{shape:>18} {name} {kind}: forward {tf:8.3f} ms  dq {tq:8.3f} ms  dkv {tkv:8.3f} ms  "
                       f"backward {tq + tkv:8.3f} ms{extra}{err}", flush=True)
+        if args.step:
+            for kind in args.kinds.split(","):
+                print(f"{shape:>18} step {kind}: " + await step_path(dev, kind, bufs, dq, dk, dv, stats, out, lse,
+                                                                  (B, T, H, Hkv, D), want, args.reps), flush=True)
+
+
+async def step_path(dev, kind, bufs, dq, dk, dv, stats, out, lse, shape, want, reps) -> str:
+    """Time the attention a training step records (ops.attention under Device.kind_as(kind):
+    on GPUs the 32-row kernels where D % 4 == 0 and D <= 128, dk and dv of shared KV heads
+    added up after), forward and backward from the forward's out and lse, and check dq, dk,
+    dv against the float64 reference."""
+    from bitlora.ops import attention, splitk
+    B, T, H, Hkv, D = shape
+    do, q, k, v = bufs
+    await dev.prepare(attention.kernel_specs(training=True, kind=kind) + splitk.kernel_specs(training=True, kind=kind))
+    with dev.kind_as(kind):
+        fwd = lambda: attention.attention_forward(dev, q, k, v, out, lse, B, T, H, Hkv, D, S=T)  # noqa: E731
+        bwd = lambda: attention.attention_backward(dev, do, q, k, v, dq, dk, dv, stats, B, T, H, Hkv, D,  # noqa: E731
+                                                   out=out, lse=lse)
+        prog = dev.record(lambda: (fwd(), bwd()))   # to name the kernels the step dispatches
+        entries = [c[1].name.split(":")[-1] for c in prog.recorded if c[0] == "dispatch"]
+        tf = await timed(dev, fwd, reps)
+        fwd()
+        tb = await timed(dev, bwd, reps)
+    err = ""
+    if want is not None:
+        got = [np.frombuffer(await dev.read(b), np.float32)[:w.size].reshape(w.shape) for b, w in zip((dq, dk, dv), want)]
+        err = "  max rel err " + " ".join(f"{n}={np.abs(g - w).max() / np.abs(w).max():.1e}"
+                                          for n, g, w in zip(("dq", "dk", "dv"), got, want))
+    return f"forward {tf:8.3f} ms  backward {tb:8.3f} ms  ({' '.join(entries)}){err}"
 
 
 if __name__ == "__main__":
@@ -123,4 +159,6 @@ if __name__ == "__main__":
     ap.add_argument("--rows", type=int, default=8, help="rows per workgroup of the current kernels")
     ap.add_argument("--old-rows", type=int, default=1, help="rows per workgroup of the --old kernels")
     ap.add_argument("--no-check", dest="check", action="store_false", help="skip the numpy reference")
+    ap.add_argument("--step", action="store_true",
+                    help="also time the attention a training step records (ops.attention), per --kinds")
     asyncio.run(main(ap.parse_args()))

@@ -595,3 +595,20 @@ def test_bench_backward_variants_give_the_kept_kernels_bits():
             assert float(line.split("err ")[1].split()[0]) < 1e-5, line
         assert any("bits = bitlinear_backward_input's" in line for line in mine), (entry, out)
         assert not any("bits !=" in line for line in mine), (entry, out)
+
+
+def test_bench_attention_times_the_steps_kernels():
+    """`bench attention --step` times what ops.attention records for a training step
+    (on GPUs the 32-row kernels, dk and dv of shared KV heads reduced after) and checks
+    its dq, dk, dv against float64; a kernel left out or a wrong sum fails here."""
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "-m", "bitlora.bench.attention", "--shapes", "2x40x4x2x128",
+                          "--kinds", "gpu,cpu", "--step", "--reps", "1"],
+                         capture_output=True, text=True, timeout=600, check=True).stdout
+    steps = {line.split(" step ")[1].split(":")[0]: line for line in out.splitlines() if " step " in line}
+    assert set(steps) == {"gpu", "cpu"}, out
+    assert "attention_forward_q32 attention_backward_dqs_q32 attention_backward_dkv_q32 splitk_reduce" in steps["gpu"]
+    for line in steps.values():
+        errs = line.split("max rel err ")[1].split()
+        assert len(errs) == 3 and all(float(e.split("=")[1]) < 1e-5 for e in errs), line
