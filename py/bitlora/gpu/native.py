@@ -102,8 +102,8 @@ def _module_with_checks(device, code, label, checks):
 
 # naga's runtime checks in the modules we compile (BITLORA_SHADER_CHECKS overrides): index
 # clamping (1) keeps every access in bounds, as any WebGPU implementation must; loop
-# bounding (2), a counter that ends any loop after 2^64 turns, is wgpu's own addition
-# (Chrome's Dawn does not add it). On an H100 (2026-12-07) it cost 12 % of config B's
+# bounding (2), a counter that ends any loop after 2^64 turns, is wgpu's own addition,
+# not something WebGPU asks for. On an H100 (2026-12-07) it cost 12 % of config B's
 # step (372.9 ms with both, 328.3 with clamping only, 334.9 with neither) and 1.5-1.65x
 # in attention, whose loops run to bounds read from uniforms; the results are the same bits.
 SHADER_CHECKS = 1
