@@ -55,6 +55,13 @@ async def timed(dev, record, reps, batches=3):
     return best * 1e3
 
 
+async def rel_errors(dev, grads, want) -> str:
+    """"  max rel err dq=.. dk=.. dv=..": each of grads (dq, dk, dv buffers) against want's."""
+    got = [np.frombuffer(await dev.read(b), np.float32)[:w.size].reshape(w.shape) for b, w in zip(grads, want)]
+    return "  max rel err " + " ".join(f"{n}={np.abs(g - w).max() / np.abs(w).max():.1e}"
+                                       for n, g, w in zip(("dq", "dk", "dv"), got, want))
+
+
 async def main(args):
     dev = await gpu.get_device("native")
     print(dev.describe())
@@ -97,9 +104,7 @@ async def main(args):
                 rkv()
                 err = ""
                 if want is not None:
-                    got = [np.frombuffer(await dev.read(b), np.float32)[:w.size].reshape(w.shape) for b, w in zip((dq, dk, dv), want)]
-                    err = "  max rel err " + " ".join(f"{n}={np.abs(g - w).max() / np.abs(w).max():.1e}"
-                                                      for n, g, w in zip(("dq", "dk", "dv"), got, want))
+                    err = await rel_errors(dev, (dq, dk, dv), want)
                 tf = await timed(dev, rf, args.reps)
                 tq = await timed(dev, rq, args.reps)
                 tkv = await timed(dev, rkv, args.reps)
@@ -142,11 +147,7 @@ async def step_path(dev, kind, bufs, dq, dk, dv, stats, out, lse, shape, want, r
         tf = await timed(dev, fwd, reps)
         fwd()
         tb = await timed(dev, bwd, reps)
-    err = ""
-    if want is not None:
-        got = [np.frombuffer(await dev.read(b), np.float32)[:w.size].reshape(w.shape) for b, w in zip((dq, dk, dv), want)]
-        err = "  max rel err " + " ".join(f"{n}={np.abs(g - w).max() / np.abs(w).max():.1e}"
-                                          for n, g, w in zip(("dq", "dk", "dv"), got, want))
+    err = "" if want is None else await rel_errors(dev, (dq, dk, dv), want)
     return f"forward {tf:8.3f} ms  backward {tb:8.3f} ms  ({' '.join(entries)}){err}"
 
 

@@ -30,13 +30,9 @@ def test_runtime_checks_train_the_same_bits():
     assert _loss("3") == base
 
 
-def test_default_checks_are_index_clamping_only():
+def test_default_checks_are_index_clamping_only(monkeypatch):
     from bitlora.gpu import native
     if native._lib is None:
         pytest.skip("wgpu-native's C entry points are not reachable: modules use wgpu-py's own call")
-    env = os.environ.pop("BITLORA_SHADER_CHECKS", None)
-    try:
-        assert native.NativeBackend().shader_checks == native.SHADER_CHECKS == 1
-    finally:
-        if env is not None:
-            os.environ["BITLORA_SHADER_CHECKS"] = env
+    monkeypatch.delenv("BITLORA_SHADER_CHECKS", raising=False)
+    assert native.NativeBackend().shader_checks == native.SHADER_CHECKS == 1
