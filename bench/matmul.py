@@ -4,7 +4,7 @@ forced split-K slice counts, against numpy for correctness. Native only (numpy).
     python -m bitlora.bench.matmul [--shapes 256x2560x2560,256x2560x6912,256x6912x2560]
         [--kernels fwd,fwd_i8,bwd] [--variants FILE.wgsl --fwd-variants E:ROWS:COLS:UNIT,...
         --bwd-variants E:ROWS:COLS:UNIT,...]
-        [--parts NxIxO0+O1[+O2],...] [--peak GROUPS] [--reps 20]
+        [--peak GROUPS] [--reps 20]
 
 A shape is NxIxO (rows x inputs x outputs). Kernels: fwd (bitlinear_forward, f32 sums
 of the int8 activations), fwd_i8 (bitlinear_forward_i8: packed int8 activations and
@@ -150,8 +150,6 @@ async def main(args):
                 slices, per = splitk.plan(tiles, K, unit, split, cols_per_k=16 if kind == "fwd" else 1)   # as the ops plan
                 part = splitk.scratch(dev, slices * N * cols)
                 params = struct.pack("<IIIfIII", N, I, O, 0.5, 0, per, int(slices > 1))
-                if entry == "bitlinear_backward_input":   # one part: the others' fields (ONE_PART)
-                    params = bitlinear.BACKWARD.pack(N, I, O, 0.5, 0, per, int(slices > 1), *bitlinear.ONE_PART)
                 if kind == "fwd":
                     binds, out = [bx8 if packed else bx, bs, bw, y, part], y
                     if entry == "bitlinear_forward_i8":   # one part: the others' sizes 0, spares bound
@@ -162,8 +160,6 @@ async def main(args):
                     binds, out = [bdy, bw, dx, part], dx
                     if entry == "bitlinear_backward_input" or entry.endswith("_v4"):   # dy again, read as vec4s
                         binds.append(bitlinear.dy_quads(dev, bdy, O))
-                    if entry == "bitlinear_backward_input":   # parts 1, 2 absent
-                        binds += [matvec.spare(dev, 1), matvec.spare(dev, 2)]
                     groups = (-(-words // (tile_c // 16)), -(-N // tile_r), slices)
 
                 async def record():
@@ -178,7 +174,14 @@ async def main(args):
                 ref = first.setdefault((kind, slices, per), (entry, got))
                 bits = "" if ref[0] == entry else \
                     f"  bits {'=' if np.array_equal(ref[1], got) else '!='} {ref[0]}'s"
-                best = await best_time(dev, out, record, args.reps)
+                best = 1e9
+                for _ in range(3):
+                    await dev.read(out, 0, 4)
+                    t0 = time.perf_counter()
+                    for _ in range(args.reps):
+                        await record()
+                    await dev.read(out, 0, 4)
+                    best = min(best, (time.perf_counter() - t0) / args.reps)
                 rate = macs / best / 1e12
                 pk = ""
                 if rates:
@@ -188,67 +191,6 @@ async def main(args):
                       f"{rate:7.3f} TMAC/s{pk}  err {err:.1e}{bits}", flush=True)
         for b in (bw, bx, bs, bdy, bx8, y, dx):
             dev.destroy(b)
-    for shape in filter(None, args.parts.split(",")):
-        await time_parts(dev, shape, args.splits, args.reps, rng)
-
-
-async def best_time(dev, out, record, reps: int) -> float:
-    """Seconds per call of `record` (an async function recording one call): the best of
-    three batches of `reps` calls in one submit, each waited for by reading a word of out."""
-    best = 1e9
-    for _ in range(3):
-        await dev.read(out, 0, 4)
-        t0 = time.perf_counter()
-        for _ in range(reps):
-            await record()
-        await dev.read(out, 0, 4)
-        best = min(best, (time.perf_counter() - t0) / reps)
-    return best
-
-
-async def time_parts(dev, shape: str, splits, reps: int, rng) -> None:
-    """The input gradient of projections of one input (NxIxO0+O1[+O2]: q, k, v; gate, up)
-    through bitlinear_backward_input_parts at each split (one dispatch where the widths
-    allow), against the parts one call each (auto splits), checked against float64. The
-    GPU kernels on any adapter (kind_as), as the rest of this bench."""
-    await dev.prepare(bitlinear.kernel_specs(training=True, kind="gpu"))
-    N, I, outs = shape.split("x")
-    N, I, Os = int(N), int(I), [int(o) for o in outs.split("+")]
-    words = -(-I // 16)
-    ts, bufs, parts, off = [], [], [], 0
-    w = dev.buffer(4 * sum(Os) * words, "w_parts")
-    want = np.zeros((N, I))
-    for j, O in enumerate(Os):
-        codes = rng.integers(0, 3, (O, words * 16)).astype(np.uint8)
-        codes[:, I:] = 1
-        dev.write(w, memoryview(pack(codes)).cast("B"), 4 * off)
-        dy = rng.standard_normal((N, O)).astype(np.float32)
-        scale = 0.5 + 0.25 * j
-        want += dy.astype(np.float64) @ (codes[:, :I].astype(np.float64) - 1) * scale
-        bufs.append(dev.buffer(4 * N * O, f"dy{j}", data=dy))
-        parts.append((off, O, scale, bufs[-1]))
-        off += O * words
-    dx = dev.buffer(4 * N * I, "dx")
-    macs = N * I * sum(Os)
-    runs = [(f"parts split {s or 'auto'}", s) for s in splits] + [("apart (auto splits)", "apart")]
-    for label, split in runs:
-        async def record():
-            with dev.kind_as("gpu"):
-                if split == "apart":
-                    for j, (o, O, sc, dy) in enumerate(parts):
-                        bitlinear.bitlinear_backward_input(dev, dy, w.view(4 * o, 4 * O * words), sc, dx, N, I, O,
-                                                           j > 0)
-                else:
-                    bitlinear.bitlinear_backward_input_parts(dev, w, parts, dx, N, I, split=split)
-
-        await record()
-        got = np.frombuffer(await dev.read(dx), np.float32).reshape(N, I)
-        err = np.abs(got - want).max() / np.abs(want).max()
-        best = await best_time(dev, dx, record, reps)
-        print(f"{shape:>24} bwd {label:22}: {best * 1e3:8.3f} ms  {macs / best / 1e12:7.3f} TMAC/s  err {err:.1e}",
-              flush=True)
-    for b in (w, dx, *bufs):
-        dev.destroy(b)
 
 
 if __name__ == "__main__":
@@ -261,8 +203,6 @@ if __name__ == "__main__":
     ap.add_argument("--bwd-variants", default="", help="ENTRY:ROWS:COLS:UNIT,... of input-gradient kernels in --variants")
     ap.add_argument("--peak", type=int, default=0, metavar="GROUPS",
                     help="first time in-register f32 fma and dot4I8Packed over GROUPS workgroups (8192 on an H200)")
-    ap.add_argument("--parts", default="", help="NxIxO0+O1[+O2],...: the input gradient of projections of one "
-                                                  "input, one dispatch (bitlinear_backward_input_parts) and apart")
     ap.add_argument("--splits", type=lambda v: [None if x == "auto" else int(x) for x in v.split(",")],
                     default=[None, 1, 2, 4, 8])
     asyncio.run(main(ap.parse_args()))

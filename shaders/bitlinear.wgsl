@@ -44,13 +44,10 @@
 // bitlinear_backward_input   dx (= or +=) dy Wq, Wq = t[O, I] * scale
 //   Straight-through estimator at both quantisers (HF's ActQuant / WeightQuant
 //   backward return the gradient unchanged), so dx = dy Wq = scale * dy t.
-//   Up to three projections of one input in one dispatch (bitlinear_backward_input_parts):
-//   dx = sum_p scale_p dy_p t_p, a reduction over their outputs side by side (below).
-//   0 params BitlinearBackwardParams {N, I, O, scale, accumulate, ko, split, o1, o2, base1,
-//   base2, m0, m1, m2} | 1 dy[N, O] read | 2 w_packed[O, ceil(I/16)] u32 read (and parts
-//   1, 2: o1, o2 rows from words base1, base2) | 3 dx[N, I] read_write |
+//   0 params BitlinearBackwardParams {N, I, O, scale, accumulate, ko, split} |
+//   1 dy[N, O] read | 2 w_packed[O, ceil(I/16)] u32 read | 3 dx[N, I] read_write |
 //   4 part[slices, N, I] read_write | 5 dy again, as vec4s, read (where O % 4 == 0; a spare
-//   16-byte buffer otherwise) | 6, 7 dy1[N, o1], dy2[N, o2] as vec4s read (spares when absent)
+//   16-byte buffer otherwise)
 //   Split-K: workgroup z sums o in [z*ko, (z+1)*ko) only (ko a multiple of 16); with
 //   split = 1 it writes its raw sums to part[z, N, I] and splitk_reduce scales and adds
 //   them (part is bound, unused, when split = 0).
@@ -252,24 +249,13 @@ fn bl_forward_store(n: u32, o: u32, acc: vec4<f32>, z: u32) {
 }
 
 // ---------------------------------------------------------------------------- backward
-// dx = sum over parts p of dy_p W_p (up to three projections of one input: q, k, v or
-// gate, up): one reduction over their outputs side by side, o + o1 + o2 long. Part 0 is
-// dy (binding 1, and 5 as vec4s where o % 4 == 0) against w rows 0 .. o-1; part 1 dy1
-// against the o1 rows from word base1 of w, part 2 likewise (o1, o2 = 0: absent). With
-// more than one part every width is a multiple of 16, so each staged chunk of 16 outputs
-// lies in one part, whose decoded weights are multiplied by its m (m0 = 1 for one part,
-// scale then applied to the sums as they are stored; for parts, scale = 1 and m = each
-// part's scale).
-struct BitlinearBackwardParams { n: u32, i: u32, o: u32, scale: f32, accumulate: u32, ko: u32, split: u32,
-                                 o1: u32, o2: u32, base1: u32, base2: u32, m0: f32, m1: f32, m2: f32 };
+struct BitlinearBackwardParams { n: u32, i: u32, o: u32, scale: f32, accumulate: u32, ko: u32, split: u32 };
 @group(0) @binding(0) var<uniform> bl_p: BitlinearBackwardParams;
 @group(0) @binding(1) var<storage, read> bl_dy: array<f32>;
 @group(0) @binding(2) var<storage, read> bl_w: array<u32>;
 @group(0) @binding(3) var<storage, read_write> bl_dx: array<f32>;
 @group(0) @binding(4) var<storage, read_write> bl_part: array<f32>;   // split: [z, N, I] raw sums
 @group(0) @binding(5) var<storage, read> bl_dy4: array<vec4<f32>>;     // dy, read as vec4s when O % 4 == 0
-@group(0) @binding(6) var<storage, read> bl_dy1: array<vec4<f32>>;     // part 1's dy[N, o1]
-@group(0) @binding(7) var<storage, read> bl_dy2: array<vec4<f32>>;     // part 2's dy[N, o2]
 var<workgroup> bl_dy_sh: array<array<vec4<f32>, 4>, 64>;  // [row][o quad], 16 o
 var<workgroup> bl_w_sh: array<array<vec4<f32>, 32>, 16>;   // [o][column quad], 128 columns, decoded
 
@@ -281,7 +267,7 @@ fn bitlinear_backward_input(@builtin(local_invocation_id) lid3: vec3<u32>, @buil
     let n0 = wid.y * 64u;
     let wq0 = wid.x * 8u;
     let obeg = wid.z * bl_p.ko;
-    let oend = min(bl_p.o + bl_p.o1 + bl_p.o2, (wid.z + 1u) * bl_p.ko);
+    let oend = min(bl_p.o, (wid.z + 1u) * bl_p.ko);
     // this thread's staging slots: dy (row lid/4, o quad lid%4), w (o (lid + 256m)/32, quad lid%32)
     let sr = lid / 4u;
     let sq = lid % 4u;
@@ -292,10 +278,9 @@ fn bitlinear_backward_input(@builtin(local_invocation_id) lid3: vec3<u32>, @buil
     var pw0 = bl_w_at(obeg + wo0, wi, oend); var pw1 = bl_w_at(obeg + wo0 + 8u, wi, oend);
     var acc = BlSums();
     for (var o0 = obeg; o0 < oend; o0 += 16u) {
-        let m = bl_m(o0);
         bl_dy_sh[sr][sq] = p;
-        bl_w_sh[wo0][wq] = ternary_quad(pw0, wq % 4u) * m;
-        bl_w_sh[wo0 + 8u][wq] = ternary_quad(pw1, wq % 4u) * m;
+        bl_w_sh[wo0][wq] = ternary_quad(pw0, wq % 4u);
+        bl_w_sh[wo0 + 8u][wq] = ternary_quad(pw1, wq % 4u);
         workgroupBarrier();
         let o1 = o0 + 16u;
         p = bl_dy_quad(n0 + sr, o1 + 4u * sq, oend);
@@ -347,27 +332,8 @@ fn bl_oq(acc: BlSums, oq: u32, ty: u32, tx: u32) -> BlSums {
     return s;
 }
 
-// Parts compiled in (true: bitlinear_backward_input_parts' pipeline); false, the one-projection
-// kernel's loads are those of a kernel without parts (the part tests cost it 25 % on an H100)
-override BL_PARTS: bool = false;
-
-fn bl_m(o: u32) -> f32 {   // the weight multiplier of the part holding output o
-    if (!BL_PARTS) { return 1.0; }
-    if (o < bl_p.o) { return bl_p.m0; }
-    if (o < bl_p.o + bl_p.o1) { return bl_p.m1; }
-    return bl_p.m2;
-}
-
-// dy[n, o .. o+3] of the outputs side by side, 0 past the edges of the tile's slice
-// (quads of parts 1 and 2 are whole: their widths are multiples of 16)
-fn bl_dy_quad(n: u32, o: u32, oend: u32) -> vec4<f32> {
+fn bl_dy_quad(n: u32, o: u32, oend: u32) -> vec4<f32> {   // dy[n, o .. o+3], 0 past the edges of the tile's slice
     if (n >= bl_p.n) { return vec4<f32>(0.0); }
-    if (BL_PARTS && o >= bl_p.o) {
-        let e1 = bl_p.o + bl_p.o1;
-        if (o >= oend) { return vec4<f32>(0.0); }
-        if (o < e1) { return bl_dy1[(n * bl_p.o1 + o - bl_p.o) / 4u]; }
-        return bl_dy2[(n * bl_p.o2 + o - e1) / 4u];
-    }
     let at = n * bl_p.o + o;
     if (bl_p.o % 4u == 0u && o + 3u < oend) { return bl_dy4[at / 4u]; }
     var v = vec4<f32>(0.0);
@@ -377,17 +343,9 @@ fn bl_dy_quad(n: u32, o: u32, oend: u32) -> vec4<f32> {
     return v;
 }
 
-fn bl_w_at(o: u32, wi: u32, oend: u32) -> u32 {   // word wi of output o's row of w, zeros (code 1) past the edges
-    let words = (bl_p.i + 15u) / 16u;
-    if (!BL_PARTS) {
-        if (o < oend && wi < words) { return bl_w[o * words + wi]; }
-        return 0x55555555u;
-    }
-    if (o >= oend || wi >= words) { return 0x55555555u; }
-    if (o < bl_p.o) { return bl_w[o * words + wi]; }
-    let e1 = bl_p.o + bl_p.o1;
-    if (o < e1) { return bl_w[bl_p.base1 + (o - bl_p.o) * words + wi]; }
-    return bl_w[bl_p.base2 + (o - e1) * words + wi];
+fn bl_w_at(o: u32, wi: u32, oend: u32) -> u32 {   // word wi of w_packed row o, zeros (code 1) past the edges
+    if (o < oend && wi < (bl_p.i + 15u) / 16u) { return bl_w[o * ((bl_p.i + 15u) / 16u) + wi]; }
+    return 0x55555555u;
 }
 
 fn bl_store(n: u32, i0: u32, acc: vec4<f32>, z: u32) {

@@ -59,7 +59,7 @@ from .ops import bitlinear, linear, matvec
 from .ops import lora as lora_ops
 from .ops import attention as attention_ops
 from .ops.attention import attention_backward, attention_forward, kv_advance
-from .ops.bitlinear import bitlinear_backward_input, bitlinear_backward_input_parts, bitlinear_forward_parts
+from .ops.bitlinear import bitlinear_backward_input, bitlinear_forward_parts
 from .ops.cross_entropy import cross_entropy_forward_backward, cross_entropy_sum
 from .ops.embedding import embedding_forward
 from .ops.linear import linear_backward_input, linear_forward
@@ -585,7 +585,7 @@ class Model:
         groups = {(lay.proj[g[0]].I, sum(lay.proj[m].O for m in g)) for lay in self.layers for g in INPUTS}
         kind = self.dev.kind
         return max([bitlinear.scratch_floats(N, I, O, kind) for I, O in sizes]
-                   + [bitlinear.scratch_floats(N, I, O, kind) for I, O in groups]   # the groups' backward too
+                   + [bitlinear.forward_scratch_floats(N, I, O, kind) for I, O in groups]
                    + [linear.scratch_floats(N, self.C, rows, kind) for _, rows, _ in self.head]
                    + ([lora_ops.scratch_floats(N, sizes, R)] if R and kind != "cpu" else [])
                    + [attention_ops.scratch_floats(N, self.H, self.Hkv, self.D, kind)])
@@ -886,30 +886,16 @@ class Model:
                 self._layer_forward(li, acts, lora, None, acts.B, acts.T, 0, out=top.x_out)   # masks
             self._layer_backward(li, acts, lora, accumulate)
 
-    def _proj_back(self, li, mod, dy, x, dx, accumulate, acts, lora, grads_accumulate=True, frozen=True):
+    def _proj_back(self, li, mod, dy, x, dx, accumulate, acts, lora, grads_accumulate=True):
         """dx (= or +=) the input gradient of projection `mod` from dy, plus its LoRA
         branch's (whose A, B gradients go into the arena, += or = by grads_accumulate); dx
-        None: the LoRA gradients only; frozen False: the LoRA branch's part of dx only (the
-        frozen weights' is in dx already: _group_back)."""
+        None: the LoRA gradients only."""
         p, N = self.layers[li].proj[mod], acts.B * acts.T
-        if dx is not None and frozen:
+        if dx is not None:
             bitlinear_backward_input(self.dev, dy, p.buf, p.scale, dx, N, p.I, p.O, accumulate)
         if lora is not None and lora.adapts(mod):
             lora.apply_backward(li, mod, dy, x, acts.lora_u(li, mod), dx, acts.grad.du_lora, N,
                                 acts.io(acts.micro)[2], grads_accumulate)
-
-    def _group_back(self, li, mods, dys, x, dx, acts, lora, grads_accumulate=True):
-        """dx = the input gradient of the projections `mods` of one input x from their dys
-        (one dispatch on GPUs: bitlinear_backward_input_parts), plus each one's LoRA
-        branch's (as _proj_back); dx None: the LoRA gradients only."""
-        N = acts.B * acts.T
-        projs = [self.layers[li].proj[m] for m in mods]
-        if dx is not None:
-            wp, parts = self._parts(projs, dys)
-            bitlinear_backward_input_parts(self.dev, wp, parts, dx, N, projs[0].I)
-        for mod, dy in zip(mods, dys):
-            self._proj_back(li, mod, dy, x, dx, True, acts, lora, grads_accumulate,
-                            frozen=False)
 
     def _layer_backward(self, li, acts, lora, grads_accumulate=True):
         """The backward of one layer; g.dh holds the gradient of its output on entry and of
@@ -923,7 +909,8 @@ class Model:
         back("down_proj", g.dh, a.fn, g.d_fn, False)
         rmsnorm_backward(dev, g.d_fn, a.hf, W["mlp.ffn_sub_norm"], a.rstd_f, g.d_hf, N, F)
         gating_backward(dev, self.act, g.d_hf, a.g, a.u, g.dg, g.du, N * F)
-        self._group_back(li, ("gate_proj", "up_proj"), (g.dg, g.du), a.n2, g.dn, acts, lora, grads_accumulate)
+        back("gate_proj", g.dg, a.n2, g.dn, False)
+        back("up_proj", g.du, a.n2, g.dn, True)
         rmsnorm_backward(dev, g.dn, a.x_mid, W["post_attention_layernorm"], a.rstd2, g.dh, N, C, accumulate=True)
         # attention: x_mid = x + o(attn_sub_norm(attention(rope(q(n1)), rope(k(n1)), v(n1))))
         back("o_proj", g.dh, a.an, g.d_an, False)
@@ -934,8 +921,10 @@ class Model:
         rope_backward(dev, g.dk, self.cos, self.sin, N, T, Hkv, D)
         # the first layer's input is the frozen embedding's output: nothing needs its
         # gradient (nor does torch's autograd compute it), so q, k, v give LoRA gradients only
-        self._group_back(li, ("q_proj", "k_proj", "v_proj"), (g.dq, g.dk, g.dv), a.n1, g.dn if li > 0 else None,
-                         acts, lora, grads_accumulate)
+        dn = g.dn if li > 0 else None
+        back("q_proj", g.dq, a.n1, dn, False)
+        back("k_proj", g.dk, a.n1, dn, True)
+        back("v_proj", g.dv, a.n1, dn, True)
         if li > 0:
             rmsnorm_backward(dev, g.dn, a.x, W["input_layernorm"], a.rstd1, g.dh, N, C, accumulate=True)
 

@@ -163,31 +163,6 @@ async def case_bitlinear_forward_parts(dev, xq, s, parts, N, I, accumulate, kind
     return out
 
 
-async def case_bitlinear_backward_input_parts(dev, parts, dx0, N, I, accumulate, kind="gpu", splits=(2, 3)):
-    """The input gradient of a group (here, beside the forward's, for its layout: _group):
-    parts = [[packed words, O, scale, dy], ...]. {"op": dx} through
-    ops.bitlinear.bitlinear_backward_input_parts (one dispatch where parts_backward_fusable),
-    "split<S>" the same in S slices, "apart" each part through bitlinear_backward_input;
-    "fused" whether it was one dispatch."""
-    await _prepare(dev)
-    wbuf, offs = _group(dev, parts)
-    dys = [_buf(dev, "f", dy, f"dy{j}") for j, (_, _, _, dy) in enumerate(parts)]
-    spec = _spec(offs, parts, dys)
-    out = {}
-    with dev.kind_as(kind):
-        out["fused"] = bitlinear.parts_backward_fusable(dev, spec)
-        for key, split in [("op", None), ("apart", None)] + [(f"split{n}", n) for n in splits]:
-            dx = _buf(dev, "f", dx0, "dx")
-            if key == "apart":
-                for j, (o, (words, O, sc, _), dy) in enumerate(zip(offs, parts, dys)):
-                    bitlinear.bitlinear_backward_input(dev, dy, wbuf.view(o, 4 * len(words)), sc, dx, N, I, O,
-                                                       accumulate or j > 0)
-            else:
-                bitlinear.bitlinear_backward_input_parts(dev, wbuf, spec, dx, N, I, accumulate, split)
-            out[key] = await _get(dev, dx, N * I)
-    return out
-
-
 class _Chunks(list):
     """Weight chunks [(v0, Oc, buffer), ...] with the table's dtype (as model.RowTable)."""
     def __init__(self, items, dtype):

@@ -26,10 +26,7 @@ I8_KC = 8  # packed words per staged chunk of bitlinear_forward_i8 (its split-K 
 # Up to this many rows (a short prompt) bitlinear_forward_i8 takes tiles of 32 rows, not 64
 # (its override I8_ROWS): a 64-row tile would multiply as many zero rows as real ones.
 I8_SHORT = 32
-BACKWARD = Uniform("BitlinearBackwardParams", "n:u32 i:u32 o:u32 scale:f32 accumulate:u32 ko:u32 split:u32 "
-                                             "o1:u32 o2:u32 base1:u32 base2:u32 m0:f32 m1:f32 m2:f32")
-PARTS_CONSTANTS = {"BL_PARTS": 1}   # bitlinear_backward_input with parts 1, 2 compiled in
-ONE_PART = (0, 0, 0, 0, 1.0, 1.0, 1.0)   # BACKWARD's part fields for one projection (parts 1, 2 absent)
+BACKWARD = Uniform("BitlinearBackwardParams", "n:u32 i:u32 o:u32 scale:f32 accumulate:u32 ko:u32 split:u32")
 
 # Up to this many rows (decoding one token per sequence) the 8-row kernel wastes less
 # than the 64 x 64 tiles; both give the same bits (integer sums are exact in f32).
@@ -45,9 +42,7 @@ def kernel_specs(table_dtype: str = "f32", training: bool = False, kind: str | N
     specs = [(SHADER, e) for e in (("bitlinear_forward_rows",) if quads(shapes, "C", "F") else
                                    ("actquant_forward", "bitlinear_forward_rows"))]
     if kind in (None, "gpu"):
-        specs += [(SHADER, "bitlinear_forward")] + ([(SHADER, "bitlinear_backward_input"),
-                                                     (SHADER, "bitlinear_backward_input", PARTS_CONSTANTS)]
-                                                    if training else [])
+        specs += [(SHADER, "bitlinear_forward")] + ([(SHADER, "bitlinear_backward_input")] if training else [])
         specs += splitk.kernel_specs()
     return specs + _cpu_matmul_specs(training, kind, shapes) + actquant_specs(kind, shapes)
 
@@ -349,53 +344,10 @@ def bitlinear_backward_input(dev, dy, w_packed, scale: float, dx, N: int, I: int
     if dev.kind == "cpu":   # dy binds as s too (unused: no division)
         cpu_matmul(dev, dy, dy, w_packed, scale, dx, N, O, I, accumulate, divide=False)
         return
-    _backward_gpu(dev, dy, w_packed, dx, (dy_quads(dev, dy, O), spare(dev, 1), spare(dev, 2)), N, I, O, O,
-                  scale, accumulate, split, ONE_PART, None)
-
-
-def parts_backward_fusable(dev, parts) -> bool:
-    """Whether bitlinear_backward_input_parts takes `parts` in one dispatch: on a GPU, with
-    every width a multiple of 16 (each staged chunk of 16 outputs in one part)."""
-    return dev.kind != "cpu" and len(parts) > 1 and all(O % 16 == 0 for _, O, _, _ in parts)
-
-
-def bitlinear_backward_input_parts(dev, w, parts, dx, N: int, I: int, accumulate: bool = False,
-                                   split: int | None = None) -> None:
-    """dx[N, I] (= or +=) the sum of bitlinear_backward_input over up to MAX_PARTS projections
-    of one input: parts = [(word offset of w_p in w, O_p, scale_p, dy_p[N, O_p]), ...] (the
-    first at word 0; bitlinear_forward_parts' layout, with dy for y). Where
-    parts_backward_fusable, one dispatch reduces over their outputs side by side, each
-    part's decoded weights times its scale (not the sums: other bits than a part at a time,
-    as close to exact); else one bitlinear_backward_input per part."""
-    if not 1 <= len(parts) <= MAX_PARTS:
-        raise ValueError(f"bitlinear_backward_input_parts: 1 to {MAX_PARTS} parts, got {len(parts)}")
-    if parts[0][0] != 0:
-        raise ValueError("bitlinear_backward_input_parts: the first part must start at word 0 of w")
-    words = -(-I // 16)
-    if not parts_backward_fusable(dev, parts):
-        for j, (off, O, scale, dy) in enumerate(parts):
-            bitlinear_backward_input(dev, dy, w.view(4 * off, 4 * O * words), scale, dx, N, I, O,
-                                     accumulate or j > 0, split)
-        return
-    need(dx, N * I, "dx", "bitlinear_backward_input_parts")
-    for j, (off, O, _, dy) in enumerate(parts):
-        need(w, off + O * words, f"w (part {j})", "bitlinear_backward_input_parts")
-        need(dy, N * O, f"dy{j}", "bitlinear_backward_input_parts")
-    full = list(parts) + [(0, 0, 1.0, spare(dev, j)) for j in range(len(parts), MAX_PARTS)]
-    (_, o0, s0, dy0), (b1, o1, s1, dy1), (b2, o2, s2, dy2) = full
-    _backward_gpu(dev, dy0, w, dx, (dy0, dy1, dy2), N, I, o0 + o1 + o2, o0, 1.0, accumulate, split,
-                  (o1, o2, b1, b2, s0, s1, s2), PARTS_CONSTANTS)
-
-
-def _backward_gpu(dev, dy, w, dx, quads: tuple, N: int, I: int, O: int, o0: int, scale: float,
-                  accumulate: bool, split: int | None, part_fields: tuple, constants: dict | None) -> None:
-    """bitlinear_backward_input's dispatch (compiled with `constants`) over O outputs side by
-    side (part 0's o0 of them, dy; `quads` bindings 5-7), then its reduce if split."""
-    words = -(-I // 16)
     slices, ko = backward_input_plan(N, I, O, split)
     part = splitk.scratch(dev, splitk.floats(slices, N, I))
-    dev.dispatch(dev.prepared(SHADER, "bitlinear_backward_input", constants), [dy, w, dx, part, *quads],
+    dev.dispatch(dev.prepared(SHADER, "bitlinear_backward_input"), [dy, w_packed, dx, part, dy_quads(dev, dy, O)],
                  groups=(-(-words // 8), -(-N // 64), slices),
-                 params=BACKWARD.pack(N, I, o0, scale, int(accumulate), ko, int(slices > 1), *part_fields))
+                 params=BACKWARD.pack(N, I, O, scale, int(accumulate), ko, int(slices > 1)))
     if slices > 1:
         splitk.reduce(dev, part, None, dx, N * I, slices, I, scale, accumulate)
