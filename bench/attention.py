@@ -33,6 +33,7 @@ sys.path.append(str(ROOT / "tests"))     # the numpy reference lives with the te
 
 from bitlora import gpu  # noqa: E402
 from bitlora.gpu.device import read_shader  # noqa: E402
+from bitlora.ops import attention, splitk  # noqa: E402
 from bitlora.ops.attention import ROWS_WG, zero_pos  # noqa: E402
 
 
@@ -134,7 +135,6 @@ async def step_path(dev, kind, bufs, dq, dk, dv, stats, out, lse, shape, want, r
     on GPUs the 32-row kernels where D % 4 == 0 and D <= 128, dk and dv of shared KV heads
     added up after), forward and backward from the forward's out and lse, and check dq, dk,
     dv against the float64 reference."""
-    from bitlora.ops import attention, splitk
     B, T, H, Hkv, D = shape
     do, q, k, v = bufs
     await dev.prepare(attention.kernel_specs(training=True, kind=kind) + splitk.kernel_specs(training=True, kind=kind))

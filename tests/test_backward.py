@@ -4,6 +4,9 @@ autograd; and one whole BitNet decoder layer with LoRA on q and v (torch float64
 HF's quantisers with the straight-through estimator) whose input and LoRA gradients
 the kernels reproduce when chained. Native-only helpers (numpy, torch) live here.
 """
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 import torch
@@ -579,8 +582,6 @@ def test_bench_backward_variants_give_the_kept_kernels_bits():
     dx with the kept kernel's at the same split-K plan ("bits =") and with numpy (err). The
     widths are not multiples of the tiles, so the edges' zero padding is exercised too."""
     import pathlib
-    import subprocess
-    import sys
     wgsl = pathlib.Path(__file__).resolve().parent.parent / "bench" / "bwd_variants.wgsl"
     variants = "bwd_k32_v4:64:128:32,bwd_2s_v4:64:128:16"
     out = subprocess.run([sys.executable, "-m", "bitlora.bench.matmul", "--shapes", "72x160x200,64x48x36",
@@ -601,8 +602,6 @@ def test_bench_attention_times_the_steps_kernels():
     """`bench attention --step` times what ops.attention records for a training step
     (on GPUs the 32-row kernels, dk and dv of shared KV heads reduced after) and checks
     its dq, dk, dv against float64; a kernel left out or a wrong sum fails here."""
-    import subprocess
-    import sys
     out = subprocess.run([sys.executable, "-m", "bitlora.bench.attention", "--shapes", "2x40x4x2x128",
                           "--kinds", "gpu,cpu", "--step", "--reps", "1"],
                          capture_output=True, text=True, timeout=600, check=True).stdout

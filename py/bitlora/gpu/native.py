@@ -144,7 +144,7 @@ class NativeBackend:
         checks = os.environ.get("BITLORA_SHADER_CHECKS")
         if checks is not None and not checks.isdigit():
             raise ValueError(f"BITLORA_SHADER_CHECKS={checks!r}: give naga's runtime-check bits as a number "
-                             f"(0 none, 1 index clamping: the default, 2 loop bounding, 3 both: wgpu's own)")
+                             "(0 none, 1 index clamping: the default, 2 loop bounding, 3 both: wgpu's own)")
         self.shader_checks = None if _lib is None else SHADER_CHECKS if checks is None else int(checks)
 
     # buffers
