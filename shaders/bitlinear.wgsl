@@ -54,7 +54,7 @@
 //   dispatch: groups (ceil(ceil(I/16) / 8), ceil(N/64), slices); a 16x16 workgroup owns
 //   64 rows x 8 words (128 columns) of dx; per 16 o the words are decoded once into
 //   workgroup memory as vec4s of ternary weights, and thread (tx, ty) keeps rows
-//   ty + 16a x column quads tx, tx + 16 (8 vec4 sums: a struct of named vectors, BlSums).
+//   ty + 16a x column quads tx, tx + 16 (the prelude's 64 x 128 tile products, mt_*).
 //   The next 16 o's dy values and weight words are loaded into registers while the
 //   current ones are multiplied (software pipelining: the global loads' latency is no
 //   longer exposed at every chunk): on an H200 at 2B-4T widths, N = 1024, 20-28 % faster
@@ -256,8 +256,6 @@ struct BitlinearBackwardParams { n: u32, i: u32, o: u32, scale: f32, accumulate:
 @group(0) @binding(3) var<storage, read_write> bl_dx: array<f32>;
 @group(0) @binding(4) var<storage, read_write> bl_part: array<f32>;   // split: [z, N, I] raw sums
 @group(0) @binding(5) var<storage, read> bl_dy4: array<vec4<f32>>;     // dy, read as vec4s when O % 4 == 0
-var<workgroup> bl_dy_sh: array<array<vec4<f32>, 4>, 64>;  // [row][o quad], 16 o
-var<workgroup> bl_w_sh: array<array<vec4<f32>, 32>, 16>;   // [o][column quad], 128 columns, decoded
 
 @compute @workgroup_size(16, 16)
 fn bitlinear_backward_input(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
@@ -276,19 +274,19 @@ fn bitlinear_backward_input(@builtin(local_invocation_id) lid3: vec3<u32>, @buil
     let wi = wq0 + wq / 4u;
     var p = bl_dy_quad(n0 + sr, obeg + 4u * sq, oend);
     var pw0 = bl_w_at(obeg + wo0, wi, oend); var pw1 = bl_w_at(obeg + wo0 + 8u, wi, oend);
-    var acc = BlSums();
+    var acc = MtSums();
     for (var o0 = obeg; o0 < oend; o0 += 16u) {
-        bl_dy_sh[sr][sq] = p;
-        bl_w_sh[wo0][wq] = ternary_quad(pw0, wq % 4u);
-        bl_w_sh[wo0 + 8u][wq] = ternary_quad(pw1, wq % 4u);
+        mt_a[sr][sq] = p;
+        mt_b[wo0][wq] = ternary_quad(pw0, wq % 4u);
+        mt_b[wo0 + 8u][wq] = ternary_quad(pw1, wq % 4u);
         workgroupBarrier();
         let o1 = o0 + 16u;
         p = bl_dy_quad(n0 + sr, o1 + 4u * sq, oend);
         pw0 = bl_w_at(o1 + wo0, wi, oend); pw1 = bl_w_at(o1 + wo0 + 8u, wi, oend);
-        acc = bl_oq(acc, 0u, ty, tx);
-        acc = bl_oq(acc, 1u, ty, tx);
-        acc = bl_oq(acc, 2u, ty, tx);
-        acc = bl_oq(acc, 3u, ty, tx);
+        acc = mt_quad(acc, 0u, ty, tx);
+        acc = mt_quad(acc, 1u, ty, tx);
+        acc = mt_quad(acc, 2u, ty, tx);
+        acc = mt_quad(acc, 3u, ty, tx);
         workgroupBarrier();
     }
     let c0 = (wq0 * 4u + tx) * 4u;
@@ -297,39 +295,6 @@ fn bitlinear_backward_input(@builtin(local_invocation_id) lid3: vec3<u32>, @buil
     bl_store(n0 + ty + 16u, c0, acc.a10, wid.z); bl_store(n0 + ty + 16u, c1, acc.a11, wid.z);
     bl_store(n0 + ty + 32u, c0, acc.a20, wid.z); bl_store(n0 + ty + 32u, c1, acc.a21, wid.z);
     bl_store(n0 + ty + 48u, c0, acc.a30, wid.z); bl_store(n0 + ty + 48u, c1, acc.a31, wid.z);
-}
-
-// The 8 vec4 sums of a thread of bitlinear_backward_input (row ty + 16a, column quad tx + 16b:
-// a<a><b>), a struct of named vectors (registers, as above)
-struct BlSums { a00: vec4<f32>, a01: vec4<f32>, a10: vec4<f32>, a11: vec4<f32>,
-                a20: vec4<f32>, a21: vec4<f32>, a30: vec4<f32>, a31: vec4<f32> };
-
-// The products of o quad oq of the staged chunk (o = 4oq .. 4oq+3, in order). Called with
-// oq = 0, 1, 2, 3 spelled out rather than in a loop: constant indices after inlining, 2-8 %
-// faster on the H200 at N = 1024 (the same bits).
-fn bl_oq(acc: BlSums, oq: u32, ty: u32, tx: u32) -> BlSums {
-    var s = acc;
-    let d0 = bl_dy_sh[ty][oq];
-    let d1 = bl_dy_sh[ty + 16u][oq];
-    let d2 = bl_dy_sh[ty + 32u][oq];
-    let d3 = bl_dy_sh[ty + 48u][oq];
-    var w0 = bl_w_sh[oq * 4u][tx];
-    var w1 = bl_w_sh[oq * 4u][tx + 16u];
-    s.a00 += d0.x * w0; s.a01 += d0.x * w1; s.a10 += d1.x * w0; s.a11 += d1.x * w1;
-    s.a20 += d2.x * w0; s.a21 += d2.x * w1; s.a30 += d3.x * w0; s.a31 += d3.x * w1;
-    w0 = bl_w_sh[oq * 4u + 1u][tx];
-    w1 = bl_w_sh[oq * 4u + 1u][tx + 16u];
-    s.a00 += d0.y * w0; s.a01 += d0.y * w1; s.a10 += d1.y * w0; s.a11 += d1.y * w1;
-    s.a20 += d2.y * w0; s.a21 += d2.y * w1; s.a30 += d3.y * w0; s.a31 += d3.y * w1;
-    w0 = bl_w_sh[oq * 4u + 2u][tx];
-    w1 = bl_w_sh[oq * 4u + 2u][tx + 16u];
-    s.a00 += d0.z * w0; s.a01 += d0.z * w1; s.a10 += d1.z * w0; s.a11 += d1.z * w1;
-    s.a20 += d2.z * w0; s.a21 += d2.z * w1; s.a30 += d3.z * w0; s.a31 += d3.z * w1;
-    w0 = bl_w_sh[oq * 4u + 3u][tx];
-    w1 = bl_w_sh[oq * 4u + 3u][tx + 16u];
-    s.a00 += d0.w * w0; s.a01 += d0.w * w1; s.a10 += d1.w * w0; s.a11 += d1.w * w1;
-    s.a20 += d2.w * w0; s.a21 += d2.w * w1; s.a30 += d3.w * w0; s.a31 += d3.w * w1;
-    return s;
 }
 
 fn bl_dy_quad(n: u32, o: u32, oend: u32) -> vec4<f32> {   // dy[n, o .. o+3], 0 past the edges of the tile's slice

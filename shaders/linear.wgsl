@@ -13,18 +13,16 @@
 //   and 5 w again, read as u32 pairs, where I % 4 == 0 (a spare 16-byte buffer where not): a
 //   thread loads and stages its chunk's x quad and two W quads as vectors
 //   dispatch: groups (ceil(Oc/128), ceil(N/64)); a 16x16 workgroup owns a 64 x 128 tile
-//   of y, thread (tx, ty) rows ty + 16a (a < 4) and outputs tx + 16b (b < 8). x and W are
-//   staged through workgroup memory 16 columns at a time (15 KB) and read back as vec4,
-//   so each workgroup-memory vec4 feeds 2.7 dot products (see bitlinear.wgsl). Staged
-//   rows are padded to 5 vec4s: unpadded, the W rows that neighbouring threads read lie
-//   in one bank (with 64 x 64 tiles and 32 columns the head ran 3.4 TMAC/s on an H200
-//   unpadded, 5.7 padded, the same bits; 64 x 128 tiles without the prefetch below ran
-//   2.9, a transposed W tile as the input gradient's 5.7). The next chunk's x and W values
-//   are loaded into registers while the current chunk is multiplied (as
-//   bitlinear_backward_input; the same bits). At 1024 x 2560 x 128256, bf16 W: 64 x 64
-//   tiles 5.9 -> 7.6 TMAC/s with the prefetch (57.4 -> 44.3 ms), 64 x 128 tiles 11.1
-//   (30.4 ms); the input gradient's prefetch 7.6 -> 9.5 (44.0 -> 35.4 ms), and its
-//   64 x 128 tiles (two slices) ran slower, 50.1 ms.
+//   of y, thread (tx, ty) rows ty + 16a (a < 4) and outputs 4tx .. 4tx+3, 64 + 4tx ..
+//   (the prelude's 64 x 128 tile products, mt_*: outer products, each product added to
+//   its sum in column order). x goes to workgroup memory 16 columns at a time as rows of
+//   vec4s, W transposed (each thread loads a quad of two W rows and stores its 8 values
+//   one by one); the next chunk's x and W values are loaded into registers while the
+//   current chunk is multiplied. Before (to 2026-12-07) each output was a sum of
+//   vec4 dot products over W staged untransposed (a dot is one multiply and three adds
+//   before its sum: 5 instructions for 4 multiply-adds). At 1024 x 2560 x 128256, bf16 W,
+//   on an H200: 64 x 64 tiles 5.9 -> 7.6 TMAC/s with the prefetch, 64 x 128 tiles of dot
+//   products 11.1; on an H100 the dot-product tiles 12.5 (26.9 ms).
 //
 // linear_forward_rows   the same for a few rows (decoding); bindings as linear_forward.
 //   dispatch: groups (ceil(Oc/64), ceil(N/8)); a workgroup (64) owns 64 outputs x 8 rows,
@@ -45,8 +43,10 @@
 //   H200: docs/PERFORMANCE.md, 2026-12-04)
 //   Split-K (splitk.wgsl): workgroup z sums o in [z*ko, (z+1)*ko) only; with split = 1
 //   it writes raw sums to part[z, N, I] for splitk_reduce (part unused when split = 0).
-//   dispatch: groups (ceil(I/64), ceil(N/64), slices); 16x16 threads, a 64x64 tile of dx per
-//   workgroup (4x4 elements per thread), o in chunks of 16.
+//   dispatch: groups (ceil(I/128), ceil(N/64), slices); 16x16 threads, a 64 x 128 tile of
+//   dx per workgroup (the prelude's tile products, as bitlinear_backward_input), o in
+//   chunks of 16. Before (to 2026-12-07) 64 x 64 tiles of 4 x 4 elements a thread: 11.2
+//   TMAC/s on an H100 at 1024 x 2560 x 128256 (30.1 ms).
 
 override LN_BF16: bool = false;
 override LN_QUADS: bool = false;   // linear_backward_input_cpu: I % 4 == 0 (whole quads of W)
@@ -117,9 +117,7 @@ fn linear_forward_rows(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(w
     }
 }
 
-const KT: u32 = 16u;                                   // columns per staged chunk
-var<workgroup> t_x: array<array<vec4<f32>, 5>, 64>;    // [row][column quad] (+1 pad, see the header)
-var<workgroup> t_w: array<array<vec4<f32>, 5>, 128>;   // [output][column quad] (+1 pad)
+const KT: u32 = 16u;   // columns per staged chunk
 
 fn lf_x4(r: u32, c: u32, n0: u32) -> vec4<f32> {   // x[row(n0 + r), c .. c+3] (c % 4 == 0), 0 past the row or the rows
     if (c >= p.i || n0 + r >= p.n) { return vec4<f32>(0.0); }
@@ -134,9 +132,11 @@ fn lf_w4(o: u32, c: u32) -> vec4<f32> {   // w[o, c .. c+3] of this chunk (c % 4
     return w_quad(o * p.i + c, min(4u, p.i - c), p.i % 4u == 0u);
 }
 
-// acc + (u . v0, u . v1, u . v2, u . v3)
-fn lf_dots(acc: vec4<f32>, u: vec4<f32>, v0: vec4<f32>, v1: vec4<f32>, v2: vec4<f32>, v3: vec4<f32>) -> vec4<f32> {
-    return acc + vec4<f32>(dot(u, v0), dot(u, v1), dot(u, v2), dot(u, v3));
+fn lf_put_wt(o: u32, q: u32, v: vec4<f32>) {   // w[o, 4q .. 4q+3] of the chunk into mt_b, transposed
+    mt_b[4u * q][o / 4u][o % 4u] = v.x;
+    mt_b[4u * q + 1u][o / 4u][o % 4u] = v.y;
+    mt_b[4u * q + 2u][o / 4u][o % 4u] = v.z;
+    mt_b[4u * q + 3u][o / 4u][o % 4u] = v.w;
 }
 
 @compute @workgroup_size(16, 16)
@@ -146,74 +146,41 @@ fn linear_forward(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgr
     let lid = ty * 16u + tx;
     let n0 = wid.y * 64u;
     let o0 = wid.x * 128u;
-    var acc = LfSums();
-    // the next chunk's x quad (row lid/4, quad lid%4) and W quads (outputs lid/4 and 64 + lid/4,
-    // quad lid%4) of this thread, in registers
+    // this thread's staging slots: x row lid/4, column quad lid%4; W outputs lid/4 and
+    // 64 + lid/4, the same quad (rows of W, stored transposed)
     let sr = lid / 4u;
     let sq = lid % 4u;
     var xv = lf_x4(sr, 4u * sq, n0);
     var wv0 = lf_w4(o0 + sr, 4u * sq);
     var wv1 = lf_w4(o0 + 64u + sr, 4u * sq);
+    var acc = MtSums();
     for (var c0 = 0u; c0 < p.i; c0 += KT) {
-        t_x[sr][sq] = xv;
-        t_w[sr][sq] = wv0;
-        t_w[64u + sr][sq] = wv1;
+        mt_a[sr][sq] = xv;
+        lf_put_wt(sr, sq, wv0);
+        lf_put_wt(64u + sr, sq, wv1);
         workgroupBarrier();
         let c1 = c0 + KT;
         xv = lf_x4(sr, c1 + 4u * sq, n0);
         wv0 = lf_w4(o0 + sr, c1 + 4u * sq);
         wv1 = lf_w4(o0 + 64u + sr, c1 + 4u * sq);
-        acc = lf_q(acc, 0u, ty, tx);
-        acc = lf_q(acc, 1u, ty, tx);
-        acc = lf_q(acc, 2u, ty, tx);
-        acc = lf_q(acc, 3u, ty, tx);
+        acc = mt_quad(acc, 0u, ty, tx);
+        acc = mt_quad(acc, 1u, ty, tx);
+        acc = mt_quad(acc, 2u, ty, tx);
+        acc = mt_quad(acc, 3u, ty, tx);
         workgroupBarrier();
     }
-    head_store(n0 + ty, o0 + tx, acc.acc0);
-    head_store(n0 + ty + 16u, o0 + tx, acc.acc1);
-    head_store(n0 + ty + 32u, o0 + tx, acc.acc2);
-    head_store(n0 + ty + 48u, o0 + tx, acc.acc3);
-    head_store(n0 + ty, o0 + 64u + tx, acc.hcc0);
-    head_store(n0 + ty + 16u, o0 + 64u + tx, acc.hcc1);
-    head_store(n0 + ty + 32u, o0 + 64u + tx, acc.hcc2);
-    head_store(n0 + ty + 48u, o0 + 64u + tx, acc.hcc3);
+    let c0 = o0 + 4u * tx;
+    let c1 = o0 + 64u + 4u * tx;
+    head_store(n0 + ty, c0, acc.a00); head_store(n0 + ty, c1, acc.a01);
+    head_store(n0 + ty + 16u, c0, acc.a10); head_store(n0 + ty + 16u, c1, acc.a11);
+    head_store(n0 + ty + 32u, c0, acc.a20); head_store(n0 + ty + 32u, c1, acc.a21);
+    head_store(n0 + ty + 48u, c0, acc.a30); head_store(n0 + ty + 48u, c1, acc.a31);
 }
 
-// linear_forward's 8 vec4 sums (acc<a>[b]: row ty + 16a, output tx + 16b; hcc<a>[b]: output
-// tx + 64 + 16b) and the products of column quad q of the staged chunk, called with q = 0 .. 3
-// spelled out (as bitlinear.wgsl's bl_oq)
-struct LfSums { acc0: vec4<f32>, acc1: vec4<f32>, acc2: vec4<f32>, acc3: vec4<f32>,
-                hcc0: vec4<f32>, hcc1: vec4<f32>, hcc2: vec4<f32>, hcc3: vec4<f32> };
-
-fn lf_q(acc: LfSums, q: u32, ty: u32, tx: u32) -> LfSums {
-    var s = acc;
-    let v0 = t_w[tx][q];
-    let v1 = t_w[tx + 16u][q];
-    let v2 = t_w[tx + 32u][q];
-    let v3 = t_w[tx + 48u][q];
-    let v4 = t_w[tx + 64u][q];
-    let v5 = t_w[tx + 80u][q];
-    let v6 = t_w[tx + 96u][q];
-    let v7 = t_w[tx + 112u][q];
-    let u0 = t_x[ty][q];
-    let u1 = t_x[ty + 16u][q];
-    let u2 = t_x[ty + 32u][q];
-    let u3 = t_x[ty + 48u][q];
-    s.acc0 = lf_dots(s.acc0, u0, v0, v1, v2, v3);
-    s.acc1 = lf_dots(s.acc1, u1, v0, v1, v2, v3);
-    s.acc2 = lf_dots(s.acc2, u2, v0, v1, v2, v3);
-    s.acc3 = lf_dots(s.acc3, u3, v0, v1, v2, v3);
-    s.hcc0 = lf_dots(s.hcc0, u0, v4, v5, v6, v7);
-    s.hcc1 = lf_dots(s.hcc1, u1, v4, v5, v6, v7);
-    s.hcc2 = lf_dots(s.hcc2, u2, v4, v5, v6, v7);
-    s.hcc3 = lf_dots(s.hcc3, u3, v4, v5, v6, v7);
-    return s;
-}
-
-fn head_store(n: u32, o: u32, acc: vec4<f32>) {    // outputs o + 16b of row n
+fn head_store(n: u32, o: u32, acc: vec4<f32>) {    // outputs o .. o+3 of row n
     if (n >= p.n) { return; }
     for (var b = 0u; b < 4u; b++) {
-        if (o + 16u * b < p.oc) { y[n * p.ld_y + p.v0 + o + 16u * b] = acc[b]; }
+        if (o + b < p.oc) { y[n * p.ld_y + p.v0 + o + b] = acc[b]; }
     }
 }
 
@@ -224,8 +191,6 @@ struct LinearBackwardParams { n: u32, i: u32, o: u32, scale: f32, accumulate: u3
 @group(0) @binding(3) var<storage, read_write> ln_dx: array<f32>;
 @group(0) @binding(4) var<storage, read_write> ln_part: array<f32>;   // split: [z, N, I] raw sums
 @group(0) @binding(6) var<storage, read> ln_dy4: array<vec4<f32>>;   // dy again, as vec4s (read where ld_dy % 4 == 0)
-var<workgroup> ln_dy_sh: array<array<vec4<f32>, 4>, 64>;  // [row][o quad], 16 o
-var<workgroup> ln_w_sh: array<array<vec4<f32>, 16>, 16>;   // [o][column quad], 64 columns
 
 fn lb_dy4(n: u32, o: u32, oend: u32) -> vec4<f32> {   // dy[n, o .. o+3], 0 past the tile's slice or the rows
     if (n >= ln_p.n) { return vec4<f32>(0.0); }
@@ -243,65 +208,49 @@ fn lb_w4(o: u32, oend: u32, i: u32) -> vec4<f32> {   // w[o, i .. i+3] (i % 4 ==
     return w_quad(o * ln_p.i + i, min(4u, ln_p.i - i), ln_p.i % 4u == 0u);
 }
 
-// A 64x64 tile of dx per workgroup; thread (tx, ty) owns rows ty + 16a (a < 4) and the
-// four columns 4tx .. 4tx+3, as four vec4 sums in named variables (see bitlinear.wgsl).
-// The next 16 o's dy and W values are loaded into registers while the current ones are
-// multiplied (as bitlinear_backward_input; the same order of sums).
+// A 64 x 128 tile of dx per workgroup, the prelude's tile products (mt_*): dy chunks in
+// mt_a, W rows in mt_b. The next 16 o's dy and W values are loaded into registers while
+// the current ones are multiplied.
 @compute @workgroup_size(16, 16)
 fn linear_backward_input(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
     let tx = lid3.x;
     let ty = lid3.y;
     let lid = ty * 16u + tx;
     let n0 = wid.y * 64u;
-    let i0 = wid.x * 64u;
+    let i0 = wid.x * 128u;
     let obeg = wid.z * ln_p.ko;
     let oend = min(ln_p.o, (wid.z + 1u) * ln_p.ko);            // this z's slice of the outputs
-    var acc = LbSums();
-    // this thread's staging slots: dy row lid/4, o quad lid%4; W output lid/16, column quad lid%16
+    // this thread's staging slots: dy row lid/4, o quad lid%4; W outputs lid/32 and 8 + lid/32,
+    // column quad lid%32
     let dr = lid / 4u;
     let dq = lid % 4u;
-    let wo = lid / 16u;
-    let wc = lid % 16u;
+    let wo = lid / 32u;
+    let wc = lid % 32u;
     var d = lb_dy4(n0 + dr, obeg + 4u * dq, oend);
-    var wv = lb_w4(obeg + wo, oend, i0 + 4u * wc);
+    var wv0 = lb_w4(obeg + wo, oend, i0 + 4u * wc);
+    var wv1 = lb_w4(obeg + wo + 8u, oend, i0 + 4u * wc);
+    var acc = MtSums();
     for (var o0 = obeg; o0 < oend; o0 += 16u) {
-        ln_dy_sh[dr][dq] = d;
-        ln_w_sh[wo][wc] = wv;
+        mt_a[dr][dq] = d;
+        mt_b[wo][wc] = wv0;
+        mt_b[wo + 8u][wc] = wv1;
         workgroupBarrier();
         let o1 = o0 + 16u;
         d = lb_dy4(n0 + dr, o1 + 4u * dq, oend);
-        wv = lb_w4(o1 + wo, oend, i0 + 4u * wc);
-        acc = lb_oq(acc, 0u, ty, tx);
-        acc = lb_oq(acc, 1u, ty, tx);
-        acc = lb_oq(acc, 2u, ty, tx);
-        acc = lb_oq(acc, 3u, ty, tx);
+        wv0 = lb_w4(o1 + wo, oend, i0 + 4u * wc);
+        wv1 = lb_w4(o1 + wo + 8u, oend, i0 + 4u * wc);
+        acc = mt_quad(acc, 0u, ty, tx);
+        acc = mt_quad(acc, 1u, ty, tx);
+        acc = mt_quad(acc, 2u, ty, tx);
+        acc = mt_quad(acc, 3u, ty, tx);
         workgroupBarrier();
     }
-    ln_store(n0 + ty, i0 + 4u * tx, acc.a0, wid.z);
-    ln_store(n0 + ty + 16u, i0 + 4u * tx, acc.a1, wid.z);
-    ln_store(n0 + ty + 32u, i0 + 4u * tx, acc.a2, wid.z);
-    ln_store(n0 + ty + 48u, i0 + 4u * tx, acc.a3, wid.z);
-}
-
-// linear_backward_input's 4 vec4 sums (rows ty + 16a, columns 4tx .. 4tx+3) and the products of
-// o quad oq of the staged chunk, called with oq = 0 .. 3 spelled out (as bitlinear.wgsl's bl_oq)
-struct LbSums { a0: vec4<f32>, a1: vec4<f32>, a2: vec4<f32>, a3: vec4<f32> };
-
-fn lb_oq(acc: LbSums, oq: u32, ty: u32, tx: u32) -> LbSums {
-    var s = acc;
-    let e0 = ln_dy_sh[ty][oq];
-    let e1 = ln_dy_sh[ty + 16u][oq];
-    let e2 = ln_dy_sh[ty + 32u][oq];
-    let e3 = ln_dy_sh[ty + 48u][oq];
-    var wr = ln_w_sh[oq * 4u][tx];
-    s.a0 += e0.x * wr; s.a1 += e1.x * wr; s.a2 += e2.x * wr; s.a3 += e3.x * wr;
-    wr = ln_w_sh[oq * 4u + 1u][tx];
-    s.a0 += e0.y * wr; s.a1 += e1.y * wr; s.a2 += e2.y * wr; s.a3 += e3.y * wr;
-    wr = ln_w_sh[oq * 4u + 2u][tx];
-    s.a0 += e0.z * wr; s.a1 += e1.z * wr; s.a2 += e2.z * wr; s.a3 += e3.z * wr;
-    wr = ln_w_sh[oq * 4u + 3u][tx];
-    s.a0 += e0.w * wr; s.a1 += e1.w * wr; s.a2 += e2.w * wr; s.a3 += e3.w * wr;
-    return s;
+    let c0 = i0 + 4u * tx;
+    let c1 = i0 + 64u + 4u * tx;
+    ln_store(n0 + ty, c0, acc.a00, wid.z); ln_store(n0 + ty, c1, acc.a01, wid.z);
+    ln_store(n0 + ty + 16u, c0, acc.a10, wid.z); ln_store(n0 + ty + 16u, c1, acc.a11, wid.z);
+    ln_store(n0 + ty + 32u, c0, acc.a20, wid.z); ln_store(n0 + ty + 32u, c1, acc.a21, wid.z);
+    ln_store(n0 + ty + 48u, c0, acc.a30, wid.z); ln_store(n0 + ty + 48u, c1, acc.a31, wid.z);
 }
 
 fn ln_store(n: u32, i0: u32, acc: vec4<f32>, z: u32) {
