@@ -69,8 +69,8 @@ async def run(shapes: list, reps: int, tqs=()) -> list:
             count = cols * R
             part, g = f(slices * count, "part"), f(count, "g")
             entry = "lora_grad_b_split" if name == "dB" else "lora_grad_a_split"
-            bufs = lora.split_bindings(dev, entry, ins[0], ins[1], part, stream, cols)
-            split = (k(entry), bufs, lora.split_grid(cols, R, slices), s.params(per, True))
+            bufs = [ins[0], ins[1], part] + ([stream] if name == "dA" else [])
+            split = (k(entry), bufs, (-(-cols // 256), -(-R // 4), slices), s.params(per, True))
             reduce = (dev.prepared(splitk.SHADER, "splitk_reduce"), [part, part, g], -(-count // 256),
                       splitk.PARAMS.pack(count, slices, 1, 1.0, 1, 0))
             row[name] = (slices, await timed([split]), await timed([reduce]), await timed([split, reduce]))

@@ -216,87 +216,51 @@ fn lora_grad_x(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup
 // ---------------------------------------------------------------------------- split sums (GPU)
 // The dA, dB sums over N cut into slices of `per` rows (grid z), so that a big GPU gets
 // enough workgroups (one invocation per (r, column) looping over all N rows left
-// ~160 workgroups on 132 SMs at 2B-4T widths). Invocation: columns c .. c+3 and ranks
-// r0 .. r0+7 of one slice: a row's quad of x (dA) or dy (dB) is read once for 8 ranks (one
-// vec4 load where rows are whole quads, binding 5 / 4), dA's dropout mask hashed once per
-// element; the 8 sums of u or du a row are broadcast loads (every lane of a workgroup reads
-// the same ones), clamped inside the buffer past rank R-1 (their sums unused). Raw slice
-// sums go to part[z * count + e] in the gradient's own layout, and splitk_reduce adds the
-// slices in order, scales (dB: by scale) and writes (= or +=). Each element's sum is
-// du * (x * keep) or dy * u added row by row, as in lora_grad_a / lora_grad_b.
-// (Before 2026-12-07 an invocation took one column and 4 ranks: x loaded and hashed once
-// per 4 ranks.)
+// ~160 workgroups on 132 SMs at 2B-4T widths). Invocation: one column c and ranks
+// r0 .. r0+3 of one slice (dy or x read once for 4 ranks, the dropout hash once);
+// raw slice sums go to part[z * count + e] in the gradient's own layout, and
+// splitk_reduce adds the slices in order, scales (dB: by scale) and writes (= or +=).
 // lora_grad_b_split: 1 dy[N, O] read | 2 u[N, R] read | 3 part[slices, O*R] read_write   (e = o*R + r)
-//                    | 4 dy again, as vec4s (O % 4 == 0; else a spare 16-byte buffer)
 // lora_grad_a_split: 1 du[N, R] read | 2 x[N, I] read | 3 part[slices, R*I] read_write   (e = r*I + i)
-//                    | 4 stream | 5 x again, as vec4s (I % 4 == 0; else a spare)
-//   dispatch: (ceil(ceil(O or I / 4) / WS), ceil(R / SR), slices)
-const WS: u32 = 64u;   // workgroup of the split sums (ops/lora.py WS)
-const SR: u32 = 8u;    // ranks per invocation (ops/lora.py SR)
-
-// A quad's sums for 8 ranks: s<r> holds rank r0 + r's sums of columns c .. c+3
-struct Sums8 { s0: vec4<f32>, s1: vec4<f32>, s2: vec4<f32>, s3: vec4<f32>,
-               s4: vec4<f32>, s5: vec4<f32>, s6: vec4<f32>, s7: vec4<f32> };
-
-// acc + e[r] * v for the 8 ranks: e0 = ranks r0 .. r0+3, e1 = r0+4 .. r0+7
-fn sums8_add(acc: Sums8, e0: vec4<f32>, e1: vec4<f32>, v: vec4<f32>) -> Sums8 {
-    var s = acc;
-    s.s0 += e0.x * v; s.s1 += e0.y * v; s.s2 += e0.z * v; s.s3 += e0.w * v;
-    s.s4 += e1.x * v; s.s5 += e1.y * v; s.s6 += e1.z * v; s.s7 += e1.w * v;
-    return s;
-}
-
-fn sums8_rank(s: Sums8, r: u32) -> vec4<f32> {
-    switch (r) {
-        case 0u: { return s.s0; } case 1u: { return s.s1; } case 2u: { return s.s2; } case 3u: { return s.s3; }
-        case 4u: { return s.s4; } case 5u: { return s.s5; } case 6u: { return s.s6; } default: { return s.s7; }
-    }
-}
+//                    | 4 stream
+//   dispatch: (ceil(O or I / 256), ceil(R / 4), slices)
 
 @group(0) @binding(0) var<uniform> p_gbs: LoraParams;
 @group(0) @binding(1) var<storage, read> gbs_dy: array<f32>;
 @group(0) @binding(2) var<storage, read> gbs_u: array<f32>;
 @group(0) @binding(3) var<storage, read_write> gbs_part: array<f32>;
-@group(0) @binding(4) var<storage, read> gbs_dy4: array<vec4<f32>>;
 
 fn gbs_u4(b: u32, last: u32) -> vec4<f32> {   // u[b .. b+3], clamped to the buffer's last float
     return vec4<f32>(gbs_u[min(b, last)], gbs_u[min(b + 1u, last)], gbs_u[min(b + 2u, last)], gbs_u[min(b + 3u, last)]);
 }
 
-fn gbs_dyq(n: u32, o: u32) -> vec4<f32> {   // dy[n, o .. o+3], 0 past O
-    let at = n * p_gbs.o + o;
-    if (p_gbs.o % 4u == 0u) { return gbs_dy4[at / 4u]; }
-    var v = vec4<f32>(0.0);
-    for (var k = 0u; k < min(4u, p_gbs.o - o); k++) { v[k] = gbs_dy[at + k]; }
-    return v;
-}
-
-@compute @workgroup_size(WS)
+@compute @workgroup_size(WG)
 fn lora_grad_b_split(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
     let p = p_gbs;
-    let o = (wid.x * WS + lid3.x) * 4u;
+    let o = wid.x * WG + lid3.x;
     if (o >= p.o) { return; }
-    let r0 = wid.y * SR;
-    let last = p.n * p.r - 1u;
+    let r0 = wid.y * 4u;
+    let last = p.n * p.r - 1u;       // u reads past rank R-1 are clamped inside the buffer, their sums unused
     let n1 = min(p.n, (wid.z + 1u) * p.per);
-    var acc = Sums8();
+    var acc = vec4<f32>(0.0);
     var n = wid.z * p.per;
-    for (; n + 2u <= n1; n += 2u) {   // two rows' loads issued together, added in order
-        let d0 = gbs_dyq(n, o);
-        let d1 = gbs_dyq(n + 1u, o);
-        let b0 = n * p.r + r0;
-        let b1 = b0 + p.r;
-        let u00 = gbs_u4(b0, last); let u01 = gbs_u4(b0 + 4u, last);
-        let u10 = gbs_u4(b1, last); let u11 = gbs_u4(b1 + 4u, last);
-        acc = sums8_add(acc, u00, u01, d0);
-        acc = sums8_add(acc, u10, u11, d1);
+    for (; n + 4u <= n1; n += 4u) {   // four rows' loads issued together, added in order
+        let d0 = gbs_dy[n * p.o + o];
+        let d1 = gbs_dy[(n + 1u) * p.o + o];
+        let d2 = gbs_dy[(n + 2u) * p.o + o];
+        let d3 = gbs_dy[(n + 3u) * p.o + o];
+        let u0 = gbs_u4(n * p.r + r0, last);
+        let u1 = gbs_u4((n + 1u) * p.r + r0, last);
+        let u2 = gbs_u4((n + 2u) * p.r + r0, last);
+        let u3 = gbs_u4((n + 3u) * p.r + r0, last);
+        acc += d0 * u0;
+        acc += d1 * u1;
+        acc += d2 * u2;
+        acc += d3 * u3;
     }
-    if (n < n1) { acc = sums8_add(acc, gbs_u4(n * p.r + r0, last), gbs_u4(n * p.r + r0 + 4u, last), gbs_dyq(n, o)); }
-    let base = wid.z * p.o * p.r;
-    for (var r = 0u; r < SR && r0 + r < p.r; r++) {   // e = o*R + r
-        let v = sums8_rank(acc, r);
-        for (var c = 0u; c < 4u && o + c < p.o; c++) { gbs_part[base + (o + c) * p.r + r0 + r] = v[c]; }
-    }
+    for (; n < n1; n++) { acc += gbs_dy[n * p.o + o] * gbs_u4(n * p.r + r0, last); }
+    let base = wid.z * p.o * p.r + o * p.r + r0;
+    for (var k = 0u; k < 4u && r0 + k < p.r; k++) { gbs_part[base + k] = acc[k]; }
 }
 
 @group(0) @binding(0) var<uniform> p_gas: LoraParams;
@@ -304,53 +268,40 @@ fn lora_grad_b_split(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(wor
 @group(0) @binding(2) var<storage, read> gas_x: array<f32>;
 @group(0) @binding(3) var<storage, read_write> gas_part: array<f32>;
 @group(0) @binding(4) var<storage, read> gas_stream: array<u32>;
-@group(0) @binding(5) var<storage, read> gas_x4: array<vec4<f32>>;
 
 fn gas_du4(b: u32, last: u32) -> vec4<f32> {   // du[b .. b+3], clamped to the buffer's last float
     return vec4<f32>(gas_du[min(b, last)], gas_du[min(b + 1u, last)], gas_du[min(b + 2u, last)],
                      gas_du[min(b + 3u, last)]);
 }
 
-fn gas_xq(n: u32, i: u32, step: u32) -> vec4<f32> {   // dropout(x)[n, i .. i+3], 0 past I
-    let at = n * p_gas.i + i;
-    var v = vec4<f32>(0.0);
-    if (p_gas.i % 4u == 0u) {
-        v = gas_x4[at / 4u];
-    } else {
-        for (var k = 0u; k < min(4u, p_gas.i - i); k++) { v[k] = gas_x[at + k]; }
-    }
-    if (p_gas.keep_threshold == 0u) { return v; }
-    return v * vec4<f32>(keep_factor(p_gas, step, at), keep_factor(p_gas, step, at + 1u),
-                         keep_factor(p_gas, step, at + 2u), keep_factor(p_gas, step, at + 3u));
-}
-
-@compute @workgroup_size(WS)
+@compute @workgroup_size(WG)
 fn lora_grad_a_split(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
     let p = p_gas;
     let step = gas_stream[0];
-    let i = (wid.x * WS + lid3.x) * 4u;
+    let i = wid.x * WG + lid3.x;
     if (i >= p.i) { return; }
-    let r0 = wid.y * SR;
+    let r0 = wid.y * 4u;
     let last = p.n * p.r - 1u;
     let n1 = min(p.n, (wid.z + 1u) * p.per);
-    var acc = Sums8();
+    var acc = vec4<f32>(0.0);
     var n = wid.z * p.per;
-    for (; n + 2u <= n1; n += 2u) {   // two rows' loads issued together, added in order
-        let x0 = gas_xq(n, i, step);
-        let x1 = gas_xq(n + 1u, i, step);
-        let b0 = n * p.r + r0;
-        let b1 = b0 + p.r;
-        let e00 = gas_du4(b0, last); let e01 = gas_du4(b0 + 4u, last);
-        let e10 = gas_du4(b1, last); let e11 = gas_du4(b1 + 4u, last);
-        acc = sums8_add(acc, e00, e01, x0);
-        acc = sums8_add(acc, e10, e11, x1);
+    for (; n + 4u <= n1; n += 4u) {   // four rows' loads issued together, added in order
+        let x0 = gas_x[n * p.i + i];
+        let x1 = gas_x[(n + 1u) * p.i + i];
+        let x2 = gas_x[(n + 2u) * p.i + i];
+        let x3 = gas_x[(n + 3u) * p.i + i];
+        let e0 = gas_du4(n * p.r + r0, last);
+        let e1 = gas_du4((n + 1u) * p.r + r0, last);
+        let e2 = gas_du4((n + 2u) * p.r + r0, last);
+        let e3 = gas_du4((n + 3u) * p.r + r0, last);
+        acc += e0 * (x0 * keep_factor(p, step, n * p.i + i));
+        acc += e1 * (x1 * keep_factor(p, step, (n + 1u) * p.i + i));
+        acc += e2 * (x2 * keep_factor(p, step, (n + 2u) * p.i + i));
+        acc += e3 * (x3 * keep_factor(p, step, (n + 3u) * p.i + i));
     }
-    if (n < n1) { acc = sums8_add(acc, gas_du4(n * p.r + r0, last), gas_du4(n * p.r + r0 + 4u, last), gas_xq(n, i, step)); }
-    let base = wid.z * p.r * p.i;
-    for (var r = 0u; r < SR && r0 + r < p.r; r++) {   // e = r*I + i
-        let v = sums8_rank(acc, r);
-        for (var c = 0u; c < 4u && i + c < p.i; c++) { gas_part[base + (r0 + r) * p.i + i + c] = v[c]; }
-    }
+    for (; n < n1; n++) { acc += gas_du4(n * p.r + r0, last) * (gas_x[n * p.i + i] * keep_factor(p, step, n * p.i + i)); }
+    let base = wid.z * p.r * p.i + r0 * p.i + i;
+    for (var k = 0u; k < 4u && r0 + k < p.r; k++) { gas_part[base + k * p.i] = acc[k]; }
 }
 
 // ---------------------------------------------------------------------------- GPU tiles

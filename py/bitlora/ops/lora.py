@@ -35,7 +35,6 @@ TQ = 1   # turns per invocation there (lora.wgsl's override TQ, whose default th
 TILE_MIN_GROUPS = 256   # lora_down_tile / lora_grad_u_tile only with this many workgroups (else the plain kernels)
 TILE_ENTRIES = ("lora_down", "lora_up", "lora_grad_u", "lora_grad_x")   # GPU tiles: entry + "_tile"
 TILES = True   # False: GPU kinds record the plain kernels (the tests compare the tiles' bits with theirs)
-WS, SR = 64, 8   # workgroup, ranks per invocation of the split dA, dB sums (lora.wgsl; 4 columns each)
 SPLIT_GROUPS = 1024   # the split dA, dB sums: slices until the grid has about this many workgroups
 SPLIT_MIN_ROWS = 32   # ... but at least this many rows per slice
 
@@ -134,34 +133,15 @@ def tq_constants(entry: str) -> dict | None:
 
 def split_plan(N: int, cols: int, R: int) -> tuple[int, int]:
     """(slices, rows per slice) of a split dA or dB sum over N rows, `cols` columns."""
-    tiles = _split_groups(cols, R)
+    tiles = -(-cols // WG) * -(-R // 4)
     slices = max(1, min(-(-SPLIT_GROUPS // tiles), N // SPLIT_MIN_ROWS))
     per = -(-N // slices)
     return -(-N // per), per
 
 
-def _split_groups(cols: int, R: int) -> int:
-    """Workgroups of one slice of a split dA or dB sum (x, y of its grid)."""
-    return -(-(-(-cols // 4)) // WS) * -(-R // SR)
-
-
 def scratch_floats(N: int, sizes, R: int) -> int:
     """The split-K scratch (floats) the split dA, dB sums of projections `sizes` [(I, O)] need."""
     return max([split_plan(N, c, R)[0] * c * R for I, O in sizes for c in (I, O)], default=1)
-
-
-def split_grid(cols: int, R: int, slices: int) -> tuple:
-    """The grid of a split dA or dB sum over `cols` columns, rank R, in `slices` slices."""
-    return -(-(-(-cols // 4)) // WS), -(-R // SR), slices
-
-
-def split_bindings(dev, entry: str, a_in, b_in, part, stream, cols: int) -> list:
-    """Bindings 1.. of lora_grad_b_split (dy, u) / lora_grad_a_split (du, x): the rows read
-    as vec4s again where `cols` % 4 == 0, else a spare buffer."""
-    from .matvec import spare   # here: matvec imports this module
-    rows = b_in if entry == "lora_grad_a_split" else a_in
-    vec = rows if cols % 4 == 0 else spare(dev, 0)
-    return [a_in, b_in, part] + ([stream, vec] if entry in DROPOUT_ENTRIES else [vec])
 
 
 def _grad_split(dev, entry: str, s: LoraShape, a_in, b_in, out, stream, cols: int, scale: float,
@@ -171,8 +151,9 @@ def _grad_split(dev, entry: str, s: LoraShape, a_in, b_in, out, stream, cols: in
     slices, per = split_plan(s.N, cols, s.R)
     count = cols * s.R
     part = splitk.scratch(dev, slices * count)
-    dev.dispatch(dev.prepared(SHADER, entry), split_bindings(dev, entry, a_in, b_in, part, stream, cols),
-                 groups=split_grid(cols, s.R, slices), params=s.params(per, accumulate))
+    bufs = [a_in, b_in, part] + ([stream] if entry in DROPOUT_ENTRIES else [])
+    dev.dispatch(dev.prepared(SHADER, entry), bufs, groups=(-(-cols // WG), -(-s.R // 4), slices),
+                 params=s.params(per, accumulate))
     splitk.reduce(dev, part, None, out, count, slices, 1, scale, accumulate)
 
 
