@@ -283,7 +283,8 @@ def test_cross_entropy(run_case, N, V, kind):
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("N,I,O,R,p", [(1, 5, 3, 1, 0.0), (7, 70, 33, 4, 0.0), (6, 300, 17, 8, 0.4),
                                         (17, 12, 8, 3, 0.2), (33, 64, 20, 1, 0.0), (1, 4, 4, 1, 0.0),
-                                        (19, 36, 60, 8, 0.0), (13, 40, 24, 4, 0.3), (9, 128, 64, 16, 0.05)])
+                                        (19, 36, 60, 8, 0.0), (13, 40, 24, 4, 0.3), (9, 128, 64, 16, 0.05),
+                                        (70, 36, 44, 12, 0.1), (97, 30, 21, 5, 0.0)])   # split over N
 def test_lora(run_case, N, I, O, R, p, kind):
     rng = np.random.default_rng(N + I + O + R)
     x, a, b, dy = (f32(rng.normal(size=s)) for s in ((N, I), (R, I), (O, R), (N, O)))
