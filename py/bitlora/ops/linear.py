@@ -51,15 +51,19 @@ def _cpu_backward_constants(w_dtype: str, quads: bool) -> dict:
     return {**(_constants(w_dtype) or {}), "LN_QUADS": 1.0 if quads else 0.0}
 
 
-# Workgroups linear_backward_input's split aims at: the head's reduction (the vocabulary)
-# is long, so slices cost little beside it. On an H100 at 1024 x 2560 x 128256 (bf16):
-# 2 slices (640 workgroups) 29.6 ms, 3 25.7, 4 24.1 (bitlora.bench.train --profile).
-BACKWARD_TARGET_GROUPS = 1280
+# At least this many slices for linear_backward_input where the reduction (the vocabulary)
+# has room: slices cost little beside it. On an H100 at 1024 x 2560 x 128256 (bf16), 320
+# tiles: 1 slice 39.8 ms, 2 (the plan's 512-workgroup target) 29.6, 3 25.7, 4 24.1
+# (bitlora.bench.train --profile); at 256 rows the target already gives 7.
+BACKWARD_MIN_SLICES = 4
 
 
 def backward_input_plan(N: int, I: int, O: int, split: int | None = None) -> tuple:
     """(slices, outputs per slice) of linear_backward_input's 64-row x 128-column tiles."""
-    return splitk.plan(-(-I // 128) * -(-N // 64), O, 16, split, target=BACKWARD_TARGET_GROUPS)
+    tiles = -(-I // 128) * -(-N // 64)
+    if split is None:
+        split = max(splitk.plan(tiles, O, 16)[0], min(BACKWARD_MIN_SLICES, O // splitk.MIN_SLICE))
+    return splitk.plan(tiles, O, 16, split)
 
 
 def scratch_floats(N: int, I: int, O: int, kind: str = "gpu") -> int:
