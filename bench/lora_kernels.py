@@ -1,6 +1,7 @@
 """Time the GPU LoRA kernels of one adapted projection (shaders/lora.wgsl): each plain
-kernel beside its tile (*_tile: the same bits), and the split dA, dB sums with their
-reduce, at given shapes. Native only.
+kernel beside its tile (*_tile: the same bits), down and grad_u also as split matmuls
+(*_mm) with their reduce, and the split dA, dB sums with their reduce, at given shapes.
+Native only.
 
     python -m bitlora.bench.lora_kernels [--shapes 1024x2560x2560x16,256x2560x640x8] [--reps 40] [--tq 1,2,8]
 
@@ -24,6 +25,7 @@ SHAPES = "1024x2560x2560x16,1024x2560x640x16,1024x2560x6912x16,1024x6912x2560x16
 async def run(shapes: list, reps: int, tqs=()) -> list:
     dev = await gpu.get_device()
     await dev.prepare(lora.kernel_specs(training=True, kind="gpu"))
+    await dev.prepare([(lora.SHADER, e + "_mm") for e in lora.MM_ENTRIES])   # listed only with lora.MATMULS
     k = lambda e: dev.prepared(lora.SHADER, e, lora.tq_constants(e))  # noqa: E731
     idle = 1e9
     for _ in range(5):
@@ -60,6 +62,15 @@ async def run(shapes: list, reps: int, tqs=()) -> list:
             ("lora_grad_x", [du, a, dx, stream], -(-N * I // 256), cols4(I, lora.TQ)),
         ):
             row[name] = (await timed([(k(name), bufs, plain, P)]), await timed([(k(name + "_tile"), bufs, tile, P)]))
+            if name in lora.MM_ENTRIES:   # the split matmul and its reduce (ops.lora._matmul)
+                K = I if name == "lora_down" else O
+                slices, per = lora.mm_plan(N, K, R)
+                part = f(slices * N * R, "part") if slices > 1 else bufs[2]
+                mm = (k(name + "_mm"), bufs[:2] + [part] + bufs[3:], (-(-N // lora.MMR), -(-R // 16), slices),
+                      s.params(per))
+                reduce = (dev.prepared(splitk.SHADER, "splitk_reduce"), [part, part, bufs[2]], -(-N * R // 256),
+                          splitk.PARAMS.pack(N * R, slices, 1, 1.0, 0, 0))
+                row[name + " mm"] = (slices, await timed([mm] + ([reduce] if slices > 1 else [])))
             if name in ("lora_up", "lora_grad_x"):   # the tile at other row-block turns (lora.wgsl TQ)
                 for tq in tqs:
                     kt = await dev.kernel(lora.SHADER, name + "_tile", {"TQ": tq})
@@ -77,6 +88,7 @@ async def run(shapes: list, reps: int, tqs=()) -> list:
         rows.append(row)
         print(f"{row['shape']:>20}: " + "  ".join(f"{n[5:]} {row[n][0]:.4f} -> {row[n][1]:.4f}" for n in
                                                  ("lora_down", "lora_up", "lora_grad_u", "lora_grad_x"))
+              + "".join(f"  {n[5:]} ({row[n][0]} slices, reduced) {row[n][1]:.4f}" for n in row if n.endswith(" mm"))
               + "".join(f"  {n} ({row[n][0]} slices) {row[n][1]:.4f} + reduce {row[n][2]:.4f} = {row[n][3]:.4f}"
                         for n in ("dB", "dA"))
               + "".join(f"  {n[5:]} {v:.4f}" for n, v in row.items() if "TQ=" in n) + " ms", flush=True)

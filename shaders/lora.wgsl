@@ -527,6 +527,165 @@ fn gx_tile_store(n: u32, i4: u32, acc: vec4<f32>, base: u32) {
     gxr_dx[e] = select(dx + f * acc, dx, f == vec4<f32>(0.0));   // dropped: left as it was, as lora_grad_x leaves it
 }
 
+// ---------------------------------------------------------------------------- split matmuls (GPU)
+// u = dropout(x) a^T and du = scale * dy b as small matmuls, N rows x K (I or O) x R, split
+// over K: the tiles above reduce each (row, rank) pair over 256 lanes and a tree, so a
+// workgroup of 4 rows reads all of a (or b) and pushes 64 pairs x 256 lane sums through
+// workgroup memory. Here a workgroup owns MMR rows x 16 ranks of one slice of K (grid z,
+// `per` values of k each, a multiple of MMK) and stages MMK values of k at a time: the
+// rows' values v[MMR][MMK] (x times its dropout factor, or dy) and the ranks' weights
+// m[MMK][16] (a[r, k] or b[k, r]); thread (tx, ty) adds rank r0 + tx of rows n0 + ty and
+// n0 + ty + 16 over its slice's k in order, and the next chunk's global loads are issued
+// before this one is multiplied. The raw slice sums go to part[z, N, R]; splitk_reduce adds
+// the slices in order (scaled by scale for du) into u or du. With one slice (grid z = 1) the
+// kernel writes u, or scale * the sum into du, itself (binding 3 is then u or du).
+// Each pair's sum runs over k in order within a slice, then slices in order: another order
+// than lora_down / lora_grad_u and their tiles (f32 rounding differs; bounded in the tests).
+// lora_down_mm   (I % 4 == 0): 1 x[N, I] read, vec4 | 2 a[R, I] read, vec4 |
+//                3 part[slices, N, R] (or u[N, R]) read_write | 4 stream
+// lora_grad_u_mm (O % 4 == 0, R % 4 == 0): 1 dy[N, O] read, vec4 | 2 b[O, R] read, vec4 |
+//                3 part[slices, N, R] (or du[N, R]) read_write
+//   dispatch: (ceil(N / MMR), ceil(R / 16), slices)   (ops/lora.py mm_plan)
+const MMR: u32 = 32u;   // rows of a tile
+const MMK: u32 = 32u;   // values of k a staged chunk
+var<workgroup> mm_v: array<array<vec4<f32>, 8>, MMR>;   // [row][k quad] of the chunk
+var<workgroup> mm_m: array<array<f32, 17>, MMK>;        // [k][rank], one float of padding a row:
+                                                         // the transposed stores of a hit 32 banks
+
+// The products of the staged chunk: thread (tx, ty)'s two sums, k in order
+fn mm_chunk(acc: vec2<f32>, tx: u32, ty: u32) -> vec2<f32> {
+    var s = acc;
+    for (var q = 0u; q < 8u; q++) {
+        let v0 = mm_v[ty][q];
+        let v1 = mm_v[ty + 16u][q];
+        let m0 = mm_m[4u * q][tx];
+        let m1 = mm_m[4u * q + 1u][tx];
+        let m2 = mm_m[4u * q + 2u][tx];
+        let m3 = mm_m[4u * q + 3u][tx];
+        s.x += v0.x * m0; s.y += v1.x * m0;
+        s.x += v0.y * m1; s.y += v1.y * m1;
+        s.x += v0.z * m2; s.y += v1.z * m2;
+        s.x += v0.w * m3; s.y += v1.w * m3;
+    }
+    return s;
+}
+
+fn mm_index(p: LoraParams, z: u32, n: u32, r: u32) -> u32 {   // (z, n, r)'s index in binding 3, or NONE past N, R
+    if (n >= p.n || r >= p.r) { return NONE; }
+    return (z * p.n + n) * p.r + r;
+}
+
+@group(0) @binding(0) var<uniform> p_dmm: LoraParams;
+@group(0) @binding(1) var<storage, read> dmm_x: array<vec4<f32>>;
+@group(0) @binding(2) var<storage, read> dmm_a: array<vec4<f32>>;
+@group(0) @binding(3) var<storage, read_write> dmm_part: array<f32>;
+@group(0) @binding(4) var<storage, read> dmm_stream: array<u32>;
+
+fn dmm_load_x(n: u32, k: u32, kend: u32, base: u32) -> vec4<f32> {   // dropout(x)[n, k .. k+3], 0 past the edges
+    if (n >= p_dmm.n || k >= kend) { return vec4<f32>(0.0); }
+    let e = n * p_dmm.i + k;
+    return dmm_x[e / 4u] * keep4_at(p_dmm, base, e);
+}
+
+fn dmm_load_a(r: u32, k: u32, kend: u32) -> vec4<f32> {   // a[r, k .. k+3], 0 past the edges
+    if (r >= p_dmm.r || k >= kend) { return vec4<f32>(0.0); }
+    return dmm_a[(r * p_dmm.i + k) / 4u];
+}
+
+@compute @workgroup_size(16, 16)
+fn lora_down_mm(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>,
+                @builtin(num_workgroups) nw: vec3<u32>) {
+    let p = p_dmm;
+    let base = keep_base(p, dmm_stream[0]);
+    let tx = lid3.x;
+    let ty = lid3.y;
+    let lid = ty * 16u + tx;
+    let n0 = wid.x * MMR;
+    let r0 = wid.y * 16u;
+    let kbeg = wid.z * p.per;
+    let kend = min(p.i, kbeg + p.per);
+    // staging slots: x row lid / 8, quad lid % 8; a (lid < 128) rank lid / 8, quad lid % 8
+    let sr = lid / 8u;
+    let sq = lid % 8u;
+    var px = dmm_load_x(n0 + sr, kbeg + 4u * sq, kend, base);
+    var pa = vec4<f32>(0.0);
+    if (lid < 128u) { pa = dmm_load_a(r0 + sr, kbeg + 4u * sq, kend); }
+    var acc = vec2<f32>(0.0);
+    for (var k0 = kbeg; k0 < kend; k0 += MMK) {
+        mm_v[sr][sq] = px;
+        if (lid < 128u) {
+            mm_m[4u * sq][sr] = pa.x; mm_m[4u * sq + 1u][sr] = pa.y;
+            mm_m[4u * sq + 2u][sr] = pa.z; mm_m[4u * sq + 3u][sr] = pa.w;
+        }
+        workgroupBarrier();
+        px = dmm_load_x(n0 + sr, k0 + MMK + 4u * sq, kend, base);
+        if (lid < 128u) { pa = dmm_load_a(r0 + sr, k0 + MMK + 4u * sq, kend); }
+        acc = mm_chunk(acc, tx, ty);
+        workgroupBarrier();
+    }
+    let z = select(wid.z, 0u, nw.z == 1u);
+    let e0 = mm_index(p, z, n0 + ty, r0 + tx);
+    let e1 = mm_index(p, z, n0 + ty + 16u, r0 + tx);
+    if (e0 != NONE) { dmm_part[e0] = acc.x; }
+    if (e1 != NONE) { dmm_part[e1] = acc.y; }
+}
+
+@group(0) @binding(0) var<uniform> p_gmm: LoraParams;
+@group(0) @binding(1) var<storage, read> gmm_dy: array<vec4<f32>>;
+@group(0) @binding(2) var<storage, read> gmm_b: array<vec4<f32>>;
+@group(0) @binding(3) var<storage, read_write> gmm_part: array<f32>;
+
+fn gmm_load_dy(n: u32, k: u32, kend: u32) -> vec4<f32> {   // dy[n, k .. k+3], 0 past the edges
+    if (n >= p_gmm.n || k >= kend) { return vec4<f32>(0.0); }
+    return gmm_dy[(n * p_gmm.o + k) / 4u];
+}
+
+fn gmm_load_b(k: u32, r: u32, kend: u32) -> vec4<f32> {   // b[k, r .. r+3], 0 past the edges
+    if (k >= kend || r >= p_gmm.r) { return vec4<f32>(0.0); }
+    return gmm_b[(k * p_gmm.r + r) / 4u];
+}
+
+@compute @workgroup_size(16, 16)
+fn lora_grad_u_mm(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>,
+                  @builtin(num_workgroups) nw: vec3<u32>) {
+    let p = p_gmm;
+    let tx = lid3.x;
+    let ty = lid3.y;
+    let lid = ty * 16u + tx;
+    let n0 = wid.x * MMR;
+    let r0 = wid.y * 16u;
+    let kbeg = wid.z * p.per;
+    let kend = min(p.o, kbeg + p.per);
+    // staging slots: dy row lid / 8, quad lid % 8; b (lid < 128) k lid / 4, rank quad lid % 4
+    let sr = lid / 8u;
+    let sq = lid % 8u;
+    let bk = lid / 4u;
+    let bq = lid % 4u;
+    var pd = gmm_load_dy(n0 + sr, kbeg + 4u * sq, kend);
+    var pb = vec4<f32>(0.0);
+    if (lid < 128u) { pb = gmm_load_b(kbeg + bk, r0 + 4u * bq, kend); }
+    var acc = vec2<f32>(0.0);
+    for (var k0 = kbeg; k0 < kend; k0 += MMK) {
+        mm_v[sr][sq] = pd;
+        if (lid < 128u) {
+            mm_m[bk][4u * bq] = pb.x; mm_m[bk][4u * bq + 1u] = pb.y;
+            mm_m[bk][4u * bq + 2u] = pb.z; mm_m[bk][4u * bq + 3u] = pb.w;
+        }
+        workgroupBarrier();
+        pd = gmm_load_dy(n0 + sr, k0 + MMK + 4u * sq, kend);
+        if (lid < 128u) { pb = gmm_load_b(k0 + MMK + bk, r0 + 4u * bq, kend); }
+        acc = mm_chunk(acc, tx, ty);
+        workgroupBarrier();
+    }
+    let direct = nw.z == 1u;
+    let z = select(wid.z, 0u, direct);
+    let sc = select(1.0, p.scale, direct);
+    let e0 = mm_index(p, z, n0 + ty, r0 + tx);
+    let e1 = mm_index(p, z, n0 + ty + 16u, r0 + tx);
+    if (e0 != NONE) { gmm_part[e0] = sc * acc.x; }
+    if (e1 != NONE) { gmm_part[e1] = sc * acc.y; }
+}
+
 // ---------------------------------------------------------------------------- CPU variants
 const LR: u32 = 16u;  // invocations per workgroup
 
