@@ -1,6 +1,6 @@
 """Time the GPU LoRA kernels of one adapted projection (shaders/lora.wgsl): each plain
-kernel beside its tile (*_tile: the same bits), down and grad_u also as split matmuls
-(*_mm) with their reduce, and the split dA, dB sums with their reduce, at given shapes.
+kernel beside its tile (*_tile: the same bits), down also as a split matmul
+(lora_down_mm) with its reduce, and the split dA, dB sums with their reduce, at given shapes.
 Native only.
 
     python -m bitlora.bench.lora_kernels [--shapes 1024x2560x2560x16,256x2560x640x8] [--reps 40] [--tq 1,2,8]
@@ -25,7 +25,7 @@ SHAPES = "1024x2560x2560x16,1024x2560x640x16,1024x2560x6912x16,1024x6912x2560x16
 async def run(shapes: list, reps: int, tqs=()) -> list:
     dev = await gpu.get_device()
     await dev.prepare(lora.kernel_specs(training=True, kind="gpu"))
-    await dev.prepare([(lora.SHADER, e + "_mm") for e in lora.MM_ENTRIES])   # listed only with lora.MATMULS
+    await dev.prepare([(lora.SHADER, "lora_down_mm")])   # listed only with lora.MATMULS
     k = lambda e: dev.prepared(lora.SHADER, e, lora.tq_constants(e))  # noqa: E731
     idle = 1e9
     for _ in range(5):
@@ -62,15 +62,13 @@ async def run(shapes: list, reps: int, tqs=()) -> list:
             ("lora_grad_x", [du, a, dx, stream], -(-N * I // 256), cols4(I, lora.TQ)),
         ):
             row[name] = (await timed([(k(name), bufs, plain, P)]), await timed([(k(name + "_tile"), bufs, tile, P)]))
-            if name in lora.MM_ENTRIES:   # the split matmul and its reduce (ops.lora._matmul)
-                K = I if name == "lora_down" else O
-                slices, per = lora.mm_plan(N, K, R)
-                part = f(slices * N * R, "part") if slices > 1 else bufs[2]
-                mm = (k(name + "_mm"), bufs[:2] + [part] + bufs[3:], (-(-N // lora.MMR), -(-R // 16), slices),
-                      s.params(per))
-                reduce = (dev.prepared(splitk.SHADER, "splitk_reduce"), [part, part, bufs[2]], -(-N * R // 256),
+            if name == "lora_down":   # the split matmul and its reduce (ops.lora._down_mm), at every N
+                slices, per = lora.mm_plan(N, I, R)
+                part = f(slices * N * R, "part") if slices > 1 else u
+                mm = (k("lora_down_mm"), [x, a, part, stream], (-(-N // lora.MMR), -(-R // 16), slices), s.params(per))
+                reduce = (dev.prepared(splitk.SHADER, "splitk_reduce"), [part, part, u], -(-N * R // 256),
                           splitk.PARAMS.pack(N * R, slices, 1, 1.0, 0, 0))
-                row[name + " mm"] = (slices, await timed([mm] + ([reduce] if slices > 1 else [])))
+                row["lora_down mm"] = (slices, await timed([mm] + ([reduce] if slices > 1 else [])))
             if name in ("lora_up", "lora_grad_x"):   # the tile at other row-block turns (lora.wgsl TQ)
                 for tq in tqs:
                     kt = await dev.kernel(lora.SHADER, name + "_tile", {"TQ": tq})

@@ -527,32 +527,34 @@ fn gx_tile_store(n: u32, i4: u32, acc: vec4<f32>, base: u32) {
     gxr_dx[e] = select(dx + f * acc, dx, f == vec4<f32>(0.0));   // dropped: left as it was, as lora_grad_x leaves it
 }
 
-// ---------------------------------------------------------------------------- split matmuls (GPU)
-// u = dropout(x) a^T and du = scale * dy b as small matmuls, N rows x K (I or O) x R, split
-// over K: the tiles above reduce each (row, rank) pair over 256 lanes and a tree, so a
-// workgroup of 4 rows reads all of a (or b) and pushes 64 pairs x 256 lane sums through
-// workgroup memory. Here a workgroup owns MMR rows x 16 ranks of one slice of K (grid z,
-// `per` values of k each, a multiple of MMK) and stages MMK values of k at a time: the
-// rows' values v[MMR][MMK] (x times its dropout factor, or dy) and the ranks' weights
-// m[MMK][16] (a[r, k] or b[k, r]); thread (tx, ty) adds rank r0 + tx of rows n0 + ty and
-// n0 + ty + 16 over its slice's k in order, and the next chunk's global loads are issued
-// before this one is multiplied. The raw slice sums go to part[z, N, R]; splitk_reduce adds
-// the slices in order (scaled by scale for du) into u or du. With one slice (grid z = 1) the
-// kernel writes u, or scale * the sum into du, itself (binding 3 is then u or du).
-// Each pair's sum runs over k in order within a slice, then slices in order: another order
-// than lora_down / lora_grad_u and their tiles (f32 rounding differs; bounded in the tests).
-// lora_down_mm   (I % 4 == 0): 1 x[N, I] read, vec4 | 2 a[R, I] read, vec4 |
-//                3 part[slices, N, R] (or u[N, R]) read_write | 4 stream
-// lora_grad_u_mm (O % 4 == 0, R % 4 == 0): 1 dy[N, O] read, vec4 | 2 b[O, R] read, vec4 |
-//                3 part[slices, N, R] (or du[N, R]) read_write
+// ---------------------------------------------------------------------------- split matmul (GPU)
+// lora_down_mm: u = dropout(x) a^T as a small matmul, N rows x I x R, split over I. The
+// tile above reduces each (row, rank) pair over 256 lanes and a tree, so a workgroup of 4
+// rows reads all of a and pushes 64 pairs x 256 lane sums through workgroup memory. Here a
+// workgroup owns MMR rows x 16 ranks of one slice of I (grid z, `per` values of i each, a
+// multiple of MMK) and stages MMK values of i at a time: the rows' x times its dropout
+// factor, v[MMR][MMK], and the ranks' weights m[MMK][16] = a[r, i]; thread (tx, ty) adds
+// rank r0 + tx of rows n0 + ty and n0 + ty + 16 over its slice's i in order, and the next
+// chunk's global loads are issued before this one is multiplied. The raw slice sums go to
+// part[z, N, R], and splitk_reduce adds the slices in order into u; with one slice (grid
+// z = 1) the kernel writes u itself (binding 3 is then u).
+// Each pair's sum runs over i in order within a slice, then slices in order: another order
+// than lora_down's and its tile's (f32 rounding differs; bounded in the tests).
+// H100, 1024 rows, r 16, with its reduce (bench/lora_kernels.py): 0.029 ms at 2560 inputs
+// (the tile 0.030), 0.043 at 6912 (0.050); in B's step 4.4 ms + 2.1 of reduces against the
+// tile's 8.6. At 256 rows it is slower (0.025 against lora_down's 0.021): ops/lora.py
+// MM_MIN_ROWS. (A lora_grad_u_mm of the same shape lost to lora_grad_u_tile: 0.028 against
+// 0.023 ms at 2560 outputs.)
+// lora_down_mm (I % 4 == 0): 1 x[N, I] read, vec4 | 2 a[R, I] read, vec4 |
+//   3 part[slices, N, R] (or u[N, R]) read_write | 4 stream
 //   dispatch: (ceil(N / MMR), ceil(R / 16), slices)   (ops/lora.py mm_plan)
 const MMR: u32 = 32u;   // rows of a tile
-const MMK: u32 = 32u;   // values of k a staged chunk
-var<workgroup> mm_v: array<array<vec4<f32>, 8>, MMR>;   // [row][k quad] of the chunk
-var<workgroup> mm_m: array<array<f32, 17>, MMK>;        // [k][rank], one float of padding a row:
+const MMK: u32 = 32u;   // values of i a staged chunk
+var<workgroup> mm_v: array<array<vec4<f32>, 8>, MMR>;   // [row][i quad] of the chunk
+var<workgroup> mm_m: array<array<f32, 17>, MMK>;        // [i][rank], one float of padding a row:
                                                          // the transposed stores of a hit 32 banks
 
-// The products of the staged chunk: thread (tx, ty)'s two sums, k in order
+// The products of the staged chunk: thread (tx, ty)'s two sums, i in order
 fn mm_chunk(acc: vec2<f32>, tx: u32, ty: u32) -> vec2<f32> {
     var s = acc;
     for (var q = 0u; q < 8u; q++) {
@@ -628,62 +630,6 @@ fn lora_down_mm(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgrou
     let e1 = mm_index(p, z, n0 + ty + 16u, r0 + tx);
     if (e0 != NONE) { dmm_part[e0] = acc.x; }
     if (e1 != NONE) { dmm_part[e1] = acc.y; }
-}
-
-@group(0) @binding(0) var<uniform> p_gmm: LoraParams;
-@group(0) @binding(1) var<storage, read> gmm_dy: array<vec4<f32>>;
-@group(0) @binding(2) var<storage, read> gmm_b: array<vec4<f32>>;
-@group(0) @binding(3) var<storage, read_write> gmm_part: array<f32>;
-
-fn gmm_load_dy(n: u32, k: u32, kend: u32) -> vec4<f32> {   // dy[n, k .. k+3], 0 past the edges
-    if (n >= p_gmm.n || k >= kend) { return vec4<f32>(0.0); }
-    return gmm_dy[(n * p_gmm.o + k) / 4u];
-}
-
-fn gmm_load_b(k: u32, r: u32, kend: u32) -> vec4<f32> {   // b[k, r .. r+3], 0 past the edges
-    if (k >= kend || r >= p_gmm.r) { return vec4<f32>(0.0); }
-    return gmm_b[(k * p_gmm.r + r) / 4u];
-}
-
-@compute @workgroup_size(16, 16)
-fn lora_grad_u_mm(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>,
-                  @builtin(num_workgroups) nw: vec3<u32>) {
-    let p = p_gmm;
-    let tx = lid3.x;
-    let ty = lid3.y;
-    let lid = ty * 16u + tx;
-    let n0 = wid.x * MMR;
-    let r0 = wid.y * 16u;
-    let kbeg = wid.z * p.per;
-    let kend = min(p.o, kbeg + p.per);
-    // staging slots: dy row lid / 8, quad lid % 8; b (lid < 128) k lid / 4, rank quad lid % 4
-    let sr = lid / 8u;
-    let sq = lid % 8u;
-    let bk = lid / 4u;
-    let bq = lid % 4u;
-    var pd = gmm_load_dy(n0 + sr, kbeg + 4u * sq, kend);
-    var pb = vec4<f32>(0.0);
-    if (lid < 128u) { pb = gmm_load_b(kbeg + bk, r0 + 4u * bq, kend); }
-    var acc = vec2<f32>(0.0);
-    for (var k0 = kbeg; k0 < kend; k0 += MMK) {
-        mm_v[sr][sq] = pd;
-        if (lid < 128u) {
-            mm_m[bk][4u * bq] = pb.x; mm_m[bk][4u * bq + 1u] = pb.y;
-            mm_m[bk][4u * bq + 2u] = pb.z; mm_m[bk][4u * bq + 3u] = pb.w;
-        }
-        workgroupBarrier();
-        pd = gmm_load_dy(n0 + sr, k0 + MMK + 4u * sq, kend);
-        if (lid < 128u) { pb = gmm_load_b(k0 + MMK + bk, r0 + 4u * bq, kend); }
-        acc = mm_chunk(acc, tx, ty);
-        workgroupBarrier();
-    }
-    let direct = nw.z == 1u;
-    let z = select(wid.z, 0u, direct);
-    let sc = select(1.0, p.scale, direct);
-    let e0 = mm_index(p, z, n0 + ty, r0 + tx);
-    let e1 = mm_index(p, z, n0 + ty + 16u, r0 + tx);
-    if (e0 != NONE) { gmm_part[e0] = sc * acc.x; }
-    if (e1 != NONE) { gmm_part[e1] = sc * acc.y; }
 }
 
 // ---------------------------------------------------------------------------- CPU variants

@@ -285,7 +285,7 @@ def test_cross_entropy(run_case, N, V, kind):
                                         (17, 12, 8, 3, 0.2), (33, 64, 20, 1, 0.0), (1, 4, 4, 1, 0.0),
                                         (19, 36, 60, 8, 0.0), (13, 40, 24, 4, 0.3), (9, 128, 64, 16, 0.05),
                                         (70, 36, 44, 12, 0.1), (97, 30, 21, 5, 0.0),   # split over N
-                                        (40, 96, 68, 20, 0.1)])   # two rank blocks of the split matmuls
+                                        (40, 96, 68, 20, 0.1)])   # two rank blocks of lora_down_mm
 def test_lora(run_case, N, I, O, R, p, kind):
     rng = np.random.default_rng(N + I + O + R)
     x, a, b, dy = (f32(rng.normal(size=s)) for s in ((N, I), (R, I), (O, R), (N, O)))

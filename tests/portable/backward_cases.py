@@ -49,17 +49,17 @@ async def case_cross_entropy(dev, logits, targets, N, V, grad_scale, loss_sum0=0
 async def case_lora(dev, x, a, b, dy, y0, da0, db0, dx0, N, I, O, R, scale, p=0.0, seed=0, step=0, kind="gpu",
                     plain=False, tq=1, matmuls=True):
     """The LoRA branch forward and backward on a device of `kind`: a GPU kind's split
-    matmuls for down and grad_u (lora.wgsl *_mm; unless `matmuls` is False) and tiles
+    matmul for down (lora_down_mm, at every N; unless `matmuls` is False) and tiles
     (lora.wgsl *_tile, lora_up_tile / lora_grad_x_tile with `tq` row blocks a turn) at
     every size, or with `plain` its plain kernels (the tiles' bits)."""
     await _prepare(dev)
     tq0, lora.TQ = lora.TQ, tq
-    mm0, lora.MATMULS = lora.MATMULS, matmuls and not plain
+    mm0, lora.MATMULS, lora.MM_MIN_ROWS = (lora.MATMULS, lora.MM_MIN_ROWS), matmuls and not plain, 0
     try:
         await dev.prepare(lora.kernel_specs(training=True, kind="gpu"))
         return await _lora(dev, x, a, b, dy, y0, da0, db0, dx0, N, I, O, R, scale, p, seed, step, kind, plain)
     finally:
-        lora.TQ, lora.MATMULS = tq0, mm0
+        lora.TQ, (lora.MATMULS, lora.MM_MIN_ROWS) = tq0, mm0
 
 
 async def _lora(dev, x, a, b, dy, y0, da0, db0, dx0, N, I, O, R, scale, p, seed, step, kind, plain):

@@ -169,10 +169,20 @@ def forward_plan(N: int, I: int, O: int, split: int | None = None, unit: int = 4
     return splitk.plan(-(-O // 64) * -(-N // rows), -(-I // 16), unit, split, cols_per_k=16)
 
 
+# bitlinear_backward_input's split: about this many workgroups, at least this many outputs a
+# slice. Timed on an H100 (bench/matmul.py --kernels bwd, 2026-12-07) at 256 rows: 6 slices of
+# q/o (2560 -> 2560) 0.162 ms against the shared plan's 5 (0.179), of gate/up (6912 outputs)
+# 0.324 against its 7 (0.379); at 1024 rows both give the fastest of 1-4 (2, 2, 1, 1 at the four
+# 2B-4T widths).
+BACKWARD_GROUPS = 480
+BACKWARD_MIN_SLICE = 384
+
+
 def backward_input_plan(N: int, I: int, O: int, split: int | None = None) -> tuple:
     """(slices, outputs per slice) of bitlinear_backward_input's tiles."""
     words = -(-I // 16)
-    return splitk.plan(-(-words // 8) * -(-N // 64), O, 16, split)
+    return splitk.plan(-(-words // 8) * -(-N // 64), O, 16, split, target=BACKWARD_GROUPS,
+                       min_slice=BACKWARD_MIN_SLICE)
 
 
 def forward_scratch_floats(N: int, I: int, O: int, kind: str = "gpu") -> int:

@@ -37,10 +37,10 @@ TILE_ENTRIES = ("lora_down", "lora_up", "lora_grad_u", "lora_grad_x")   # GPU ti
 TILES = True   # False: GPU kinds record the plain kernels (the tests compare the tiles' bits with theirs)
 SPLIT_GROUPS = 1024   # the split dA, dB sums: slices until the grid has about this many workgroups
 SPLIT_MIN_ROWS = 32   # ... but at least this many rows per slice
-MM_ENTRIES = ("lora_down", "lora_grad_u")   # GPU split matmuls: entry + "_mm"
-MATMULS = False   # True: GPU kinds record down and grad_u as split matmuls (off until timed on a GPU)
-MMR, MMK = 32, 32   # rows of a tile, k a staged chunk of lora_down_mm / lora_grad_u_mm (lora.wgsl)
-MM_GROUPS = 512   # their slices over K: until the grid has about this many workgroups
+MATMULS = True   # False: GPU kinds record lora_down's tile (or plain kernel) at every N
+MMR, MMK = 32, 32   # rows of a tile, i a staged chunk of lora_down_mm (lora.wgsl)
+MM_MIN_ROWS = 512   # lora_down_mm from this many rows (below, lora_down and its tile were faster)
+MM_GROUPS = 512   # its slices over I: until the grid has about this many workgroups
 MM_MIN_CHUNKS = 2   # ... but at least this many chunks of MMK per slice
 
 
@@ -48,13 +48,13 @@ def kernel_specs(table_dtype: str = "f32", training: bool = False, kind: str | N
                  shapes: dict | None = None) -> list:
     """The GPU kernels (on a CPU they are the fallback where I, O or R % 4 != 0: not with
     `shapes` whose widths and rank are multiples of 4), the CPU variants (*_rows) unless
-    kind is "gpu", the GPU tiles (*_tile), split gradient sums and (with MATMULS) split
-    matmuls (*_mm) unless it is "cpu"."""
+    kind is "gpu", the GPU tiles (*_tile), split gradient sums and (with MATMULS) the
+    split matmul lora_down_mm unless it is "cpu"."""
     entries = FORWARD_ENTRIES + ("lora_down_parts",) + (BACKWARD_ENTRIES if training else ())
     gpu = [] if quads(shapes, "C", "F", "KV", "R") else [(SHADER, e) for e in entries]
     tiles = [(SHADER, e + "_tile", tq_constants(e + "_tile")) for e in TILE_ENTRIES if e in entries] if kind != "cpu" else []
     split = [(SHADER, e) for e in SPLIT_ENTRIES] + splitk.kernel_specs() if training and kind != "cpu" else []
-    mm = [(SHADER, e + "_mm") for e in MM_ENTRIES if e in entries] + splitk.kernel_specs() if kind != "cpu" and MATMULS else []
+    mm = [(SHADER, "lora_down_mm")] + splitk.kernel_specs() if kind != "cpu" and MATMULS else []
     return gpu + ([(SHADER, e + "_rows") for e in entries] if kind != "gpu" else []) + tiles + split + mm
 
 
@@ -146,36 +146,35 @@ def split_plan(N: int, cols: int, R: int) -> tuple[int, int]:
     return -(-N // per), per
 
 
-def mm_plan(N: int, K: int, R: int) -> tuple[int, int]:
-    """(slices, k per slice) of lora_down_mm / lora_grad_u_mm over K (I or O)."""
+def mm_plan(N: int, I: int, R: int) -> tuple[int, int]:
+    """(slices, inputs per slice) of lora_down_mm."""
     tiles = -(-N // MMR) * -(-R // 16)
-    slices = max(1, min(-(-MM_GROUPS // tiles), K // (MM_MIN_CHUNKS * MMK)))
-    per = -(-K // slices)
+    slices = max(1, min(-(-MM_GROUPS // tiles), I // (MM_MIN_CHUNKS * MMK)))
+    per = -(-I // slices)
     per = -(-per // MMK) * MMK
-    return -(-K // per), per
+    return -(-I // per), per
 
 
-def _matmul(dev, entry: str, s: LoraShape, v, m, out, stream) -> bool:
-    """Record `entry` (lora_down: v = x, m = a, out = u; lora_grad_u: v = dy, m = b, out =
-    du) as its split matmul, lora.wgsl *_mm, and the reduce of its slices, where the kind
-    (not a CPU), MATMULS and the vec4 widths allow; False (nothing recorded) where not."""
-    K, widths = (s.I, (s.I,)) if entry == "lora_down" else (s.O, (s.O, s.R))
-    if dev.kind == "cpu" or not MATMULS or any(w % 4 for w in widths):
-        return False
-    slices, per = mm_plan(s.N, K, s.R)
-    part = out if slices == 1 else splitk.scratch(dev, slices * s.N * s.R)
-    dev.dispatch(dev.prepared(SHADER, entry + "_mm"), [v, m, part] + ([stream] if entry == "lora_down" else []),
+def uses_mm(kind: str, N: int, I: int) -> bool:
+    """Whether lora_down runs as lora_down_mm (+ its reduce) on a device of `kind`."""
+    return kind != "cpu" and MATMULS and N >= MM_MIN_ROWS and I % 4 == 0
+
+
+def _down_mm(dev, s: LoraShape, x, a, u, stream) -> None:
+    """u = dropout(x) a^T as lora_down_mm and the reduce of its slices (uses_mm)."""
+    slices, per = mm_plan(s.N, s.I, s.R)
+    part = u if slices == 1 else splitk.scratch(dev, slices * s.N * s.R)
+    dev.dispatch(dev.prepared(SHADER, "lora_down_mm"), [x, a, part, stream],
                  groups=(-(-s.N // MMR), -(-s.R // 16), slices), params=s.params(per))
     if slices > 1:
-        splitk.reduce(dev, part, None, out, s.N * s.R, slices, 1, s.scale if entry == "lora_grad_u" else 1.0, False)
-    return True
+        splitk.reduce(dev, part, None, u, s.N * s.R, slices, 1, 1.0, False)
 
 
 def scratch_floats(N: int, sizes, R: int) -> int:
-    """The split-K scratch (floats) the split dA, dB sums and the split matmuls (down, grad_u)
-    of projections `sizes` [(I, O)] need."""
+    """The split-K scratch (floats) the split dA, dB sums and lora_down_mm of projections
+    `sizes` [(I, O)] need on a GPU kind."""
     return max([split_plan(N, c, R)[0] * c * R for I, O in sizes for c in (I, O)]
-               + [mm_plan(N, K, R)[0] * N * R if MATMULS else 1 for I, O in sizes for K in (I, O)], default=1)
+               + [mm_plan(N, I, R)[0] * N * R for I, O in sizes if uses_mm("gpu", N, I)], default=1)
 
 
 def _grad_split(dev, entry: str, s: LoraShape, a_in, b_in, out, stream, cols: int, scale: float,
@@ -197,7 +196,9 @@ def lora_forward(dev, s: LoraShape, x, a, b, u, y, stream) -> None:
     for buf, n, what in ((x, s.N * s.I, "x"), (a, s.R * s.I, "a"), (b, s.O * s.R, "b"),
                          (u, s.N * s.R, "u"), (y, s.N * s.O, "y"), (stream, 1, "stream")):
         need(buf, n, what, "lora_forward")
-    if not _matmul(dev, "lora_down", s, x, a, u, stream):
+    if uses_mm(dev.kind, s.N, s.I):
+        _down_mm(dev, s, x, a, u, stream)
+    else:
         _run(dev, "lora_down", s, [x, a, u], stream)
     _run(dev, "lora_up", s, [u, b, y], stream)
 
@@ -216,8 +217,7 @@ def lora_backward(dev, s: LoraShape, dy, x, a, b, u, da, db, du, stream, dx=None
         _grad_split(dev, "lora_grad_b_split", s, dy, u, db, stream, s.O, s.scale, accumulate)
     else:
         _run(dev, "lora_grad_b", s, [dy, u, db], stream, accumulate)
-    if not _matmul(dev, "lora_grad_u", s, dy, b, du, stream):
-        _run(dev, "lora_grad_u", s, [dy, b, du], stream)
+    _run(dev, "lora_grad_u", s, [dy, b, du], stream)
     if split:
         _grad_split(dev, "lora_grad_a_split", s, du, x, da, stream, s.I, 1.0, accumulate)
     else:

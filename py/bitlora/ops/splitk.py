@@ -25,12 +25,14 @@ def kernel_specs(table_dtype: str = "f32", training: bool = False, kind: str | N
                                                            "splitk_reduce_gated")]   # CPU: no splits
 
 
-def plan(tiles: int, K: int, unit: int, split: int | None = None, cols_per_k: int = 1) -> tuple[int, int]:
+def plan(tiles: int, K: int, unit: int, split: int | None = None, cols_per_k: int = 1,
+         target: int = TARGET_GROUPS, min_slice: int = MIN_SLICE) -> tuple[int, int]:
     """(slices, per) for a grid of `tiles` workgroups reducing over K (in units of
     `cols_per_k` columns: 16 for packed ternary words): slices of `per` (a multiple of
-    `unit`, the kernel's step). `split` forces a slice count. On an H200 at 2B-4T
+    `unit`, the kernel's step), until the grid has about `target` workgroups, each slice
+    at least `min_slice` columns. `split` forces a slice count. On an H200 at 2B-4T
     widths 4-8 slices were fastest for 256 rows (bench/matmul.py)."""
-    s = split if split is not None else min(-(-TARGET_GROUPS // max(tiles, 1)), K * cols_per_k // MIN_SLICE)
+    s = split if split is not None else min(-(-target // max(tiles, 1)), K * cols_per_k // min_slice)
     s = max(1, min(s, -(-K // unit)))
     per = -(-K // s)
     per = -(-per // unit) * unit
