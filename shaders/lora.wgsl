@@ -583,20 +583,19 @@ fn mm_index(p: LoraParams, z: u32, n: u32, r: u32) -> u32 {   // (z, n, r)'s ind
 @group(0) @binding(3) var<storage, read_write> dmm_part: array<f32>;
 @group(0) @binding(4) var<storage, read> dmm_stream: array<u32>;
 
-fn dmm_load_x(n: u32, k: u32, kend: u32, base: u32) -> vec4<f32> {   // dropout(x)[n, k .. k+3], 0 past the edges
-    if (n >= p_dmm.n || k >= kend) { return vec4<f32>(0.0); }
-    let e = n * p_dmm.i + k;
+fn dmm_load_x(n: u32, i: u32, iend: u32, base: u32) -> vec4<f32> {   // dropout(x)[n, i .. i+3], 0 past the edges
+    if (n >= p_dmm.n || i >= iend) { return vec4<f32>(0.0); }
+    let e = n * p_dmm.i + i;
     return dmm_x[e / 4u] * keep4_at(p_dmm, base, e);
 }
 
-fn dmm_load_a(r: u32, k: u32, kend: u32) -> vec4<f32> {   // a[r, k .. k+3], 0 past the edges
-    if (r >= p_dmm.r || k >= kend) { return vec4<f32>(0.0); }
-    return dmm_a[(r * p_dmm.i + k) / 4u];
+fn dmm_load_a(r: u32, i: u32, iend: u32) -> vec4<f32> {   // a[r, i .. i+3], 0 past the edges
+    if (r >= p_dmm.r || i >= iend) { return vec4<f32>(0.0); }
+    return dmm_a[(r * p_dmm.i + i) / 4u];
 }
 
 @compute @workgroup_size(16, 16)
-fn lora_down_mm(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>,
-                @builtin(num_workgroups) nw: vec3<u32>) {
+fn lora_down_mm(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
     let p = p_dmm;
     let base = keep_base(p, dmm_stream[0]);
     let tx = lid3.x;
@@ -604,30 +603,29 @@ fn lora_down_mm(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgrou
     let lid = ty * 16u + tx;
     let n0 = wid.x * MMR;
     let r0 = wid.y * 16u;
-    let kbeg = wid.z * p.per;
-    let kend = min(p.i, kbeg + p.per);
+    let ibeg = wid.z * p.per;
+    let iend = min(p.i, ibeg + p.per);
     // staging slots: x row lid / 8, quad lid % 8; a (lid < 128) rank lid / 8, quad lid % 8
     let sr = lid / 8u;
     let sq = lid % 8u;
-    var px = dmm_load_x(n0 + sr, kbeg + 4u * sq, kend, base);
+    var px = dmm_load_x(n0 + sr, ibeg + 4u * sq, iend, base);
     var pa = vec4<f32>(0.0);
-    if (lid < 128u) { pa = dmm_load_a(r0 + sr, kbeg + 4u * sq, kend); }
+    if (lid < 128u) { pa = dmm_load_a(r0 + sr, ibeg + 4u * sq, iend); }
     var acc = vec2<f32>(0.0);
-    for (var k0 = kbeg; k0 < kend; k0 += MMK) {
+    for (var i0 = ibeg; i0 < iend; i0 += MMK) {
         mm_v[sr][sq] = px;
         if (lid < 128u) {
             mm_m[4u * sq][sr] = pa.x; mm_m[4u * sq + 1u][sr] = pa.y;
             mm_m[4u * sq + 2u][sr] = pa.z; mm_m[4u * sq + 3u][sr] = pa.w;
         }
         workgroupBarrier();
-        px = dmm_load_x(n0 + sr, k0 + MMK + 4u * sq, kend, base);
-        if (lid < 128u) { pa = dmm_load_a(r0 + sr, k0 + MMK + 4u * sq, kend); }
+        px = dmm_load_x(n0 + sr, i0 + MMK + 4u * sq, iend, base);
+        if (lid < 128u) { pa = dmm_load_a(r0 + sr, i0 + MMK + 4u * sq, iend); }
         acc = mm_chunk(acc, tx, ty);
         workgroupBarrier();
     }
-    let z = select(wid.z, 0u, nw.z == 1u);
-    let e0 = mm_index(p, z, n0 + ty, r0 + tx);
-    let e1 = mm_index(p, z, n0 + ty + 16u, r0 + tx);
+    let e0 = mm_index(p, wid.z, n0 + ty, r0 + tx);   // one slice: z = 0 and binding 3 is u
+    let e1 = mm_index(p, wid.z, n0 + ty + 16u, r0 + tx);
     if (e0 != NONE) { dmm_part[e0] = acc.x; }
     if (e1 != NONE) { dmm_part[e1] = acc.y; }
 }
