@@ -23,7 +23,8 @@
 // Trainable-parameter gradients accumulate (micro-batches) where params.acc = 1; with
 // acc = 0 (a step's first micro-batch) dA, dB are written, not read: the optimizer then
 // need not zero them. Every output element has exactly one writer, no atomics; on GPUs
-// the sums over N are split in slices (lora_grad_*_split + splitk_reduce, below).
+// the sums over N are split in slices (lora_grad_b_split, lora_grad_axb and their
+// reduces, below).
 //
 // Entry points (all: 0 params uniform LoraParams, shared by the wrapper):
 //   params {N, I, O, R, scale, keep_threshold, keep_scale, seed, per (rows per slice,
@@ -218,12 +219,12 @@ fn lora_grad_x(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup
 // enough workgroups (one invocation per (r, column) looping over all N rows left
 // ~160 workgroups on 132 SMs at 2B-4T widths). Invocation: one column c and ranks
 // r0 .. r0+3 of one slice (dy or x read once for 4 ranks, the dropout hash once);
-// raw slice sums go to part[z * count + e] in the gradient's own layout, and
-// splitk_reduce adds the slices in order, scales (dB: by scale) and writes (= or +=).
+// raw slice sums go to part[z * count + e] in the gradient's own layout, and a reduce
+// adds the slices in order, scales (dB: by scale) and writes (= or +=): splitk_reduce for
+// dA, lora_grad_axb's third part for dB.
 // lora_grad_b_split: 1 dy[N, O] read | 2 u[N, R] read | 3 part[slices, O*R] read_write   (e = o*R + r)
-// lora_grad_a_split: 1 du[N, R] read | 2 x[N, I] read | 3 part[slices, R*I] read_write   (e = r*I + i)
-//                    | 4 stream
-//   dispatch: (ceil(O or I / 256), ceil(R / 4), slices)
+//   dispatch: (ceil(O / 256), ceil(R / 4), slices)
+// dA's split sum (e = r*I + i) is a part of lora_grad_axb (below), as is dB's reduce.
 
 @group(0) @binding(0) var<uniform> p_gbs: LoraParams;
 @group(0) @binding(1) var<storage, read> gbs_dy: array<f32>;
@@ -263,47 +264,6 @@ fn lora_grad_b_split(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(wor
     for (var k = 0u; k < 4u && r0 + k < p.r; k++) { gbs_part[base + k] = acc[k]; }
 }
 
-@group(0) @binding(0) var<uniform> p_gas: LoraParams;
-@group(0) @binding(1) var<storage, read> gas_du: array<f32>;
-@group(0) @binding(2) var<storage, read> gas_x: array<f32>;
-@group(0) @binding(3) var<storage, read_write> gas_part: array<f32>;
-@group(0) @binding(4) var<storage, read> gas_stream: array<u32>;
-
-fn gas_du4(b: u32, last: u32) -> vec4<f32> {   // du[b .. b+3], clamped to the buffer's last float
-    return vec4<f32>(gas_du[min(b, last)], gas_du[min(b + 1u, last)], gas_du[min(b + 2u, last)],
-                     gas_du[min(b + 3u, last)]);
-}
-
-@compute @workgroup_size(WG)
-fn lora_grad_a_split(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
-    let p = p_gas;
-    let step = gas_stream[0];
-    let i = wid.x * WG + lid3.x;
-    if (i >= p.i) { return; }
-    let r0 = wid.y * 4u;
-    let last = p.n * p.r - 1u;
-    let n1 = min(p.n, (wid.z + 1u) * p.per);
-    var acc = vec4<f32>(0.0);
-    var n = wid.z * p.per;
-    for (; n + 4u <= n1; n += 4u) {   // four rows' loads issued together, added in order
-        let x0 = gas_x[n * p.i + i];
-        let x1 = gas_x[(n + 1u) * p.i + i];
-        let x2 = gas_x[(n + 2u) * p.i + i];
-        let x3 = gas_x[(n + 3u) * p.i + i];
-        let e0 = gas_du4(n * p.r + r0, last);
-        let e1 = gas_du4((n + 1u) * p.r + r0, last);
-        let e2 = gas_du4((n + 2u) * p.r + r0, last);
-        let e3 = gas_du4((n + 3u) * p.r + r0, last);
-        acc += e0 * (x0 * keep_factor(p, step, n * p.i + i));
-        acc += e1 * (x1 * keep_factor(p, step, (n + 1u) * p.i + i));
-        acc += e2 * (x2 * keep_factor(p, step, (n + 2u) * p.i + i));
-        acc += e3 * (x3 * keep_factor(p, step, (n + 3u) * p.i + i));
-    }
-    for (; n < n1; n++) { acc += gas_du4(n * p.r + r0, last) * (gas_x[n * p.i + i] * keep_factor(p, step, n * p.i + i)); }
-    let base = wid.z * p.r * p.i + r0 * p.i + i;
-    for (var k = 0u; k < 4u && r0 + k < p.r; k++) { gas_part[base + k * p.i] = acc[k]; }
-}
-
 // ---------------------------------------------------------------------------- GPU tiles
 // The same sums as lora_down, lora_grad_u, lora_up and lora_grad_x, added in the same
 // order (the same bits), with the loads shared: the kernels above re-read x or dy once
@@ -323,17 +283,16 @@ fn lora_grad_a_split(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(wor
 //   o..o+3 of TQ blocks of TR rows, one block a turn: b[o..o+3, :] read once for TR rows
 //   (vec4s along r), each output's sum over r in order.
 //   dispatch: ceil(ceil(N / (TR*TQ)) * O/4 / WT) split over x, y
-// lora_grad_x_tile (I % 4 == 0): 1 du[N, R] read | 2 a[R, I] read, vec4 | 3 dx[N, I]
-//   read_write, vec4 | 4 stream. As lora_up_tile over i: a[r, i..i+3] one vec4,
-//   the mask of 4 elements hashed once. dispatch: ceil(ceil(N / (TR*TQ)) * I/4 / WT) split over x, y
+// lora_grad_x's tile (I % 4 == 0) is a part of lora_grad_axb (below): as lora_up_tile over i,
+//   a[r, i..i+3] one vec4, the mask of 4 elements hashed once.
 const TK: u32 = 16u;   // ranks per workgroup of lora_down_tile / lora_grad_u_tile
 const TRD: u32 = 4u;   // rows per workgroup of lora_down_tile / lora_grad_u_tile
-const TR: u32 = 4u;    // rows a turn of lora_up_tile / lora_grad_x_tile
-override TQ: u32 = 1u; // turns (row blocks of TR) per invocation of lora_up_tile / lora_grad_x_tile
+const TR: u32 = 4u;    // rows a turn of lora_up_tile / lora_grad_axb's dx
+override TQ: u32 = 1u; // turns (row blocks of TR) per invocation of lora_up_tile / lora_grad_axb's dx
                        // (ops/lora.py TQ): with more, b or a is read from memory once per TQ blocks
                        // (a cache hit after the first); the same bits at any TQ. 1 until timed
                        // on a GPU (bench/lora_kernels.py --tq)
-const WT: u32 = 64u;   // workgroup of lora_up_tile / lora_grad_x_tile (ops/lora.py WT)
+const WT: u32 = 64u;   // workgroup of lora_up_tile (ops/lora.py WT)
 const WRP: u32 = WR;   // a rank's row of lane sums in tile_red: unpadded, so that TK * WR floats
                        // fit WebGPU's default 16 KiB (tests/test_shader_limits.py); the tree's
                        // last stages then read rows 1 KiB apart, in one bank (16 values a row)
@@ -492,41 +451,6 @@ fn up_tile_rows(n0: u32, o4: u32) {   // rows n0 .. n0+3 of lora_up_tile's block
     up_store(n0, o4, acc0); up_store(n0 + 1u, o4, acc1); up_store(n0 + 2u, o4, acc2); up_store(n0 + 3u, o4, acc3);
 }
 
-@compute @workgroup_size(WT)
-fn lora_grad_x_tile(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>,
-                    @builtin(num_workgroups) nw: vec3<u32>) {
-    let base = keep_base(p_gxr, gxr_stream[0]);
-    let I4 = p_gxr.i / 4u;
-    let k = (wid.x + wid.y * nw.x) * WT + lid3.x;   // = n/(TR*TQ) * I/4 + i/4
-    if (k >= (p_gxr.n + TR * TQ - 1u) / (TR * TQ) * I4) { return; }
-    let nb = k / I4 * (TR * TQ);
-    for (var q = 0u; q < TQ && nb + q * TR < p_gxr.n; q++) { gx_tile_rows(nb + q * TR, k % I4, base); }
-}
-
-fn gx_tile_rows(n0: u32, i4: u32, base: u32) {   // rows n0 .. n0+3 of lora_grad_x_tile's block
-    let p = p_gxr;
-    let I4 = p.i / 4u;
-    let d0 = n0 * p.r;                              // rows n0 .. n0+3 of du, past N-1: row N-1 (not stored)
-    let d1 = min(n0 + 1u, p.n - 1u) * p.r;
-    let d2 = min(n0 + 2u, p.n - 1u) * p.r;
-    let d3 = min(n0 + 3u, p.n - 1u) * p.r;
-    var acc0 = vec4<f32>(0.0); var acc1 = vec4<f32>(0.0); var acc2 = vec4<f32>(0.0); var acc3 = vec4<f32>(0.0);
-    for (var r = 0u; r < p.r; r++) {
-        let a = gxr_a[r * I4 + i4];
-        acc0 += gx_du[d0 + r] * a; acc1 += gx_du[d1 + r] * a; acc2 += gx_du[d2 + r] * a; acc3 += gx_du[d3 + r] * a;
-    }
-    gx_tile_store(n0, i4, acc0, base); gx_tile_store(n0 + 1u, i4, acc1, base);
-    gx_tile_store(n0 + 2u, i4, acc2, base); gx_tile_store(n0 + 3u, i4, acc3, base);
-}
-
-fn gx_tile_store(n: u32, i4: u32, acc: vec4<f32>, base: u32) {
-    if (n >= p_gxr.n) { return; }
-    let e = n * (p_gxr.i / 4u) + i4;
-    let f = keep4_at(p_gxr, base, 4u * e);
-    let dx = gxr_dx[e];
-    gxr_dx[e] = select(dx + f * acc, dx, f == vec4<f32>(0.0));   // dropped: left as it was, as lora_grad_x leaves it
-}
-
 // ---------------------------------------------------------------------------- split matmul (GPU)
 // lora_down_mm: u = dropout(x) a^T as a small matmul, N rows x I x R, split over I. The
 // tile above reduces each (row, rank) pair over 256 lanes and a tree, so a workgroup of 4
@@ -628,6 +552,135 @@ fn lora_down_mm(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgrou
     let e1 = mm_index(p, wid.z, n0 + ty + 16u, r0 + tx);
     if (e0 != NONE) { dmm_part[e0] = acc.x; }
     if (e1 != NONE) { dmm_part[e1] = acc.y; }
+}
+
+// ---------------------------------------------------------------------------- backward parts in one dispatch (GPU)
+// lora_grad_axb: the three independent parts of a projection's backward that follow du,
+// each workgroup one part's (g = its index, x + y * nx), so that they run side by side
+// instead of one dispatch (and one pipeline barrier) each:
+//   g < ga            dA's split sum: workgroup (g % cx, g / cx % cy, g / (cx cy)) of a
+//                     (ceil(I / WG) = cx, ceil(R / 4) = cy, slices) grid; invocation: column
+//                     i, ranks r0 .. r0+3 of one slice of `per` rows (x read and its mask
+//                     hashed once for 4 ranks); raw sums to part[z * R*I + r*I + i], which
+//                     splitk_reduce then adds in slice order into dA
+//   ga <= g < ga+gx   dx += keep * (du A), lora_grad_x's tile: invocation k = (g - ga) * WG + l
+//                     takes columns 4(k % (I/4)) .. +3 of TQ blocks of TR rows (I % 4 == 0)
+//   ga+gx <= g < +gb  dB's reduce: db[e] (= or +=) scale * (sum_z part[boff + z * O*R + e]),
+//                     the slices of lora_grad_b_split added in order, as splitk_reduce adds them
+// Any part may have no workgroups (ga, gx, gb = 0: ops/lora.py dispatches them apart to time
+// them so). Each sum is the one its own kernel made: the same bits.
+// 0 params LoraAxbParams (LoraParams' fields, then ga, gx, gb, boff, bslices) | 1 du[N, R]
+// read | 2 x[N, I] read | 3 part read_write (dA's slices from 0, dB's from boff) | 4 stream |
+// 5 a[R, I] read, vec4 | 6 dx[N, I] read_write, vec4 | 7 db[O, R] read_write
+// dispatch: ga + gx + gb workgroups, split over x, y
+struct LoraAxbParams {
+    n: u32, i: u32, o: u32, r: u32,
+    scale: f32, keep_threshold: u32, keep_scale: f32, seed: u32,
+    per: u32, acc: u32, ga: u32, gx: u32, gb: u32, boff: u32, bslices: u32,
+};
+@group(0) @binding(0) var<uniform> p_axb: LoraAxbParams;
+@group(0) @binding(1) var<storage, read> axb_du: array<f32>;
+@group(0) @binding(2) var<storage, read> axb_x: array<f32>;
+@group(0) @binding(3) var<storage, read_write> axb_part: array<f32>;
+@group(0) @binding(4) var<storage, read> axb_stream: array<u32>;
+@group(0) @binding(5) var<storage, read> axb_a: array<vec4<f32>>;
+@group(0) @binding(6) var<storage, read_write> axb_dx: array<vec4<f32>>;
+@group(0) @binding(7) var<storage, read_write> axb_db: array<f32>;
+
+fn axb_lora_params() -> LoraParams {
+    let q = p_axb;
+    return LoraParams(q.n, q.i, q.o, q.r, q.scale, q.keep_threshold, q.keep_scale, q.seed, q.per, q.acc);
+}
+
+@compute @workgroup_size(WG)
+fn lora_grad_axb(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>,
+                 @builtin(num_workgroups) nw: vec3<u32>) {
+    let p = axb_lora_params();
+    let g = wid.x + wid.y * nw.x;
+    let l = lid3.x;
+    if (g < p_axb.ga) {
+        axb_grad_a(p, g, l);
+    } else if (g < p_axb.ga + p_axb.gx) {
+        axb_grad_x(p, (g - p_axb.ga) * WG + l);
+    } else if (g < p_axb.ga + p_axb.gx + p_axb.gb) {
+        axb_reduce_b(p, (g - p_axb.ga - p_axb.gx) * WG + l);
+    }
+}
+
+fn axb_du4(b: u32, last: u32) -> vec4<f32> {   // du[b .. b+3], clamped to the buffer's last float
+    return vec4<f32>(axb_du[min(b, last)], axb_du[min(b + 1u, last)], axb_du[min(b + 2u, last)],
+                     axb_du[min(b + 3u, last)]);
+}
+
+fn axb_grad_a(p: LoraParams, g: u32, l: u32) {   // dA's split sum, workgroup g of its grid
+    let cx = (p.i + WG - 1u) / WG;
+    let cy = (p.r + 3u) / 4u;
+    let i = (g % cx) * WG + l;
+    if (i >= p.i) { return; }
+    let z = g / (cx * cy);
+    let r0 = (g / cx % cy) * 4u;
+    let step = axb_stream[0];
+    let last = p.n * p.r - 1u;   // du reads past rank R-1 are clamped inside the buffer, their sums unused
+    let n1 = min(p.n, (z + 1u) * p.per);
+    var acc = vec4<f32>(0.0);
+    var n = z * p.per;
+    for (; n + 4u <= n1; n += 4u) {   // four rows' loads issued together, added in order
+        let x0 = axb_x[n * p.i + i];
+        let x1 = axb_x[(n + 1u) * p.i + i];
+        let x2 = axb_x[(n + 2u) * p.i + i];
+        let x3 = axb_x[(n + 3u) * p.i + i];
+        let e0 = axb_du4(n * p.r + r0, last);
+        let e1 = axb_du4((n + 1u) * p.r + r0, last);
+        let e2 = axb_du4((n + 2u) * p.r + r0, last);
+        let e3 = axb_du4((n + 3u) * p.r + r0, last);
+        acc += e0 * (x0 * keep_factor(p, step, n * p.i + i));
+        acc += e1 * (x1 * keep_factor(p, step, (n + 1u) * p.i + i));
+        acc += e2 * (x2 * keep_factor(p, step, (n + 2u) * p.i + i));
+        acc += e3 * (x3 * keep_factor(p, step, (n + 3u) * p.i + i));
+    }
+    for (; n < n1; n++) { acc += axb_du4(n * p.r + r0, last) * (axb_x[n * p.i + i] * keep_factor(p, step, n * p.i + i)); }
+    let base = z * p.r * p.i + r0 * p.i + i;
+    for (var k = 0u; k < 4u && r0 + k < p.r; k++) { axb_part[base + k * p.i] = acc[k]; }
+}
+
+fn axb_grad_x(p: LoraParams, k: u32) {   // invocation k (= n/(TR*TQ) * I/4 + i/4) of dx's tile
+    let I4 = p.i / 4u;
+    if (k >= (p.n + TR * TQ - 1u) / (TR * TQ) * I4) { return; }
+    let base = keep_base(p, axb_stream[0]);
+    let nb = k / I4 * (TR * TQ);
+    for (var q = 0u; q < TQ && nb + q * TR < p.n; q++) { axb_grad_x_rows(p, nb + q * TR, k % I4, base); }
+}
+
+fn axb_grad_x_rows(p: LoraParams, n0: u32, i4: u32, base: u32) {   // rows n0 .. n0+3 of a block
+    let I4 = p.i / 4u;
+    let d0 = n0 * p.r;                              // rows n0 .. n0+3 of du, past N-1: row N-1 (not stored)
+    let d1 = min(n0 + 1u, p.n - 1u) * p.r;
+    let d2 = min(n0 + 2u, p.n - 1u) * p.r;
+    let d3 = min(n0 + 3u, p.n - 1u) * p.r;
+    var acc0 = vec4<f32>(0.0); var acc1 = vec4<f32>(0.0); var acc2 = vec4<f32>(0.0); var acc3 = vec4<f32>(0.0);
+    for (var r = 0u; r < p.r; r++) {
+        let a = axb_a[r * I4 + i4];
+        acc0 += axb_du[d0 + r] * a; acc1 += axb_du[d1 + r] * a; acc2 += axb_du[d2 + r] * a; acc3 += axb_du[d3 + r] * a;
+    }
+    axb_dx_store(p, n0, i4, acc0, base); axb_dx_store(p, n0 + 1u, i4, acc1, base);
+    axb_dx_store(p, n0 + 2u, i4, acc2, base); axb_dx_store(p, n0 + 3u, i4, acc3, base);
+}
+
+fn axb_dx_store(p: LoraParams, n: u32, i4: u32, acc: vec4<f32>, base: u32) {
+    if (n >= p.n) { return; }
+    let e = n * (p.i / 4u) + i4;
+    let f = keep4_at(p, base, 4u * e);
+    let dx = axb_dx[e];
+    axb_dx[e] = select(dx + f * acc, dx, f == vec4<f32>(0.0));   // dropped: left as it was, as lora_grad_x leaves it
+}
+
+fn axb_reduce_b(p: LoraParams, e: u32) {   // db[e] from lora_grad_b_split's slices
+    let count = p.o * p.r;
+    if (e >= count) { return; }
+    var acc = 0.0;
+    for (var z = 0u; z < p_axb.bslices; z++) { acc += axb_part[p_axb.boff + z * count + e]; }
+    let v = acc * p.scale;
+    if (p.acc != 0u) { axb_db[e] = axb_db[e] + v; } else { axb_db[e] = v; }
 }
 
 // ---------------------------------------------------------------------------- CPU variants

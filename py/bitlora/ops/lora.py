@@ -15,28 +15,30 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from . import splitk
-from ._check import need, quads
+from ._check import need, quads, spare
 from ._uniform import Uniform
 
 SHADER = "lora.wgsl"
-PARAMS = Uniform("LoraParams", "n:u32 i:u32 o:u32 r:u32 scale:f32 keep_threshold:u32 keep_scale:f32 seed:u32 "
-                               "per:u32 acc:u32")
+_FIELDS = "n:u32 i:u32 o:u32 r:u32 scale:f32 keep_threshold:u32 keep_scale:f32 seed:u32 per:u32 acc:u32"
+PARAMS = Uniform("LoraParams", _FIELDS)
 WG = 256
 FORWARD_ENTRIES = ("lora_down", "lora_up")
 BACKWARD_ENTRIES = ("lora_grad_b", "lora_grad_u", "lora_grad_a", "lora_grad_x")
-SPLIT_ENTRIES = ("lora_grad_b_split", "lora_grad_a_split")
-DROPOUT_ENTRIES = ("lora_down", "lora_grad_a", "lora_grad_x", "lora_grad_a_split")   # these also bind stream
+AXB = Uniform("LoraAxbParams", _FIELDS + " ga:u32 gx:u32 gb:u32 boff:u32 bslices:u32")
+SPLIT_ENTRIES = ("lora_grad_b_split", "lora_grad_axb")
+DROPOUT_ENTRIES = ("lora_down", "lora_grad_a", "lora_grad_x")   # these also bind stream
 LR = 16  # invocations per workgroup of the CPU variants (lora.wgsl LR)
 WR = 256  # lanes of the GPU reductions over I or O and workgroup of their tiles (lora.wgsl WR)
-WT = 64   # workgroup of lora_up_tile / lora_grad_x_tile (lora.wgsl WT)
+WT = 64   # workgroup of lora_up_tile (lora.wgsl WT)
 TK, TRD = 16, 4  # ranks, rows per workgroup of lora_down_tile / lora_grad_u_tile (lora.wgsl)
-TR = 4   # rows a turn of lora_up_tile / lora_grad_x_tile (lora.wgsl TR)
+TR = 4   # rows a turn of lora_up_tile / lora_grad_axb's dx (lora.wgsl TR)
 TQ = 1   # turns per invocation there (lora.wgsl's override TQ, whose default this is)
 TILE_MIN_GROUPS = 256   # lora_down_tile / lora_grad_u_tile only with this many workgroups (else the plain kernels)
-TILE_ENTRIES = ("lora_down", "lora_up", "lora_grad_u", "lora_grad_x")   # GPU tiles: entry + "_tile"
+TILE_ENTRIES = ("lora_down", "lora_up", "lora_grad_u")   # GPU tiles: entry + "_tile" (lora_grad_x's: in lora_grad_axb)
 TILES = True   # False: GPU kinds record the plain kernels (the tests compare the tiles' bits with theirs)
 SPLIT_GROUPS = 1024   # the split dA, dB sums: slices until the grid has about this many workgroups
 SPLIT_MIN_ROWS = 32   # ... but at least this many rows per slice
+FUSED = True   # False: lora_grad_axb's three parts (dA's split sum, dx, dB's reduce) in a dispatch each
 MATMULS = True   # False: GPU kinds record lora_down's tile (or plain kernel) at every N
 MMR, MMK = 32, 32   # rows of a tile, i a staged chunk of lora_down_mm (lora.wgsl)
 MM_MIN_ROWS = 512   # lora_down_mm from this many rows (below, lora_down and its tile were faster)
@@ -53,7 +55,8 @@ def kernel_specs(table_dtype: str = "f32", training: bool = False, kind: str | N
     entries = FORWARD_ENTRIES + ("lora_down_parts",) + (BACKWARD_ENTRIES if training else ())
     gpu = [] if quads(shapes, "C", "F", "KV", "R") else [(SHADER, e) for e in entries]
     tiles = [(SHADER, e + "_tile", tq_constants(e + "_tile")) for e in TILE_ENTRIES if e in entries] if kind != "cpu" else []
-    split = [(SHADER, e) for e in SPLIT_ENTRIES] + splitk.kernel_specs() if training and kind != "cpu" else []
+    split = ([(SHADER, e, tq_constants(e)) for e in SPLIT_ENTRIES] + splitk.kernel_specs()
+             if training and kind != "cpu" else [])
     mm = [(SHADER, "lora_down_mm")] + splitk.kernel_specs() if kind != "cpu" and MATMULS else []
     return gpu + ([(SHADER, e + "_rows") for e in entries] if kind != "gpu" else []) + tiles + split + mm
 
@@ -72,13 +75,14 @@ class LoraShape:
     p: float = 0.0
     seed: int = 0
 
-    def params(self, per: int = 0, accumulate: bool = True) -> bytes:
+    def params(self, per: int = 0, accumulate: bool = True, *extra: int) -> bytes:
+        """LoraParams (with `extra`: LoraAxbParams, whose further fields they are)."""
         if not 0.0 <= self.p < 1.0:
             raise ValueError(f"lora dropout p={self.p} must be in [0, 1)")
         thr = min(int(self.p * 4294967296.0), 0xFFFFFFFF)
         keep_scale = 1.0 / (1.0 - self.p)
-        return PARAMS.pack(self.N, self.I, self.O, self.R, self.scale, thr, keep_scale, self.seed & 0xFFFFFFFF,
-                           per, int(accumulate))
+        return (AXB if extra else PARAMS).pack(self.N, self.I, self.O, self.R, self.scale, thr, keep_scale,
+                                               self.seed & 0xFFFFFFFF, per, int(accumulate), *extra)
 
 
 def cpu_rows(dev, *widths: int) -> bool:
@@ -92,14 +96,14 @@ def _tile(entry: str, s: LoraShape):
     """The workgroups of `entry`'s GPU tile (lora.wgsl *_tile) at shape s, or None where it
     has none or its vec4 widths are not multiples of 4 (then the plain kernel runs)."""
     N, I, O, R = s.N, s.I, s.O, s.R
-    rows = -(-N // (TR * TQ))   # row blocks of lora_up_tile / lora_grad_x_tile
+    rows = -(-N // (TR * TQ))   # row blocks of lora_up_tile / lora_grad_axb's dx
     wide = (-(-N // TRD), -(-R // TK), 1)    # one chain of WR lanes per (row, rank) in both kernels:
     few = wide[0] * wide[1] < TILE_MIN_GROUPS   # with few rows the plain N*R workgroups hide latency better
     groups, widths = {
         "lora_down": (None if few else wide, ()),
         "lora_up": (-(-rows * (O // 4) // WT), (O, R)),
         "lora_grad_u": (None if few else wide, (R,)),
-        "lora_grad_x": (-(-rows * (I // 4) // WT), (I,)),
+        "lora_grad_x": (-(-rows * (I // 4) // WG), (I,)),   # lora_grad_axb's dx part (WG lanes)
     }.get(entry, (None, ()))
     return groups if groups is not None and all(w % 4 == 0 for w in widths) else None
 
@@ -121,7 +125,7 @@ def _run(dev, entry: str, s: LoraShape, bufs: list, stream, accumulate: bool = T
     }[entry]
     if entry in DROPOUT_ENTRIES:
         bufs = bufs + [stream]
-    tile = _tile(entry, s) if dev.kind != "cpu" and TILES else None
+    tile = _tile(entry, s) if dev.kind != "cpu" and TILES and entry in TILE_ENTRIES else None
     if cpu_rows(dev, *widths):
         entry, groups = entry + "_rows", -(-cpu_items // LR)
     elif tile is not None:
@@ -133,9 +137,9 @@ def _run(dev, entry: str, s: LoraShape, bufs: list, stream, accumulate: bool = T
 
 
 def tq_constants(entry: str) -> dict | None:
-    """The override constants `entry` is compiled with: TQ for lora_up_tile / lora_grad_x_tile
+    """The override constants `entry` is compiled with: TQ for lora_up_tile / lora_grad_axb
     where it is not the shader's default (kernel_specs lists them so)."""
-    return {"TQ": TQ} if TQ != 1 and entry in ("lora_up_tile", "lora_grad_x_tile") else None
+    return {"TQ": TQ} if TQ != 1 and entry in ("lora_up_tile", "lora_grad_axb") else None
 
 
 def split_plan(N: int, cols: int, R: int) -> tuple[int, int]:
@@ -173,21 +177,14 @@ def _down_mm(dev, s: LoraShape, x, a, u, stream) -> None:
 def scratch_floats(N: int, sizes, R: int) -> int:
     """The split-K scratch (floats) the split dA, dB sums and lora_down_mm of projections
     `sizes` [(I, O)] need on a GPU kind."""
-    return max([split_plan(N, c, R)[0] * c * R for I, O in sizes for c in (I, O)]
+    return max([sum(_backward_scratch(N, I, O, R)) for I, O in sizes]
                + [mm_plan(N, I, R)[0] * N * R for I, O in sizes if uses_mm("gpu", N, I)], default=1)
 
 
-def _grad_split(dev, entry: str, s: LoraShape, a_in, b_in, out, stream, cols: int, scale: float,
-                accumulate: bool) -> None:
-    """The split sum of dB (entry lora_grad_b_split, cols = O) or dA (cols = I), then
-    splitk_reduce into `out` (= or +=)."""
-    slices, per = split_plan(s.N, cols, s.R)
-    count = cols * s.R
-    part = splitk.scratch(dev, slices * count)
-    bufs = [a_in, b_in, part] + ([stream] if entry in DROPOUT_ENTRIES else [])
-    dev.dispatch(dev.prepared(SHADER, entry), bufs, groups=(-(-cols // WG), -(-s.R // 4), slices),
-                 params=s.params(per, accumulate))
-    splitk.reduce(dev, part, None, out, count, slices, 1, scale, accumulate)
+def _backward_scratch(N: int, I: int, O: int, R: int) -> tuple[int, int]:
+    """(boff, dB's floats): the backward's scratch holds dA's slices from 0, dB's from boff
+    (a multiple of 64 floats: a binding may start there)."""
+    return -(-split_plan(N, I, R)[0] * I * R // 64) * 64, split_plan(N, O, R)[0] * O * R
 
 
 def lora_forward(dev, s: LoraShape, x, a, b, u, y, stream) -> None:
@@ -206,25 +203,41 @@ def lora_forward(dev, s: LoraShape, x, a, b, u, y, stream) -> None:
 def lora_backward(dev, s: LoraShape, dy, x, a, b, u, da, db, du, stream, dx=None, accumulate: bool = True) -> None:
     """Record db += scale dy^T u; du = scale dy b; da += du^T dropout(x) (da, db = instead
     of += with accumulate False); and, unless dx is None, dx[N, I] += mask * keep_scale *
-    (du a). `stream` as the forward's. On GPUs the sums over N of da, db run split
-    (lora_grad_*_split + splitk_reduce)."""
+    (du a). `stream` as the forward's. On GPUs the sums over N of da, db run split: dB's
+    slices (lora_grad_b_split), du, then dA's slices, dx and dB's reduce in one dispatch
+    (lora_grad_axb; dx there as a tile where I % 4 == 0), then dA's reduce."""
     for buf, n, what in ((dy, s.N * s.O, "dy"), (x, s.N * s.I, "x"), (a, s.R * s.I, "a"),
                          (b, s.O * s.R, "b"), (u, s.N * s.R, "u"), (da, s.R * s.I, "da"),
                          (db, s.O * s.R, "db"), (du, s.N * s.R, "du"), (stream, 1, "stream")):
         need(buf, n, what, "lora_backward")
-    split = dev.kind != "cpu"
-    if split:
-        _grad_split(dev, "lora_grad_b_split", s, dy, u, db, stream, s.O, s.scale, accumulate)
-    else:
-        _run(dev, "lora_grad_b", s, [dy, u, db], stream, accumulate)
-    _run(dev, "lora_grad_u", s, [dy, b, du], stream)
-    if split:
-        _grad_split(dev, "lora_grad_a_split", s, du, x, da, stream, s.I, 1.0, accumulate)
-    else:
-        _run(dev, "lora_grad_a", s, [du, x, da], stream, accumulate)
     if dx is not None:
         need(dx, s.N * s.I, "dx", "lora_backward")
+    if dev.kind == "cpu":
+        _run(dev, "lora_grad_b", s, [dy, u, db], stream, accumulate)
+        _run(dev, "lora_grad_u", s, [dy, b, du], stream)
+        _run(dev, "lora_grad_a", s, [du, x, da], stream, accumulate)
+        if dx is not None:
+            _run(dev, "lora_grad_x", s, [du, a, dx], stream)
+        return
+    N, I, O, R = s.N, s.I, s.O, s.R
+    a_slices, a_per = split_plan(N, I, R)
+    b_slices, b_per = split_plan(N, O, R)
+    boff, b_floats = _backward_scratch(N, I, O, R)
+    part = splitk.scratch(dev, boff + b_floats)
+    dev.dispatch(dev.prepared(SHADER, "lora_grad_b_split"), [dy, u, part.view(4 * boff, 4 * b_floats)],
+                 groups=(-(-O // WG), -(-R // 4), b_slices), params=s.params(b_per))
+    _run(dev, "lora_grad_u", s, [dy, b, du], stream)
+    gx = _tile("lora_grad_x", s) if dx is not None and TILES else None
+    ga, gb = -(-I // WG) * -(-R // 4) * a_slices, -(-O * R // WG)
+    bufs = [du, x, part, stream] + ([a, dx] if gx else [spare(dev, 0), spare(dev, 1)]) + [db]
+    k = dev.prepared(SHADER, "lora_grad_axb", tq_constants("lora_grad_axb"))
+    parts = [(ga, gx or 0, gb)] if FUSED else [(ga, 0, 0), (0, gx or 0, 0), (0, 0, gb)]
+    for g in parts:
+        if sum(g):
+            dev.dispatch(k, bufs, groups=sum(g), params=s.params(a_per, accumulate, *g, boff, b_slices))
+    if dx is not None and not gx:
         _run(dev, "lora_grad_x", s, [du, a, dx], stream)
+    splitk.reduce(dev, part, None, da, R * I, a_slices, 1, 1.0, accumulate)
 
 
 PARTS = Uniform("LoraPartsParams", "i:u32 r:u32 a0:u32 a1:u32 a2:u32")

@@ -8,7 +8,7 @@ record the one-row-per-invocation variants (`*_rows`, `*_cpu`).
 Browser-safe: standard library + bitlora only."""
 from __future__ import annotations
 
-from ._check import need, quads
+from ._check import need, quads, spare  # noqa: F401 (spare: also matvec.spare)
 from .lora import cpu_rows, lora_down_parts
 from .relu2 import gating_forward
 from ._uniform import Uniform
@@ -119,15 +119,6 @@ def rmsnorm_quant(dev, x, w, y, xq, qs, C: int, eps: float, gate=None, down=None
     a = [NONE if o is None else o for o in a_offsets] + [NONE] * (MAX_PARTS - len(a_offsets))
     dev.dispatch(dev.prepared(SHADER, "rmsnorm_quant_down", _gate_constants(act)), [g, w, y, xq, qs, u, ab, lu],
                  groups=MAX_PARTS * R + 1, params=NORM_QUANT.pack(C, eps, R, *a))
-
-
-def spare(dev, i: int):
-    """A 16-byte buffer bound where a part, the LoRA adapter or the gate is absent (written outputs
-    must be distinct buffers)."""
-    bufs = getattr(dev, "_matvec_spares", None)
-    if bufs is None:
-        bufs = dev._matvec_spares = [dev.buffer(16, f"matvec_spare{j}") for j in range(MAX_PARTS + 2)]
-    return bufs[i]
 
 
 def ternary_matvec(dev, xq, qs, w, parts, I: int, accumulate: bool = False, lora=None) -> None:
