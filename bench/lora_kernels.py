@@ -60,8 +60,8 @@ async def run(shapes: list, reps: int, tqs=()) -> list:
         cols4 = lambda c, tq, wg=lora.WT: -(-(-(-N // (lora.TR * tq))) * (c // 4) // wg)  # noqa: E731
         row = {"shape": f"{N}x{I}x{O}x{R}"}
         boff, b_floats = lora._backward_scratch(N, I, O, R)
-        part, db = f(boff + b_floats, "part"), f(O * R, "db")
-        axb = [du, x, part, stream, a, dx, db]   # lora_grad_axb's bindings
+        scr, db = f(boff + b_floats, "scratch"), f(O * R, "db")   # dA's slices from 0, dB's from boff
+        axb = [du, x, scr, stream, a, dx, db]   # lora_grad_axb's bindings
         axb_params = lambda per, ga, gx, gb: s.params(per, True, ga, gx, gb, boff, lora.split_plan(N, O, R)[0])  # noqa: E731
         gx = cols4(I, lora.TQ, lora.WG)
         for name, bufs, plain, tile in (
@@ -91,21 +91,22 @@ async def run(shapes: list, reps: int, tqs=()) -> list:
             count = cols * R
             g = f(count, "g")
             if name == "dB":
-                split = (k("lora_grad_b_split"), [dy, u, part.view(4 * boff, 4 * b_floats)],
+                split = (k("lora_grad_b_split"), [dy, u, scr.view(4 * boff, 4 * b_floats)],
                          (-(-cols // 256), -(-R // 4), slices), s.params(per, True))
                 reduce = (k("lora_grad_axb"), axb, -(-count // 256), axb_params(0, 0, 0, -(-count // 256)))
             else:
                 ga = -(-cols // 256) * -(-R // 4) * slices
                 split = (k("lora_grad_axb"), axb, ga, axb_params(per, ga, 0, 0))
-                reduce = (dev.prepared(splitk.SHADER, "splitk_reduce"), [part, part, g], -(-count // 256),
+                reduce = (dev.prepared(splitk.SHADER, "splitk_reduce"), [scr, scr, g], -(-count // 256),
                           splitk.PARAMS.pack(count, slices, 1, 1.0, 1, 0))
             row[name] = (slices, await timed([split]), await timed([reduce]), await timed([split, reduce]))
         fused0 = lora.FUSED
         try:
-            for fused in (True, False):
-                lora.FUSED = fused
-                row["backward " + ("fused" if fused else "apart")] = await timed(
-                    lambda: lora.lora_backward(dev, s, dy, x, a, b, u, f_da, db, du, stream, dx))
+            with dev.kind_as("gpu"):   # the GPU kernels, also on a CPU adapter
+                for fused in (True, False):
+                    lora.FUSED = fused
+                    row["backward " + ("fused" if fused else "apart")] = await timed(
+                        lambda: lora.lora_backward(dev, s, dy, x, a, b, u, f_da, db, du, stream, dx))
         finally:
             lora.FUSED = fused0
         rows.append(row)
