@@ -8,7 +8,7 @@ record the one-row-per-invocation variants (`*_rows`, `*_cpu`).
 Browser-safe: standard library + bitlora only."""
 from __future__ import annotations
 
-from ._check import need, quads, spare  # noqa: F401 (spare: also matvec.spare)
+from ._check import need, quads, spare
 from .lora import cpu_rows, lora_down_parts
 from .relu2 import gating_forward
 from ._uniform import Uniform
