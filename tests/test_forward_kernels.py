@@ -270,3 +270,4 @@ def test_forward_gated_checks():
         bitlinear.bitlinear_forward_parts(None, None, None, None, [(0, 4, 1.0, None)], 9, 16, gate=("relu2", None))
     with pytest.raises(ValueError, match="not one of"):
         bitlinear.bitlinear_forward_parts(None, None, None, None, [(0, 4, 1.0, None)] * 2, 9, 16, gate=("gelu", None))
+

@@ -38,12 +38,20 @@ BASE = dict(micro_batch_size=2, grad_accum=2, max_steps=8, lr=1e-3, weight_decay
 # widths that are not multiples of 4 (C 42, F 90, head dim 14, one KV head): the CPU
 # kernels' vec4 paths (and their override constants) give way to the general ones
 UNALIGNED = dict(SMALL, hidden_size=42, intermediate_size=90, num_attention_heads=3, num_key_value_heads=1)
+WIDE = dict(SMALL, hidden_size=1024, intermediate_size=1024, num_attention_heads=8, num_key_value_heads=2)
 ALL_SEVEN = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     return _tiny(tmp_path_factory.mktemp("train"), SMALL, BASE)
+
+
+@pytest.fixture(scope="module")
+def wide(tmp_path_factory):
+    """Widths at which the GPU kernels split o_proj's and down_proj's input gradients (C =
+    F = 1024), LoRA on q and v only: their reduces fold into the norms' backward."""
+    return _tiny(tmp_path_factory.mktemp("train_wide"), WIDE, dict(BASE, max_steps=2))
 
 
 @pytest.fixture(scope="module")
@@ -189,3 +197,17 @@ def test_adapted_decoding_over_kv_cache(tiny, backend, request):
     full, cached = np.array(r["full"]), np.array(r["cached"])
     assert np.abs(cached - full).max() <= 1e-5 * np.abs(full).max()
     assert r["gen"] == r["ref"][:len(r["gen"])] and len(r["gen"]) >= 1
+
+
+def test_folded_reduces_train_the_same_bits(wide):
+    """On a GPU kind, the split reduces of o_proj's and down_proj's input gradients done
+    inside the norms' backward after them (Model.FOLD_REDUCES) give the same losses,
+    gradient norms and adapter bits as each reduce in its own dispatch, with fewer
+    dispatches."""
+    r = run_native_case("train_cases", "case_fold_reduces", model_files=wide["model_files"],
+                        adapter_files=wide["adapter_files"], records=RECORDS,
+                        config=dict(BASE, max_steps=2))
+    fold, apart = r["fold"], r["apart"]
+    assert fold["loss"] == apart["loss"] and fold["grad_norm"] == apart["grad_norm"]
+    assert fold["adapter"] == apart["adapter"]
+    assert fold["dispatches"] < apart["dispatches"], (fold["dispatches"], apart["dispatches"])

@@ -342,6 +342,10 @@ class Model:
     `config` uses HF BitNetConfig keys plus head_dim."""
 
     UPLOAD_PIECE = 16 << 20   # bytes of f32 made on the host at a time when uploading tables
+    # The split-K reduces of o_proj's and down_proj's input gradients done by the norm
+    # backward's dispatch after each, where nothing adapts the projection (ops.rmsnorm's sums;
+    # the same bits). False: each its own dispatch.
+    FOLD_REDUCES = True
 
     def __init__(self, dev, config: dict, tokenizer=None, max_binding: int | None = None, name: str = "bitnet"):
         self.dev, self.config, self.tokenizer = dev, dict(config), tokenizer
@@ -886,16 +890,21 @@ class Model:
                 self._layer_forward(li, acts, lora, None, acts.B, acts.T, 0, out=top.x_out)   # masks
             self._layer_backward(li, acts, lora, accumulate)
 
-    def _proj_back(self, li, mod, dy, x, dx, accumulate, acts, lora, grads_accumulate=True):
+    def _proj_back(self, li, mod, dy, x, dx, accumulate, acts, lora, grads_accumulate=True, defer=False):
         """dx (= or +=) the input gradient of projection `mod` from dy, plus its LoRA
         branch's (whose A, B gradients go into the arena, += or = by grads_accumulate); dx
-        None: the LoRA gradients only."""
+        None: the LoRA gradients only. defer (where FOLD_REDUCES): an unadapted projection's
+        split reduce is returned undispatched, for the norm's backward after it."""
         p, N = self.layers[li].proj[mod], acts.B * acts.T
+        adapted = lora is not None and lora.adapts(mod)
+        sums = None
         if dx is not None:
-            bitlinear_backward_input(self.dev, dy, p.buf, p.scale, dx, N, p.I, p.O, accumulate)
-        if lora is not None and lora.adapts(mod):
+            sums = bitlinear_backward_input(self.dev, dy, p.buf, p.scale, dx, N, p.I, p.O, accumulate,
+                                            defer=defer and self.FOLD_REDUCES and not adapted)
+        if adapted:
             lora.apply_backward(li, mod, dy, x, acts.lora_u(li, mod), dx, acts.grad.du_lora, N,
                                 acts.io(acts.micro)[2], grads_accumulate)
+        return sums
 
     def _layer_backward(self, li, acts, lora, grads_accumulate=True):
         """The backward of one layer; g.dh holds the gradient of its output on entry and of
@@ -903,18 +912,18 @@ class Model:
         dev, C, F, H, Hkv, D = self.dev, self.C, self.F, self.H, self.Hkv, self.D
         B, T, N = acts.B, acts.T, acts.B * acts.T
         W, a, g = self.layers[li].norms, acts.layer(li), acts.grad
-        back = lambda mod, dy, x, dx, acc: self._proj_back(li, mod, dy, x, dx, acc, acts, lora,  # noqa: E731
-                                                           grads_accumulate)
+        back = lambda mod, dy, x, dx, acc, defer=False: self._proj_back(  # noqa: E731
+            li, mod, dy, x, dx, acc, acts, lora, grads_accumulate, defer)
         # FFN: x_out = x_mid + down(ffn_sub_norm(act(gate(n2)) * up(n2)))
-        back("down_proj", g.dh, a.fn, g.d_fn, False)
-        rmsnorm_backward(dev, g.d_fn, a.hf, W["mlp.ffn_sub_norm"], a.rstd_f, g.d_hf, N, F)
+        sums = back("down_proj", g.dh, a.fn, g.d_fn, False, defer=True)
+        rmsnorm_backward(dev, g.d_fn, a.hf, W["mlp.ffn_sub_norm"], a.rstd_f, g.d_hf, N, F, sums=sums)
         gating_backward(dev, self.act, g.d_hf, a.g, a.u, g.dg, g.du, N * F)
         back("gate_proj", g.dg, a.n2, g.dn, False)
         back("up_proj", g.du, a.n2, g.dn, True)
         rmsnorm_backward(dev, g.dn, a.x_mid, W["post_attention_layernorm"], a.rstd2, g.dh, N, C, accumulate=True)
         # attention: x_mid = x + o(attn_sub_norm(attention(rope(q(n1)), rope(k(n1)), v(n1))))
-        back("o_proj", g.dh, a.an, g.d_an, False)
-        rmsnorm_backward(dev, g.d_an, a.att, W["self_attn.attn_sub_norm"], a.rstd_a, g.d_att, N, C)
+        sums = back("o_proj", g.dh, a.an, g.d_an, False, defer=True)
+        rmsnorm_backward(dev, g.d_an, a.att, W["self_attn.attn_sub_norm"], a.rstd_a, g.d_att, N, C, sums=sums)
         attention_backward(dev, g.d_att, a.q, a.k, a.v, g.dq, g.dk, g.dv, g.stats, B, T, H, Hkv, D,
                            out=a.att, lse=a.lse)
         rope_backward(dev, g.dq, self.cos, self.sin, N, T, H, D)

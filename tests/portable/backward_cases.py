@@ -281,3 +281,26 @@ async def case_linear_backward_chunked(dev, dy, w_words, N, I, O, chunk, w_dtype
             linear.linear_backward_input(dev, dyv, wv, bdx, N, I, oc, 1.0, accumulate=v0 > 0, ld_dy=O,
                                          w_dtype=w_dtype)
     return await _get(dev, bdx, N * I)
+
+
+async def case_norm_backward_after_split(dev, dy, packed, scale, x, w, rstd, dx0, N, I, O, accumulate, split=3):
+    """The ternary input gradient d[N, I] of dy[N, O] split in `split` slices, then
+    ops.rmsnorm.rmsnorm_backward of d (x, w, rstd the norm's; dx0 what dx holds before),
+    on a GPU kind, as the model's down_proj and ffn_sub_norm: "fused" with the reduce
+    deferred into the norm's backward, "apart" with its own dispatch. Each: d, dx and the
+    dispatches recorded; "deferred" whether the fused run's reduce was left to the norm."""
+    await _prepare(dev)
+    bdy, bw, bnw = _f32(dev, dy, "dy"), _u32(dev, packed, "w_packed"), _f32(dev, w, "norm_w")
+    bx, brstd = _f32(dev, x, "x"), _f32(dev, rstd, "rstd")
+    out = {}
+    with dev.kind_as("gpu"):
+        for key in ("fused", "apart"):
+            bd, bdx = dev.buffer(4 * N * I, "d"), _f32(dev, dx0, "dx")
+            before = dev.dispatches
+            sums = bitlinear.bitlinear_backward_input(dev, bdy, bw, scale, bd, N, I, O, False, split=split,
+                                                      defer=key == "fused")
+            out["deferred" if key == "fused" else "apart_deferred"] = sums is not None
+            rmsnorm.rmsnorm_backward(dev, bd, bx, bnw, brstd, bdx, N, I, accumulate, sums=sums)
+            out[key] = {"d": await _get(dev, bd, N * I), "dx": await _get(dev, bdx, N * I),
+                        "dispatches": dev.dispatches - before}
+    return out

@@ -342,3 +342,4 @@ async def case_int8_dot(dev):
     got = array.array("i")
     got.frombytes(await dev.read(out))
     return {"int8_dot": dev.int8_dot, "compiles": True, "values": list(got)}
+

@@ -104,3 +104,31 @@ async def case_adapted_decoding(dev, model_files, adapter_files, config, ids, n_
         ref.append(tok)
         seq.append(tok)
     return {"full": full, "cached": cached, "gen": list(gen.ids), "ref": ref}
+
+
+async def case_fold_reduces(dev, model_files, adapter_files, records, config):
+    """The same training on a GPU kind with Model.FOLD_REDUCES on and off (the split
+    reduces of o_proj's and down_proj's input gradients in the norms' backward after them,
+    or their own dispatches): each
+    run's per-step loss and gradient norm (as hex doubles), the final adapter's bytes (hex)
+    and the dispatches its steps recorded."""
+    import struct
+    out = {}
+    fold0 = Model.FOLD_REDUCES
+    try:
+        for fold in (True, False):
+            Model.FOLD_REDUCES = fold
+            with dev.kind_as("gpu"):
+                m = await _model(dev, model_files)
+                tr = Trainer(m, records, dict(config, init_adapter=_write_adapter(adapter_files,
+                                                                                  "/tmp/bitlora-init-adapter")))
+                before = dev.dispatches
+                await tr.atrain()
+                out["fold" if fold else "apart"] = {
+                    "loss": [struct.pack("<d", r["loss"]).hex() for r in tr.metrics],
+                    "grad_norm": [struct.pack("<d", r["grad_norm"]).hex() for r in tr.metrics],
+                    "adapter": (await dev.read(tr.lora.arena.params)).hex(), "dispatches": dev.dispatches - before}
+                tr.close()
+    finally:
+        Model.FOLD_REDUCES = fold0
+    return out

@@ -345,19 +345,26 @@ def dy_quads(dev, dy, O: int):
 
 
 def bitlinear_backward_input(dev, dy, w_packed, scale: float, dx, N: int, I: int, O: int,
-                             accumulate: bool = False, split: int | None = None) -> None:
+                             accumulate: bool = False, split: int | None = None, defer: bool = False):
     """dy[N, O], w_packed[O, ceil(I/16)] u32 (ternary, times scale) -> dx[N, I] = dy Wq (= or +=).
-    `split` as in bitlinear_forward (GPU only)."""
+    `split` as in bitlinear_forward (GPU only). defer: where the product is split, leave its
+    reduce undispatched and return it (a splitk.SplitSums, for a kernel that reduces as it
+    reads: rmsnorm.rmsnorm_backward's sums); else None."""
     words = -(-I // 16)
     for b, n, what in ((dy, N * O, "dy"), (w_packed, O * words, "w_packed"), (dx, N * I, "dx")):
         need(b, n, what, "bitlinear_backward_input")
     if dev.kind == "cpu":   # dy binds as s too (unused: no division)
         cpu_matmul(dev, dy, dy, w_packed, scale, dx, N, O, I, accumulate, divide=False)
-        return
+        return None
     slices, ko = backward_input_plan(N, I, O, split)
     part = splitk.scratch(dev, splitk.floats(slices, N, I))
     dev.dispatch(dev.prepared(SHADER, "bitlinear_backward_input"), [dy, w_packed, dx, part, dy_quads(dev, dy, O)],
                  groups=(-(-words // 8), -(-N // 64), slices),
                  params=BACKWARD.pack(N, I, O, scale, int(accumulate), ko, int(slices > 1)))
-    if slices > 1:
-        splitk.reduce(dev, part, None, dx, N * I, slices, I, scale, accumulate)
+    if slices == 1:
+        return None
+    sums = splitk.SplitSums(part, None, N, slices, ((I, scale, dx),), accumulate)
+    if defer:
+        return sums
+    sums.flush(dev)
+    return None

@@ -51,18 +51,20 @@ def _cpu_backward_constants(w_dtype: str, quads: bool) -> dict:
     return {**(_constants(w_dtype) or {}), "LN_QUADS": 1.0 if quads else 0.0}
 
 
-# At least this many slices for linear_backward_input where the reduction (the vocabulary)
-# has room: slices cost little beside it. On an H100 at 1024 x 2560 x 128256 (bf16), 320
-# tiles: 1 slice 39.8 ms, 2 (the plan's 512-workgroup target) 29.6, 3 25.7, 4 24.1
-# (bitlora.bench.train --profile); at 256 rows the target already gives 7.
-BACKWARD_MIN_SLICES = 4
+# linear_backward_input's split: about this many workgroups where the reduction (the
+# vocabulary) has room; slices cost little beside it. Timed on an H100 (bitlora.bench.train),
+# at 1024 x 2560 x 128256 (bf16; 320 tiles, --profile): 1 slice 39.8 ms, 2 (the ternary
+# kernels' 512-workgroup target) 29.6, 3 25.7, 4 24.1; at 256 rows (80 tiles; config A, whole
+# steps, two runs each) 7 slices 89.4 / 89.6 ms a step, 14 89.6 / 88.1, 16 87.5 / 86.4.
+# 4 x 320 = 16 x 80: one target for both.
+BACKWARD_GROUPS = 1280
 
 
 def backward_input_plan(N: int, I: int, O: int, split: int | None = None) -> tuple:
     """(slices, outputs per slice) of linear_backward_input's 64-row x 128-column tiles."""
     tiles = -(-I // 128) * -(-N // 64)
     if split is None:
-        split = max(splitk.plan(tiles, O, 16)[0], min(BACKWARD_MIN_SLICES, O // splitk.MIN_SLICE))
+        split = splitk.plan(tiles, O, 16, target=BACKWARD_GROUPS)[0]
     return splitk.plan(tiles, O, 16, split)
 
 
