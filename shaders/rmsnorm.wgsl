@@ -203,7 +203,7 @@ fn rmsnorm_quant_held(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(wo
     if (lid == 0u) { rq_rstd[n] = r; rq_s[n] = s; }
 }
 
-struct RmsBackwardParams { n: u32, c: u32, accumulate: u32, slices: u32, scale: f32 };
+struct RmsBackwardParams { n: u32, c: u32, accumulate: u32, slices: u32, scale: f32, added: u32 };
 @group(0) @binding(0) var<uniform> rn_p: RmsBackwardParams;
 @group(0) @binding(1) var<storage, read> rn_dy: array<f32>;
 @group(0) @binding(2) var<storage, read> rn_x: array<f32>;
@@ -230,10 +230,11 @@ fn rmsnorm_backward(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(work
 }
 
 // rmsnorm_backward_sum   rmsnorm_backward of dy = the split sums of the input gradient that
-//   writes it (down_proj's, o_proj's), the reduce folded in: dy[n, c] = (sum_z part[z, n, c]) *
-//   scale (splitk_reduce's arithmetic, slices added in order: the same bits), written to dy as
-//   the reduce would and read back by the same thread in the second pass.
-//   0 params RmsBackwardParams {N, C, accumulate, slices, scale} | 1 dy[N, C] read_write |
+//   writes it (down_proj's, o_proj's) or, with added = 1, adds into it (up_proj's, after
+//   gate_proj's), the reduce folded in: dy[n, c] (= or +=) (sum_z part[z, n, c]) * scale
+//   (splitk_reduce's arithmetic, slices added in order: the same bits), written to dy as the
+//   reduce would and read back by the same thread in the second pass.
+//   0 params RmsBackwardParams {N, C, accumulate, slices, scale, added} | 1 dy[N, C] read_write |
 //   2 x | 3 w | 4 rstd | 5 dx (as rmsnorm_backward) | 6 part[slices, N, C] read
 //   dispatch: one workgroup (256) per row, as rmsnorm_backward
 @group(0) @binding(1) var<storage, read_write> rd_dy: array<f32>;
@@ -253,6 +254,7 @@ fn rmsnorm_backward_sum(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(
         var d = 0.0;
         for (var z = 0u; z < rn_p.slices; z++) { d += rd_part[z * count + base + c]; }
         d = d * rn_p.scale;
+        if (rn_p.added != 0u) { d = rd_dy[base + c] + d; }
         rd_dy[base + c] = d;
         acc += rn_w[c] * d * rn_x[base + c];
     }

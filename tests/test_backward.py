@@ -616,24 +616,28 @@ def test_bench_attention_times_the_steps_kernels():
         assert len(errs) == 3 and all(float(e.split("=")[1]) < 1e-5 for e in errs), line
 
 
-@pytest.mark.parametrize("N,I,O,acc", [(20, 300, 1536, False), (9, 2560, 1100, True)])
-def test_norm_backward_after_split(run_case, N, I, O, acc):
+@pytest.mark.parametrize("N,I,O,acc,added", [(20, 300, 1536, False, False), (9, 2560, 1100, True, False),
+                                              (12, 640, 1024, True, True)])
+def test_norm_backward_after_split(run_case, N, I, O, acc, added):
     """A split ternary input gradient whose reduce the norm's backward after it does
-    (down_proj and ffn_sub_norm, o_proj and attn_sub_norm): d (the reduce's output, still
-    written) and dx have the same bits as with the reduce its own dispatch, one dispatch
+    (down_proj and ffn_sub_norm, o_proj and attn_sub_norm; `added`: added into d as
+    up_proj's into gate_proj's, before post_attention_layernorm): d (the reduce's output,
+    still written) and dx have the same bits as with the reduce its own dispatch, one dispatch
     fewer; dx is the reference norm backward of numpy's product."""
     rng = np.random.default_rng(N + I + O)
     t = rng.integers(-1, 2, size=(O, I))
     dy, x, dx0 = f32(rng.normal(size=(N, O))), f32(rng.normal(size=(N, I))), f32(rng.normal(size=(N, I)))
     w = f32(rng.normal(size=I))
     rstd = f32(1 / np.sqrt((x.astype(np.float64) ** 2).mean(1) + 1e-5))
+    d0 = f32(rng.normal(size=(N, I))) if added else None
     r = run_case("backward_cases", "case_norm_backward_after_split", dy=L(dy), packed=pack_ternary(t), scale=0.037,
-                 x=L(x), w=L(w), rstd=L(rstd), dx0=L(dx0), N=N, I=I, O=O, accumulate=acc)
+                 x=L(x), w=L(w), rstd=L(rstd), dx0=L(dx0), N=N, I=I, O=O, accumulate=acc,
+                 d0=None if d0 is None else L(d0))
     assert r["deferred"] and not r["apart_deferred"]
     fused, apart = r["fused"], r["apart"]
     assert fused.pop("dispatches") == apart.pop("dispatches") - 1
     assert fused == apart
-    d = dy.astype(np.float64) @ (t * np.float64(np.float32(0.037)))
+    d = dy.astype(np.float64) @ (t * np.float64(np.float32(0.037))) + (d0 if added else 0)
     assert_close(fused["d"], d, 1e-5, "d")
     want = rmsnorm_backward_ref(d, x, w, rstd.astype(np.float64))
     assert_close(np.array(fused["dx"]) - (dx0.ravel() if acc else 0), want, 1e-4, "dx",

@@ -342,8 +342,8 @@ class Model:
     `config` uses HF BitNetConfig keys plus head_dim."""
 
     UPLOAD_PIECE = 16 << 20   # bytes of f32 made on the host at a time when uploading tables
-    # The split-K reduces of o_proj's and down_proj's input gradients done by the norm
-    # backward's dispatch after each, where nothing adapts the projection (ops.rmsnorm's sums;
+    # The split-K reduces of o_proj's, up_proj's and down_proj's input gradients done by the
+    # norm backward's dispatch after each, where nothing adapts the projection (ops.rmsnorm's sums;
     # the same bits). False: each its own dispatch.
     FOLD_REDUCES = True
 
@@ -919,8 +919,9 @@ class Model:
         rmsnorm_backward(dev, g.d_fn, a.hf, W["mlp.ffn_sub_norm"], a.rstd_f, g.d_hf, N, F, sums=sums)
         gating_backward(dev, self.act, g.d_hf, a.g, a.u, g.dg, g.du, N * F)
         back("gate_proj", g.dg, a.n2, g.dn, False)
-        back("up_proj", g.du, a.n2, g.dn, True)
-        rmsnorm_backward(dev, g.dn, a.x_mid, W["post_attention_layernorm"], a.rstd2, g.dh, N, C, accumulate=True)
+        sums = back("up_proj", g.du, a.n2, g.dn, True, defer=True)
+        rmsnorm_backward(dev, g.dn, a.x_mid, W["post_attention_layernorm"], a.rstd2, g.dh, N, C, accumulate=True,
+                         sums=sums)
         # attention: x_mid = x + o(attn_sub_norm(attention(rope(q(n1)), rope(k(n1)), v(n1))))
         sums = back("o_proj", g.dh, a.an, g.d_an, False, defer=True)
         rmsnorm_backward(dev, g.d_an, a.att, W["self_attn.attn_sub_norm"], a.rstd_a, g.d_att, N, C, sums=sums)

@@ -283,10 +283,12 @@ async def case_linear_backward_chunked(dev, dy, w_words, N, I, O, chunk, w_dtype
     return await _get(dev, bdx, N * I)
 
 
-async def case_norm_backward_after_split(dev, dy, packed, scale, x, w, rstd, dx0, N, I, O, accumulate, split=3):
+async def case_norm_backward_after_split(dev, dy, packed, scale, x, w, rstd, dx0, N, I, O, accumulate, split=3,
+                                         d0=None):
     """The ternary input gradient d[N, I] of dy[N, O] split in `split` slices, then
     ops.rmsnorm.rmsnorm_backward of d (x, w, rstd the norm's; dx0 what dx holds before),
-    on a GPU kind, as the model's down_proj and ffn_sub_norm: "fused" with the reduce
+    on a GPU kind, as the model's down_proj and ffn_sub_norm (with d0: the product added
+    into d = d0, as up_proj's into gate_proj's): "fused" with the reduce
     deferred into the norm's backward, "apart" with its own dispatch. Each: d, dx and the
     dispatches recorded; "deferred" whether the fused run's reduce was left to the norm."""
     await _prepare(dev)
@@ -295,9 +297,9 @@ async def case_norm_backward_after_split(dev, dy, packed, scale, x, w, rstd, dx0
     out = {}
     with dev.kind_as("gpu"):
         for key in ("fused", "apart"):
-            bd, bdx = dev.buffer(4 * N * I, "d"), _f32(dev, dx0, "dx")
+            bd, bdx = dev.buffer(4 * N * I, "d", data=None if d0 is None else array.array("f", d0)), _f32(dev, dx0, "dx")
             before = dev.dispatches
-            sums = bitlinear.bitlinear_backward_input(dev, bdy, bw, scale, bd, N, I, O, False, split=split,
+            sums = bitlinear.bitlinear_backward_input(dev, bdy, bw, scale, bd, N, I, O, d0 is not None, split=split,
                                                       defer=key == "fused")
             out["deferred" if key == "fused" else "apart_deferred"] = sums is not None
             rmsnorm.rmsnorm_backward(dev, bd, bx, bnw, brstd, bdx, N, I, accumulate, sums=sums)

@@ -11,7 +11,7 @@ from ._uniform import Uniform
 SHADER = "rmsnorm.wgsl"
 FORWARD = Uniform("RmsParams", "n:u32 c:u32 eps:f32")
 QUANT = Uniform("RmsQuantParams", "n:u32 c:u32 eps:f32 packed:u32")
-BACKWARD = Uniform("RmsBackwardParams", "n:u32 c:u32 accumulate:u32 slices:u32 scale:f32")
+BACKWARD = Uniform("RmsBackwardParams", "n:u32 c:u32 accumulate:u32 slices:u32 scale:f32 added:u32")
 RR = 16  # rows per workgroup of the CPU variants (rmsnorm.wgsl RR)
 HELD_MAX_C = 4 * 9 * 256  # the widest row rmsnorm_quant_held keeps in registers (rmsnorm.wgsl RQ_HELD)
 
@@ -43,18 +43,18 @@ def rmsnorm_forward(dev, x, w, y, rstd, N: int, C: int, eps: float) -> None:
 
 
 def _sums_into(sums, y, N: int, C: int) -> bool:
-    """Whether `sums` (a splitk.SplitSums) are one split product's N x C outputs written
-    (not added) into y, undivided: what rmsnorm_backward_sum reduces."""
+    """Whether `sums` (a splitk.SplitSums) are one split product's N x C outputs bound for
+    y (written or added), undivided: what rmsnorm_backward_sum reduces."""
     if len(sums.outs) != 1 or sums.slices < 2:
         return False
     (O, _, target), = sums.outs
-    return target is y and O == C and sums.N == N and sums.s is None and not sums.accumulate
+    return target is y and O == C and sums.N == N and sums.s is None
 
 
 def rmsnorm_backward(dev, dy, x, w, rstd, dx, N: int, C: int, accumulate: bool = False, sums=None) -> None:
     """dy[N, C], x[N, C] (the norm's input), w[C], rstd[N] -> dx[N, C] (= or +=).
     sums: the undispatched reduce (a splitk.SplitSums) of the split input gradient that
-    writes dy; on a GPU one dispatch reduces it as it reads (rmsnorm_backward_sum: the same
+    writes (or adds into) dy; on a GPU one dispatch reduces it as it reads (rmsnorm_backward_sum: the same
     bits, dy written as the reduce would), elsewhere it is flushed first."""
     for b, n, what in ((dy, N * C, "dy"), (x, N * C, "x"), (w, C, "w"), (rstd, N, "rstd"), (dx, N * C, "dx")):
         need(b, n, what, "rmsnorm_backward")
@@ -63,12 +63,12 @@ def rmsnorm_backward(dev, dy, x, w, rstd, dx, N: int, C: int, accumulate: bool =
         if dev.kind == "gpu" and _sums_into(sums, dy, N, C):
             (_, scale, _), = sums.outs
             dev.dispatch(dev.prepared(SHADER, "rmsnorm_backward_sum"), [dy, x, w, rstd, dx, sums.part], groups=N,
-                         params=BACKWARD.pack(N, C, int(accumulate), sums.slices, scale))
+                         params=BACKWARD.pack(N, C, int(accumulate), sums.slices, scale, int(sums.accumulate)))
             return
         sums.flush(dev)
     dev.dispatch(dev.prepared(SHADER, "rmsnorm_backward_rows" if rows else "rmsnorm_backward"),
                  [dy, x, w, rstd, dx], groups=-(-N // (4 * RR)) if rows else N,
-                 params=BACKWARD.pack(N, C, int(accumulate), 0, 0.0))
+                 params=BACKWARD.pack(N, C, int(accumulate), 0, 0.0, 0))
 
 
 def rmsnorm_quant_forward(dev, x, w, y, rstd, xq, s, N: int, C: int, eps: float) -> None:
