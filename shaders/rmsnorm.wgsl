@@ -7,7 +7,8 @@
 //   0 params RmsParams {N, C, eps} | 1 x[N, C] read | 2 w[C] read | 3 y[N, C] write |
 //   4 rstd[N] write
 // rmsnorm_backward   accumulate = 1 adds into dx (the residual stream), 0 overwrites
-//   0 params RmsBackwardParams {N, C, accumulate} | 1 dy[N, C] read | 2 x[N, C] read |
+//   0 params RmsBackwardParams {N, C, accumulate, (slices, scale, added: rmsnorm_backward_sum's)} |
+//   1 dy[N, C] read | 2 x[N, C] read |
 //   3 w[C] read | 4 rstd[N] read | 5 dx[N, C] read_write
 // rmsnorm_quant_forward   rmsnorm_forward, then BitLinear's activation quantiser of its
 //   output (bitlinear.wgsl actquant_forward) in the same dispatch, with the same bits: y,

@@ -297,7 +297,8 @@ async def case_norm_backward_after_split(dev, dy, packed, scale, x, w, rstd, dx0
     out = {}
     with dev.kind_as("gpu"):
         for key in ("fused", "apart"):
-            bd, bdx = dev.buffer(4 * N * I, "d", data=None if d0 is None else array.array("f", d0)), _f32(dev, dx0, "dx")
+            bd = dev.buffer(4 * N * I, "d", data=None if d0 is None else array.array("f", d0))
+            bdx = _f32(dev, dx0, "dx")
             before = dev.dispatches
             sums = bitlinear.bitlinear_backward_input(dev, bdy, bw, scale, bd, N, I, O, d0 is not None, split=split,
                                                       defer=key == "fused")

@@ -54,8 +54,9 @@ def _sums_into(sums, y, N: int, C: int) -> bool:
 def rmsnorm_backward(dev, dy, x, w, rstd, dx, N: int, C: int, accumulate: bool = False, sums=None) -> None:
     """dy[N, C], x[N, C] (the norm's input), w[C], rstd[N] -> dx[N, C] (= or +=).
     sums: the undispatched reduce (a splitk.SplitSums) of the split input gradient that
-    writes (or adds into) dy; on a GPU one dispatch reduces it as it reads (rmsnorm_backward_sum: the same
-    bits, dy written as the reduce would), elsewhere it is flushed first."""
+    writes (or adds into) dy; on a GPU one dispatch reduces it as it reads
+    (rmsnorm_backward_sum: the same bits, dy written as the reduce would), elsewhere it is
+    flushed first."""
     for b, n, what in ((dy, N * C, "dy"), (x, N * C, "x"), (w, C, "w"), (rstd, N, "rstd"), (dx, N * C, "dx")):
         need(b, n, what, "rmsnorm_backward")
     rows = _rows(dev, C)

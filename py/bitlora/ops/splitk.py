@@ -81,8 +81,8 @@ class SplitSums:
     """The slices of a split product (the int8 forward, or the ternary input gradient) whose
     reduce is not yet dispatched: flush does it as reduce or reduce_parts, or a kernel that
     reads the outputs next adds them as it reads, one dispatch fewer (bitlinear_forward_parts'
-    defer: rope_kv_store; bitlinear_backward_input's: the norm's backward after o_proj and
-    down_proj). part[slices, N, sum O_p] holds them; y_p (= or +=)
+    defer: rope_kv_store; bitlinear_backward_input's: the norm's backward after o_proj,
+    up_proj and down_proj). part[slices, N, sum O_p] holds them; y_p (= or +=)
     (sum_z part) * scale_p (/ s[n] where s is given) is what the reduce would write: outs =
     ((O, scale, y),) for one projection, else three (O_p, scale_p, y_p), absent ones O_p = 0
     with a spare y_p, as reduce_parts takes them (always with s). Only a dispatch that does
