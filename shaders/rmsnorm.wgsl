@@ -212,6 +212,14 @@ struct RmsBackwardParams { n: u32, c: u32, accumulate: u32, slices: u32, scale: 
 @group(0) @binding(4) var<storage, read> rn_rstd: array<f32>;
 @group(0) @binding(5) var<storage, read_write> rn_dx: array<f32>;
 
+// element i = (n, c): its term of the row's sum, and dx[i] (= or +=) its gradient
+fn rn_term(i: u32, c: u32, dy: f32) -> f32 { return rn_w[c] * dy * rn_x[i]; }
+
+fn rn_put(i: u32, c: u32, dy: f32, r: f32, k: f32) {
+    let g = r * (rn_w[c] * dy - rn_x[i] * k);
+    if (rn_p.accumulate != 0u) { rn_dx[i] = rn_dx[i] + g; } else { rn_dx[i] = g; }
+}
+
 @compute @workgroup_size(WG)
 fn rmsnorm_backward(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>,
                     @builtin(num_workgroups) nw: vec3<u32>) {
@@ -221,13 +229,10 @@ fn rmsnorm_backward(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(work
     let C = rn_p.c;
     let base = n * C;
     var acc = 0.0;
-    for (var c = lid; c < C; c += WG) { acc += rn_w[c] * rn_dy[base + c] * rn_x[base + c]; }
+    for (var c = lid; c < C; c += WG) { acc += rn_term(base + c, c, rn_dy[base + c]); }
     let r = rn_rstd[n];
     let k = r * r * wg_sum(lid, acc, WG) / f32(C);
-    for (var c = lid; c < C; c += WG) {
-        let g = r * (rn_w[c] * rn_dy[base + c] - rn_x[base + c] * k);
-        if (rn_p.accumulate != 0u) { rn_dx[base + c] = rn_dx[base + c] + g; } else { rn_dx[base + c] = g; }
-    }
+    for (var c = lid; c < C; c += WG) { rn_put(base + c, c, rn_dy[base + c], r, k); }
 }
 
 // rmsnorm_backward_sum   rmsnorm_backward of dy = the split sums of the input gradient that
@@ -257,14 +262,11 @@ fn rmsnorm_backward_sum(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(
         d = d * rn_p.scale;
         if (rn_p.added != 0u) { d = rd_dy[base + c] + d; }
         rd_dy[base + c] = d;
-        acc += rn_w[c] * d * rn_x[base + c];
+        acc += rn_term(base + c, c, d);
     }
     let r = rn_rstd[n];
     let k = r * r * wg_sum(lid, acc, WG) / f32(C);
-    for (var c = lid; c < C; c += WG) {
-        let g = r * (rn_w[c] * rd_dy[base + c] - rn_x[base + c] * k);
-        if (rn_p.accumulate != 0u) { rn_dx[base + c] = rn_dx[base + c] + g; } else { rn_dx[base + c] = g; }
-    }
+    for (var c = lid; c < C; c += WG) { rn_put(base + c, c, rd_dy[base + c], r, k); }
 }
 
 // ---------------------------------------------------------------------------- CPU variants

@@ -45,7 +45,7 @@ def rmsnorm_forward(dev, x, w, y, rstd, N: int, C: int, eps: float) -> None:
 def _sums_into(sums, y, N: int, C: int) -> bool:
     """Whether `sums` (a splitk.SplitSums) are one split product's N x C outputs bound for
     y (written or added), undivided: what rmsnorm_backward_sum reduces."""
-    if len(sums.outs) != 1 or sums.slices < 2:
+    if len(sums.outs) != 1:
         return False
     (O, _, target), = sums.outs
     return target is y and O == C and sums.N == N and sums.s is None
