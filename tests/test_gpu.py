@@ -86,3 +86,8 @@ def test_replay_timed_runs_the_program_and_times_each_dispatch():
     assert len(secs) == 3 and all(math.isfinite(s) and s >= 0 for s in secs)
     assert y == tuple(4.0 * i for i in range(1000))
     assert z == tuple(6.0 * i for i in range(1000))
+
+
+def test_fresh_kernels_bind_their_own_groups(run_case):
+    """Bind groups are cached per Kernel, never by an address a dropped Kernel can hand on."""
+    assert run_case("hello_cases", "case_fresh_kernels_bind_their_own_groups") == list(range(1, 25))

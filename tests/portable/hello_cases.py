@@ -52,3 +52,20 @@ async def case_prepare_once(dev):
         message = str(e)
     return {"again": again, "modules": dev.modules_compiled - modules,
             "pipelines": dev.pipelines_compiled - pipelines, "message": message}
+
+
+async def case_fresh_kernels_bind_their_own_groups(dev, rounds=24):
+    """Kernels compiled, used and dropped one after another (as benchmarks do) each get
+    bind groups made for their own pipeline, even where a new Kernel object lands at a
+    freed one's address: every round's dispatch writes its own round number."""
+    src = ("@group(0) @binding(0) var<storage, read_write> out: array<u32>;\n"
+           "override VALUE: u32 = 0u;\n"
+           "@compute @workgroup_size(1) fn put() { out[0] = VALUE; }\n")
+    out = dev.buffer(4, "out")
+    got = []
+    for i in range(1, rounds + 1):
+        kernel = await dev.compile(src, "put", constants={"VALUE": i})
+        dev.dispatch(kernel, [out], groups=1)
+        got.append(array.array("I", await dev.read(out))[0])
+        del kernel
+    return got

@@ -131,10 +131,12 @@ class BufferView:
 
 @dataclass(eq=False)
 class Kernel:
-    """A compiled compute pipeline for one WGSL entry point."""
+    """A compiled compute pipeline for one WGSL entry point. Bind groups are cached by
+    `uid` (never reused), not by id(): a dropped Kernel's address can go to a new one."""
     pipeline: object
     layout: object  # bind group layout 0
     name: str
+    uid: int = field(default_factory=lambda: next(_uids))
 
 
 class _Recording:
@@ -477,7 +479,7 @@ class Device:
             self._params_sent = need
         pbuf = self._params_buf
         for kernel, entries, groups in self._ops:
-            key = (id(kernel), tuple((e.buffer.uid if e.buffer else pbuf.uid, e.offset, e.size) for e in entries))
+            key = (kernel.uid, tuple((e.buffer.uid if e.buffer else pbuf.uid, e.offset, e.size) for e in entries))
             bg = self._bind_groups.get(key)
             if bg is None:
                 if len(self._bind_groups) > 8192:
@@ -589,7 +591,7 @@ class Device:
             if c[0] == "dispatch":
                 _, kernel, entries, dims = c
                 bound = tuple((params if e.buffer is None else e.buffer, e.offset, e.size) for e in entries)
-                key = (id(kernel), tuple((b.uid, o, n) for b, o, n in bound))
+                key = (kernel.uid, tuple((b.uid, o, n) for b, o, n in bound))
                 bg = groups.get(key)
                 if bg is None:
                     bg = groups[key] = self.backend.create_bind_group(
