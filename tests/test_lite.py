@@ -119,6 +119,7 @@ def test_lite_missing_site_says_how(tmp_path):
         assert e.value.code == 404 and b"bitlora lite" in e.value.read()
 
 
+PROMPTS_JS = "() => [...document.querySelectorAll('.jp-InputPrompt')].map(e => e.textContent)"
 OUTPUTS_JS = "() => [...document.querySelectorAll('.jp-OutputArea-output')].map(e => e.innerText)"
 ERRORS_JS = ("() => [...document.querySelectorAll('.jp-OutputArea-output[data-mime-type=\"application/"
              "vnd.jupyter.stderr\"]')].map(e => e.innerText)")
@@ -148,10 +149,20 @@ def test_notebook_in_jupyterlite(server, tmp_path, browser_session):
         # kernel was still starting, Run All Cells twice ran nothing in 540 s.)
         idle = page.locator('.jp-Notebook-ExecutionIndicator[data-status="idle"]')
         idle.wait_for(state="attached", timeout=300_000)
-        page.get_by_role("menuitem", name="Run", exact=True).click(timeout=120_000)
-        page.get_by_role("menuitem", name="Run All Cells", exact=True).click()
-        t0, seen = time.time(), []
+        def run_all():
+            page.get_by_role("menuitem", name="Run", exact=True).click(timeout=120_000)
+            page.get_by_role("menuitem", name="Run All Cells", exact=True).click()
+            return time.time()
+
+        # On a loaded machine a click on Run All Cells was once taken by JupyterLite yet
+        # started no cell in 540 s; a person seeing every prompt still blank clicks again.
+        clicked = [run_all()]
+        t0, seen = clicked[0], []
         while True:
+            if (len(clicked) < 3 and time.time() - clicked[-1] > 90
+                    and not any(p.strip() not in ("", "[ ]:") for p in page.evaluate(PROMPTS_JS))):
+                log.append(f"[test] no cell started {time.time() - clicked[-1]:.0f} s after Run All Cells: again")
+                clicked.append(run_all())
             if page.evaluate(ERRORS_JS):
                 fail("a cell failed:\n" + "\n".join(page.evaluate(ERRORS_JS)))
             progress = page.evaluate(PROGRESS_JS)
@@ -161,7 +172,8 @@ def test_notebook_in_jupyterlite(server, tmp_path, browser_session):
             if any("mean loss of the first" in o for o in outputs):
                 break
             if time.time() - t0 > 540:
-                fail(f"the notebook did not finish in 540 s; outputs so far: {outputs}")
+                fail(f"the notebook did not finish in 540 s (Run All Cells clicked {len(clicked)} times); "
+                     f"prompts {page.evaluate(PROMPTS_JS)}, outputs so far: {outputs}")
             time.sleep(0.2)
 
         # The display: one output, shown before the first step and updated in place after
