@@ -91,3 +91,15 @@ def test_replay_timed_runs_the_program_and_times_each_dispatch():
 def test_fresh_kernels_bind_their_own_groups(run_case):
     """Bind groups are cached per Kernel, never by an address a dropped Kernel can hand on."""
     assert run_case("hello_cases", "case_fresh_kernels_bind_their_own_groups") == list(range(1, 25))
+
+
+def test_failed_submit_starts_clean(run_case):
+    """Natively the submit raises and the read waiting on it raises the same; in the browser
+    validation errors arrive asynchronously, so the first call that looks raises."""
+    r = run_case("hello_cases", "case_failed_submit_starts_clean")
+    assert r["errors"] and all("16" in e and "32" in e for e in r["errors"]), r
+    assert r["after"] == [2.0 * i + 1.0 for i in range(8)], r
+
+
+def test_destroy_submits_what_binds_it(run_case):
+    assert run_case("hello_cases", "case_destroy_submits_what_binds_it") == [3.0, 6.0, 9.0, 12.0]

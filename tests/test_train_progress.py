@@ -42,3 +42,25 @@ def test_stop_inside_a_step_ends_at_the_micro_batch_boundary():
         return tr.step, [r["step"] for r in tr.metrics], tr.adapter_snapshot[0]
     step, steps, snap_step = gpu.run(go())
     assert step == 1 and steps == [1] and snap_step == 1    # step 2 was dropped after its micro-batch 1
+
+
+def test_a_new_run_after_a_stop_inside_a_step():
+    """The page's Stop inside a step, then Train again (the old trainer closed, as the
+    worker does): the dropped step's clears do not linger in the next submit, where they
+    would name the closed trainer's destroyed gradients (natively an abort), and the
+    new run trains as a fresh one would."""
+    async def go():
+        model = await Model.load(str(demo.MODEL_DIR))
+        tr = Trainer(model, "demo", dict(CFG, max_steps=3))
+        tr.on_micro = lambda m: (m["step"], m["micro"]) == (2, 1) and tr.stop()
+        await tr.atrain()
+        tr.close()
+        again = Trainer(model, "demo", dict(CFG, max_steps=1, lora_r=4))
+        await again.atrain()
+        again.close()
+        fresh = Trainer(model, "demo", dict(CFG, max_steps=1, lora_r=4))
+        await fresh.atrain()
+        return tr.step, again.metrics, fresh.metrics
+    stopped_at, again, fresh = gpu.run(go())
+    assert stopped_at == 1
+    assert [r["loss"] for r in again] == [r["loss"] for r in fresh], (again, fresh)

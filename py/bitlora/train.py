@@ -275,6 +275,7 @@ class Trainer:
             dev.clear(loss_sum)
             if not await self._micro_batches(step, t0):
                 dev.clear(self.lora.arena.grads)      # stopped inside the step: its gradients go
+                dev.submit()
                 break
             loss_rb = dev.read_later(loss_sum, 0, 4)
             res = await self.opt.record_step(step.n_targets)

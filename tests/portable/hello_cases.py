@@ -69,3 +69,41 @@ async def case_fresh_kernels_bind_their_own_groups(dev, rounds=24):
         got.append(array.array("I", await dev.read(out))[0])
         del kernel
     return got
+
+
+async def case_failed_submit_starts_clean(dev):
+    """A submit that fails validation (a copy past the end of its destination) raises
+    GPUError (natively; the read that waited on it too), and the device is not left
+    holding the broken command buffer: the next work records, submits and reads normally."""
+    src, small = dev.buffer(32, "src", data=array.array("f", range(8))), dev.buffer(16, "small")
+    pending = dev.read_later(src)
+    dev.copy(src, small)            # 32 bytes into 16: invalid
+    errors = []
+    try:
+        dev.submit()
+    except gpu.GPUError as e:
+        errors.append(str(e))
+    try:
+        await pending.get()
+    except gpu.GPUError as e:
+        errors.append(str(e))
+    y = dev.buffer(4 * 8, "y", data=array.array("f", [1.0] * 8))
+    await dev.prepare(hello.kernel_specs())
+    hello.axpy(dev, 2.0, src, y, 8)
+    out = array.array("f")
+    out.frombytes(await dev.read(y))
+    return {"errors": errors, "after": list(out)}
+
+
+async def case_destroy_submits_what_binds_it(dev):
+    """Destroying a buffer that recorded, unsubmitted work still binds submits that work
+    first (a submit naming a destroyed buffer fails; natively it aborts): the work runs,
+    and the device goes on."""
+    x = dev.buffer(16, "x", data=array.array("f", [1.0, 2.0, 3.0, 4.0]))
+    y = dev.buffer(16, "y", data=array.array("f", [0.0] * 4))
+    await dev.prepare(hello.kernel_specs())
+    hello.axpy(dev, 3.0, x, y, 4)   # recorded, not submitted
+    dev.destroy(x)
+    out = array.array("f")
+    out.frombytes(await dev.read(y))
+    return list(out)

@@ -202,8 +202,11 @@ class Readback:
     def __init__(self, device: "Device", staging, size: int):
         self._device, self._staging, self._size = device, staging, size
         self._data: bytes | None = None
+        self._error: BaseException | None = None   # the submit that should have run it failed
 
     async def get(self) -> bytes:
+        if self._error is not None:
+            raise self._error
         if self._data is None:
             dev = self._device
             if dev._pending_reads and self in dev._pending_reads:
@@ -328,7 +331,12 @@ class Device:
         return self.allocated
 
     def destroy(self, *bufs: Buffer) -> None:
-        """Free buffers made by buffer(), and forget the bind groups that use them."""
+        """Free buffers made by buffer(), and forget the bind groups that use them. What is
+        recorded and not yet submitted is submitted first: it may bind them, and a submit
+        naming a destroyed buffer fails (natively wgpu-native aborts the process), while
+        submitted work keeps them alive until it is done."""
+        if self._rec is None and (self._ops or self._encoder is not None):
+            self.submit()
         for buf in bufs:
             self.backend.destroy_buffer(buf.handle)
             self.allocated -= buf.size
@@ -478,7 +486,8 @@ class Device:
                                       memoryview(self._params)[self._params_sent:need])
             self._params_sent = need
         pbuf = self._params_buf
-        for kernel, entries, groups in self._ops:
+        ops, self._ops = self._ops, []   # taken even if one fails to encode: the next flush starts clean
+        for kernel, entries, groups in ops:
             key = (kernel.uid, tuple((e.buffer.uid if e.buffer else pbuf.uid, e.offset, e.size) for e in entries))
             bg = self._bind_groups.get(key)
             if bg is None:
@@ -489,7 +498,6 @@ class Device:
                 bg = self.backend.create_bind_group(kernel.layout, bound)
                 self._bind_groups[key] = bg
             self.backend.dispatch(self._pass, kernel.pipeline, bg, groups)
-        self._ops = []
 
     def copy(self, src: Buffer, dst: Buffer, size: int | None = None, src_offset: int = 0, dst_offset: int = 0) -> None:
         """Record a buffer-to-buffer copy (sizes and offsets multiples of 4)."""
@@ -528,34 +536,49 @@ class Device:
         return await self.read_later(buf, offset, size).get()
 
     def submit(self) -> None:
-        """Send everything recorded since the last submit as one command buffer."""
+        """Send everything recorded since the last submit as one command buffer. If that
+        fails (a validation error), the error is raised, the recorded work is dropped and
+        its pending reads raise it too: the next submit starts clean."""
         self._not_recording("submit")
-        self._flush_ops()
-        self._end_pass()
-        if self._encoder is not None:
-            self.backend.submit(self._encoder)
-            self._encoder = None
-        self._params = bytearray()
-        self._params_sent = 0
-        for rb in self._pending_reads:
+        reads, self._pending_reads = self._pending_reads, []
+        try:
+            self._flush_ops()
+            self._end_pass()
+            encoder, self._encoder = self._encoder, None
+            if encoder is not None:
+                self.backend.submit(encoder)
+        except BaseException as e:
+            self._drop_recorded(reads, e)
+            raise
+        finally:
+            self._params = bytearray()
+            self._params_sent = 0
+        for rb in reads:
             self.backend.after_submit(rb._staging)
-        self._pending_reads = []
         self._check_errors()
 
     def discard(self) -> None:
         """Encode what is recorded since the last submit, then drop it unsubmitted
         (benchmarks time the host's part of a step this way). Queued writes still land."""
         self._not_recording("discard")
-        self._flush_ops()
-        self._end_pass()
-        if self._encoder is not None:
-            self.backend.discard(self._encoder)
-            self._encoder = None
-        self._params = bytearray()
-        self._params_sent = 0
-        for rb in self._pending_reads:
+        reads, self._pending_reads = self._pending_reads, []
+        try:
+            self._flush_ops()
+            self._end_pass()
+            encoder, self._encoder = self._encoder, None
+            if encoder is not None:
+                self.backend.discard(encoder)
+        finally:
+            self._drop_recorded(reads, GPUError("discarded unsubmitted (Device.discard)"))
+            self._params = bytearray()
+            self._params_sent = 0
+
+    def _drop_recorded(self, reads: list, error: BaseException) -> None:
+        """Forget what is recorded and unsubmitted; its pending reads fail with `error`."""
+        self._ops, self._pass, self._encoder = [], None, None
+        for rb in reads:
+            rb._error = error
             self.backend.release_staging(rb._staging)
-        self._pending_reads = []
 
     async def sync(self) -> None:
         """Submit and wait until the GPU has finished all of it."""

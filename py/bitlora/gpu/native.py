@@ -207,7 +207,10 @@ class NativeBackend:
     def create_bind_group(self, layout, bound):
         entries = [{"binding": i, "resource": {"buffer": h, "offset": o, "size": s}}
                    for i, (h, o, s) in enumerate(bound)]
-        return self.device.create_bind_group(layout=layout, entries=entries)
+        try:
+            return self.device.create_bind_group(layout=layout, entries=entries)
+        except wgpu.GPUError as e:
+            raise GPUError(f"bind group: {e.message if hasattr(e, 'message') else e}") from None
 
     # recording
     def create_encoder(self):
