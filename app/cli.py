@@ -101,13 +101,24 @@ def cmd_bench(args) -> int:
     return 0
 
 
+def port(text: str) -> int:
+    """A TCP port for argparse: 0 (any free one) to 65535."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 0 <= n <= 65535:
+        raise argparse.ArgumentTypeError(f"{n} is not a TCP port (0-65535)")
+    return n
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="bitlora", description="LoRA finetuning of BitNet b1.58 on WebGPU.")
     sub = p.add_subparsers(dest="command", required=True)
 
     s = sub.add_parser("serve", help="serve the web app on this machine")
     s.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback only)")
-    s.add_argument("--port", type=int, default=8765, help="TCP port (0 picks a free one; default 8765)")
+    s.add_argument("--port", type=port, default=8765, help="TCP port (0 picks a free one; default 8765)")
     s.add_argument("--quiet", action="store_true", help="do not log requests")
     s.add_argument("--allow-origin", action="append", default=[], metavar="ORIGIN",
                    help="an origin (https://host[:port]) the page may fetch datasets and models from, "
@@ -152,8 +163,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    import asyncio
+
     args = build_parser().parse_args(argv)
-    return args.func(args)
+    try:
+        return args.func(args)
+    except (KeyboardInterrupt, asyncio.CancelledError):   # Ctrl+C before a command's own handling
+        print(f"\nbitlora {args.command}: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

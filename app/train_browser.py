@@ -65,6 +65,7 @@ def train_in_browser(cfg, session=None, on_checkpoint=None) -> int:
     from bitlora.metrics import MetricsWriter
 
     from .browser import BrowserError, BrowserSession
+    from .train_native import replacing_earlier_run
 
     try:
         model_path, model_name = cfg.model, _model_name(cfg.model)
@@ -126,7 +127,8 @@ def train_in_browser(cfg, session=None, on_checkpoint=None) -> int:
         for index, reason in info["skipped"][:20]:
             print(f"  skipped record {index}: {reason}", file=sys.stderr)
         mw = MetricsWriter(os.path.join(cfg.out, "metrics.jsonl"),
-                           resume_step=info["step"] if cfg.resume else None)
+                           resume_step=info["step"] if cfg.resume else None,
+                           on_replace=replacing_earlier_run(cfg, ckpt_dir))
         last[0] = {"step": info["step"]}
         while True:
             seg = session.request({"type": "cli-train"}, timeout_s=24 * 3600)

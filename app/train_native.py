@@ -4,12 +4,33 @@ with a progress bar, metrics.jsonl, checkpoints and a PEFT adapter in OUT.
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 
 
 def _fail(msg: str) -> int:
     print(f"bitlora train: {msg}", file=sys.stderr)
     return 2
+
+
+def replacing_earlier_run(cfg, ckpt_dir: str):
+    """For a fresh run into an OUT that holds an earlier run: say what it holds and
+    that it stays until this run's first step lands; returns what then removes the
+    earlier run's checkpoint (MetricsWriter's on_replace), so a later --resume cannot
+    mix the two runs. None for a resumed run or a new folder."""
+    from bitlora.metrics import earlier_run
+
+    held = None if cfg.resume else earlier_run(cfg.out)
+    if held is None:
+        return None
+    hint = f" (to continue that run instead: --resume {ckpt_dir})" if os.path.isdir(ckpt_dir) else ""
+    print(f"bitlora: {cfg.out} holds an earlier run ({held}); this run replaces it once its first step "
+          f"lands{hint}", file=sys.stderr, flush=True)
+
+    def drop_checkpoint():
+        if os.path.isdir(ckpt_dir):
+            shutil.rmtree(ckpt_dir, ignore_errors=True)
+    return drop_checkpoint
 
 
 def train_native(cfg) -> int:
@@ -54,6 +75,7 @@ def train_native(cfg) -> int:
         print(f"  ... and {len(ds.invalid) - 20} more", file=sys.stderr)
 
     trainer.checkpoint_dir = os.path.join(cfg.out, "checkpoint")
+    replace = replacing_earlier_run(cfg, trainer.checkpoint_dir)
     bar = tqdm(total=trainer.total_steps, unit="step", desc="training", dynamic_ncols=True)
 
     def show(row):
@@ -67,7 +89,7 @@ def train_native(cfg) -> int:
         resumed = trainer.step if cfg.resume else None
         for change in trainer.resume_changes:
             print(f"bitlora: resuming step {trainer.step} with {change}", file=sys.stderr, flush=True)
-        metrics = MetricsWriter(os.path.join(cfg.out, "metrics.jsonl"), resume_step=resumed)
+        metrics = MetricsWriter(os.path.join(cfg.out, "metrics.jsonl"), resume_step=resumed, on_replace=replace)
 
         def on_step(row):
             metrics.write(row)

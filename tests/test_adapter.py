@@ -259,4 +259,11 @@ def test_metrics_append_and_resume_truncation(tmp_path):
         mw.write({"step": 5, "loss": 1.0})
     mw.write({**_m(5), "loss": float("nan")})
     assert read_metrics(p)[-1]["loss"] is None
-    assert MetricsWriter(p) and read_metrics(p) == []      # a fresh run starts empty
+    replaced = []
+    fresh = MetricsWriter(p, on_replace=lambda: replaced.append(True))
+    assert len(read_metrics(p)) == 5 and not replaced      # an earlier run's steps stay until a new one lands
+    fresh.write(_m(1))
+    fresh.write(_m(2))
+    assert read_metrics(p) == [_m(1), _m(2)] and replaced == [True]   # then only the new run's, told once
+    MetricsWriter(tmp_path / "new" / "metrics.jsonl")
+    assert read_metrics(tmp_path / "new" / "metrics.jsonl") == []     # a new folder: an empty file at once

@@ -274,3 +274,24 @@ def test_user_errors_are_messages(tiny_folder, tiny_model, tmp_path):
     (folder / "tokenizer.json").unlink()
     with pytest.raises(ValueError, match="has no tokenizer"):
         Trainer(load_model(str(folder)), RECORDS, dict(CFG, max_steps=1))
+
+
+def test_cli_fresh_run_into_an_earlier_runs_folder(tmp_path):
+    """A fresh `bitlora train --out OUT` where OUT holds an earlier run says so (and how to
+    resume it instead), keeps the earlier run's files until its own first step lands, then
+    holds this run alone: its metrics only, and no checkpoint of the earlier run left
+    for a later --resume to mix in."""
+    bin_ = pathlib.Path(sys.executable).parent / "bitlora"
+    run = lambda *a: subprocess.run([str(bin_), "train", "--micro-batch-size", "1", "--grad-accum", "1", *a],  # noqa: E731
+                                    capture_output=True, text=True, timeout=600)
+    out = tmp_path / "out"
+    first = run("--max-steps", "3", "--save-every", "1", "--out", str(out))
+    assert first.returncode == 0, first.stderr[-2000:]
+    assert (out / "checkpoint").is_dir() and len((out / "metrics.jsonl").read_text().splitlines()) == 3
+    second = run("--max-steps", "1", "--lora-r", "4", "--out", str(out))
+    assert second.returncode == 0, second.stderr[-2000:]
+    assert "holds an earlier run (metrics to step 3, an adapter, a checkpoint)" in second.stderr, second.stderr
+    assert f"--resume {out / 'checkpoint'}" in second.stderr
+    assert [json.loads(r)["step"] for r in (out / "metrics.jsonl").read_text().splitlines()] == [1]
+    assert not (out / "checkpoint").exists()
+    assert json.loads((out / "adapter_config.json").read_text())["r"] == 4
