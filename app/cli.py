@@ -97,7 +97,13 @@ def cmd_bench(args) -> int:
     except ImportError as e:
         print(f"bitlora bench: benchmarks unavailable ({e})", file=sys.stderr)
         return 2
-    main(args)
+    from bitlora.config import ConfigError
+    from bitlora.formats.errors import FormatError
+    try:
+        main(args)
+    except (ConfigError, FormatError, ValueError) as e:   # settings the model or the bench refuses
+        print(f"bitlora bench {args.what}: {e}", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -9,3 +9,15 @@ browser gets.
     python -m bitlora.bench.matmul          # matmul.py: ternary matmuls, split-K variants
     python -m bitlora.bench.attention       # attention.py: attention backward vs numpy
 """
+
+
+def count(text: str) -> int:
+    """An argparse type for the benchmarks' counts (steps, tokens, ranks, repeats): >= 1."""
+    import argparse
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {n}")
+    return n

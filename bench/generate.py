@@ -25,6 +25,8 @@ import pathlib
 import time
 
 from bitlora import gpu
+
+from . import count
 from bitlora.bitnet import SHAPES
 
 from .steps import case_bench_generate
@@ -146,14 +148,14 @@ def add_generate_args(parser) -> None:
     """Flags of `bitlora bench generate`."""
     parser.add_argument("--shape", choices=sorted(SHAPES), default="2b4t", help="model shapes (default 2b4t)")
     parser.add_argument("--model", default=None, help="a model (HF folder or .gguf) instead of random weights")
-    parser.add_argument("--prompt", type=int, default=32, help="prompt tokens")
-    parser.add_argument("--new", type=int, default=128, help="new tokens")
-    parser.add_argument("--lora-r", type=int, default=8)
+    parser.add_argument("--prompt", type=count, default=32, help="prompt tokens")
+    parser.add_argument("--new", type=count, default=128, help="new tokens")
+    parser.add_argument("--lora-r", type=count, default=8)
     parser.add_argument("--target-modules", default="q_proj,v_proj")
     parser.add_argument("--backend", choices=("native", "browser"), default="native",
                         help="native: wgpu-py here; browser: Pyodide + WebGPU in headless Chromium")
     parser.add_argument("--no-torch", action="store_true", help="skip the transformers + torch comparison")
-    parser.add_argument("--reps", type=int, default=3, help="timed generations of each kind (the best counts)")
+    parser.add_argument("--reps", type=count, default=3, help="timed generations of each kind (the best counts)")
     parser.add_argument("--profile", action="store_true", help="also time each kernel of one decoding step")
 
 

@@ -30,6 +30,8 @@ import struct
 import time
 
 from bitlora import gpu
+
+from . import count
 from bitlora.ops import adamw as adamw_ops
 from bitlora.ops import grad_norm as gn
 from bitlora.optim import AdamW, ParamArena
@@ -294,13 +296,14 @@ def bench_optim(params: int = 1 << 27, tensors: int = 200, iters: int = 50, back
 
 def add_optim_args(parser) -> None:
     """Flags of `bitlora bench optim` (the CLI calls bench_optim with them)."""
-    parser.add_argument("--params", type=int, default=1 << 27, help="total parameters (default 2^27)")
-    parser.add_argument("--tensors", type=int, default=200, help="how many tensors they are split into")
-    parser.add_argument("--iters", type=int, default=50, help="timed steps per measurement and round")
-    parser.add_argument("--rounds", type=int, default=3,
+    parser.add_argument("--params", type=count, default=1 << 27, help="total parameters (default 2^27)")
+    parser.add_argument("--tensors", type=count, default=200, help="how many tensors they are split into")
+    parser.add_argument("--iters", type=count, default=50, help="timed steps per measurement and round")
+    parser.add_argument("--rounds", type=count, default=3,
                         help="rounds of every measurement, taken in turn; each figure is the best round (default 3)")
-    parser.add_argument("--backend", default="native", help="native (the browser is not benchmarked here)")
-    parser.add_argument("--block4", type=int, default=None, help="vec4s per sum-of-squares block (default: auto)")
+    parser.add_argument("--backend", choices=("native",), default="native",
+                        help="native (the browser is not benchmarked here)")
+    parser.add_argument("--block4", type=count, default=None, help="vec4s per sum-of-squares block (default: auto)")
     parser.add_argument("--no-torch", action="store_true", help="skip the torch CUDA comparison")
     parser.add_argument("--adamw-per-thread", default="",
                         help="also time AdamW alone with these vec4s per invocation, e.g. 1,2,4")

@@ -21,6 +21,7 @@ import time
 from bitlora import gpu
 from bitlora.bitnet import SHAPES
 
+from . import count
 from .steps import case_bench_steps
 
 LEAN_MS_PER_TOKEN = 287.0   # the baseline's training time per trained token (docs/PERFORMANCE.md)
@@ -231,10 +232,10 @@ def bench_train(shape: str = "2b4t", micro_batch: int = 1, seq: int = 256, steps
 def add_train_args(parser) -> None:
     """Flags of `bitlora bench train`."""
     parser.add_argument("--shape", choices=sorted(SHAPES), default="2b4t", help="model shapes (default 2b4t)")
-    parser.add_argument("--micro-batch", type=int, default=1)
-    parser.add_argument("--seq", type=int, default=256, help="tokens per sequence")
-    parser.add_argument("--steps", type=int, default=10, help="timed optimizer steps")
-    parser.add_argument("--lora-r", type=int, default=8)
+    parser.add_argument("--micro-batch", type=count, default=1)
+    parser.add_argument("--seq", type=count, default=256, help="tokens per sequence")
+    parser.add_argument("--steps", type=count, default=10, help="timed optimizer steps")
+    parser.add_argument("--lora-r", type=count, default=8)
     parser.add_argument("--target-modules", default="q_proj,v_proj")
     parser.add_argument("--backend", choices=("native", "browser"), default="native",
                         help="native: wgpu-py here; browser: Pyodide + WebGPU in headless Chromium")
@@ -253,7 +254,7 @@ def add_train_args(parser) -> None:
                         help="record every step's dispatches anew instead of replaying the first step's")
     parser.add_argument("--record-only", action="store_true",
                         help="time the host's part of each step only: build it and never run it")
-    parser.add_argument("--layers", type=int, default=None, help="decoder layers (default: the shape's)")
+    parser.add_argument("--layers", type=count, default=None, help="decoder layers (default: the shape's)")
 
 
 def main_train(args) -> dict:

@@ -95,3 +95,24 @@ def test_counts_stay_exact_as_js_numbers():
         with pytest.raises(ConfigError, match=name):
             TrainConfig(**{name: 10**20})
     assert TrainConfig(max_steps=10**9).max_steps == 10**9
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["serve", "--port", "99999"], "99999 is not a TCP port"),
+    (["bench", "train", "--shape", "demo", "--steps", "0"], "--steps: must be at least 1"),
+    (["bench", "generate", "--shape", "demo", "--new", "0"], "--new: must be at least 1"),
+    (["bench", "optim", "--tensors", "0"], "--tensors: must be at least 1"),
+    (["bench", "train", "--shape", "demo", "--steps", "1", "--seq", "16", "--no-torch", "--target-modules", "foo"],
+     "unknown module 'foo'"),
+])
+def test_cli_bad_values_are_messages_not_tracebacks(argv, says, capsys):
+    """Out-of-range ports and benchmark counts, and settings a benchmark's model refuses:
+    exit 2 and one line naming the flag, not a traceback (or, for a count of 0, a
+    division by zero or a figure of negative tokens/s)."""
+    from bitlora.app.cli import main
+    try:
+        rc = main(argv)
+    except SystemExit as e:      # argparse's own refusal
+        rc = e.code
+    err = capsys.readouterr().err
+    assert rc == 2 and says in err and "Traceback" not in err, err
