@@ -62,12 +62,34 @@ def resumed_settings(ckpt) -> dict:
             and not (k in ("model", "data") and v == "browser")}
 
 
+def init_adapter_settings(args, cfg) -> None:
+    """--init-adapter fixes the adapter's rank, alpha and modules: take them into `cfg`
+    (the memory estimate and the saved config say what will train), and refuse flags
+    that contradict them, or --resume beside it (a checkpoint brings its own adapter)."""
+    from bitlora.config import ConfigError
+    from bitlora.formats import peft
+
+    if args.resume:
+        raise ConfigError("--init-adapter and --resume: a resumed run continues its checkpoint's adapter; "
+                          "give one of them")
+    conf, tensors = peft.load_adapter(cfg.init_adapter)
+    fixed = peft.adapter_settings(conf, tensors)
+    for name in ("lora_r", "lora_alpha", "target_modules"):
+        if getattr(args, name, None) is not None and getattr(cfg, name) != fixed[name]:
+            shown = ",".join(fixed[name]) if name == "target_modules" else fixed[name]
+            raise ConfigError(f"--{name.replace('_', '-')} contradicts --init-adapter {cfg.init_adapter}, "
+                              f"whose adapter has {name} {shown}: drop the flag (or start without the adapter)")
+        setattr(cfg, name, fixed[name])
+
+
 def cmd_train(args) -> int:
     from bitlora.config import ConfigError, TrainConfig
     from bitlora.formats.errors import FormatError
 
     try:
         cfg = TrainConfig.from_cli(args, resumed_settings(args.resume) if args.resume else None)
+        if cfg.init_adapter:
+            init_adapter_settings(args, cfg)
     except (ConfigError, ValueError, FormatError) as e:
         print(f"bitlora train: {e}", file=sys.stderr)
         return 2

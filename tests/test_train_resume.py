@@ -295,3 +295,22 @@ def test_cli_fresh_run_into_an_earlier_runs_folder(tmp_path):
     assert [json.loads(r)["step"] for r in (out / "metrics.jsonl").read_text().splitlines()] == [1]
     assert not (out / "checkpoint").exists()
     assert json.loads((out / "adapter_config.json").read_text())["r"] == 4
+
+
+def test_cli_init_adapter_refuses_flags_that_contradict_it(tmp_path):
+    """--init-adapter fixes rank, alpha and modules: a flag that says otherwise is refused
+    (it was ignored, and the memory line counted the ignored rank), one that agrees is fine."""
+    bin_ = pathlib.Path(sys.executable).parent / "bitlora"
+    run = lambda *a: subprocess.run([str(bin_), "train", "--micro-batch-size", "1", "--grad-accum", "1",  # noqa: E731
+                                     "--max-steps", "1", *a], capture_output=True, text=True, timeout=600)
+    base = run("--lora-r", "4", "--out", str(tmp_path / "base"))
+    assert base.returncode == 0, base.stderr[-2000:]
+    init = ("--init-adapter", str(tmp_path / "base"))
+    for flags, says in ((("--lora-r", "16"), "--lora-r contradicts"),
+                        (("--target-modules", "q_proj,k_proj"), "--target-modules contradicts")):
+        bad = run(*init, *flags, "--out", str(tmp_path / "bad"))
+        assert bad.returncode == 2 and says in bad.stderr and "Traceback" not in bad.stderr, bad.stderr[-2000:]
+        assert not (tmp_path / "bad" / "adapter_config.json").exists()
+    ok = run(*init, "--lora-r", "4", "--out", str(tmp_path / "ok"))
+    assert ok.returncode == 0, ok.stderr[-2000:]
+    assert json.loads((tmp_path / "ok" / "adapter_config.json").read_text())["r"] == 4
