@@ -13,6 +13,8 @@ Every wait has a timeout that fails loudly with the browser's recent console.
 """
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import os
 import pathlib
@@ -43,6 +45,26 @@ def find_chromium() -> str:
                        "or set BITLORA_CHROMIUM to its path")
 
 
+@contextlib.contextmanager
+def _driver_in_own_session():
+    """Start Playwright's driver (node, and so the Chromium it launches) in a process
+    session of its own. A terminal's Ctrl+C goes to its whole process group: the driver
+    would die with us, and `bitlora train --backend browser` could no longer stop the run
+    in the page and save its adapter. The driver still ends with us: it exits when its
+    stdin, a pipe from this process, closes."""
+    plain = asyncio.create_subprocess_exec
+
+    async def apart(*args, **kwargs):
+        if os.name == "posix":
+            kwargs.setdefault("start_new_session", True)
+        return await plain(*args, **kwargs)
+    asyncio.create_subprocess_exec = apart
+    try:
+        yield
+    finally:
+        asyncio.create_subprocess_exec = plain
+
+
 class BrowserSession:
     def __init__(self, boot_timeout_s: float = 180.0, gpu_flags: bool = True):
         self.boot_timeout_s = boot_timeout_s
@@ -56,7 +78,8 @@ class BrowserSession:
         from playwright.sync_api import sync_playwright
 
         self.server = Server(port=0).start()
-        self._pw = sync_playwright().start()
+        with _driver_in_own_session():
+            self._pw = sync_playwright().start()
         flags = CHROMIUM_FLAGS if self.gpu_flags else [f for f in CHROMIUM_FLAGS if "webgpu" not in f]
         self.browser = self._pw.chromium.launch(executable_path=find_chromium(), args=flags, headless=True)
         self.page = self.new_page()

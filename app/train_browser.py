@@ -11,7 +11,9 @@ models that fit in memory twice. Two typed messages drive the worker's handlers
 checkpoint's files, written here to OUT/checkpoint atomically (the same files
 train.py writes natively, so either backend resumes the other's checkpoints), or,
 at the end, with the adapter's. Progress lines and metrics.jsonl rows are written
-as the worker's `cli-step` messages report each step.
+as the worker's `cli-step` messages report each step. On Ctrl+C, `cli-stop` ends the
+run at the step in flight and answers the adapter so far, written to OUT as a
+finished run's would be.
 """
 from __future__ import annotations
 
@@ -35,6 +37,43 @@ def _files(path: str) -> dict:
     p = pathlib.Path(path)
     items = [q for q in p.iterdir() if q.is_file()] if p.is_dir() else [p]
     return {q.name: base64.b64encode(q.read_bytes()).decode() for q in items}
+
+
+def _stop_and_save(session, out: str, write_rows) -> tuple[bool, str]:
+    """After Ctrl+C: ask the page to stop at the step in flight (`cli-stop`) and write
+    its metrics rows and adapter to `out`. -> (saved, why not). A Ctrl+C that landed in
+    one of Playwright's event callbacks comes back out of its next call, once more:
+    only a second signal (counted here) leaves at once."""
+    import signal
+    presses = [0]
+
+    def count(signum, frame):
+        presses[0] += 1
+        raise KeyboardInterrupt
+    try:
+        old = signal.signal(signal.SIGINT, count)
+    except ValueError:   # not the main thread: no handler of ours
+        old = None
+    try:
+        for _ in range(3):
+            try:
+                seg = session.request({"type": "cli-stop"}, timeout_s=600)
+                break
+            except KeyboardInterrupt:
+                if presses[0]:
+                    return False, " (left at once)"
+        else:
+            return False, " (the page did not answer)"
+        write_rows([json.loads(r) for r in seg["rows"]])
+        if not seg.get("adapter"):
+            return False, ""
+        _write_files(out, seg["adapter"])
+        return True, ""
+    except Exception as e:   # noqa: BLE001 - the browser went away: say what is on disk
+        return False, f" (the page did not answer: {str(e).splitlines()[0] if str(e) else type(e).__name__})"
+    finally:
+        if old is not None:
+            signal.signal(signal.SIGINT, old)
 
 
 def _write_files(folder: str, files: dict) -> None:
@@ -143,8 +182,13 @@ def train_in_browser(cfg, session=None, on_checkpoint=None) -> int:
         print(f"bitlora train: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        print("\nbitlora train: interrupted" + (f"; the last checkpoint is in {ckpt_dir}"
-                                                if os.path.isdir(ckpt_dir) else ""), file=sys.stderr)
+        print("\nbitlora train: interrupted; stopping at the end of the step in flight "
+              "(Ctrl+C again to leave now)…", file=sys.stderr, flush=True)
+        saved, why = _stop_and_save(session, cfg.out, write_rows)
+        where = (f"the adapter so far is in {cfg.out}" if saved else
+                 f"the last checkpoint is in {ckpt_dir}" if os.path.isdir(ckpt_dir) else
+                 f"nothing saved{why}" if why else "no step had finished: nothing saved")
+        print(f"bitlora train: interrupted; {where}", file=sys.stderr)
         return 130
     finally:
         session.on_message = chained

@@ -314,3 +314,38 @@ def test_cli_init_adapter_refuses_flags_that_contradict_it(tmp_path):
     ok = run(*init, "--lora-r", "4", "--out", str(tmp_path / "ok"))
     assert ok.returncode == 0, ok.stderr[-2000:]
     assert json.loads((tmp_path / "ok" / "adapter_config.json").read_text())["r"] == 4
+
+
+@pytest.mark.browser
+def test_browser_ctrl_c_saves_the_adapter_so_far(tmp_path):
+    """A terminal's Ctrl+C (SIGINT to the whole process group) during `bitlora train
+    --backend browser`: Chromium and Playwright's driver are not in that group, so the
+    run stops in the page at the step in flight and its adapter and metrics land in OUT,
+    as natively; exit 130."""
+    import os
+    import signal
+    import time
+    bin_ = pathlib.Path(sys.executable).parent / "bitlora"
+    out = tmp_path / "out"
+    p = subprocess.Popen([str(bin_), "train", "--backend", "browser", "--max-steps", "100000", "--micro-batch-size",
+                          "1", "--grad-accum", "1", "--out", str(out)], stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, text=True, start_new_session=True,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    lines, deadline = [], time.monotonic() + 300
+    try:
+        for line in p.stdout:
+            lines.append(line)
+            if line.startswith("step 3:") or time.monotonic() > deadline:
+                break
+        os.killpg(p.pid, signal.SIGINT)
+        rest, _ = p.communicate(timeout=300)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+    text = "".join(lines) + rest
+    assert p.returncode == 130, text[-3000:]
+    assert f"the adapter so far is in {out}" in text, text[-3000:]
+    steps = [json.loads(r)["step"] for r in (out / "metrics.jsonl").read_text().splitlines()]
+    assert steps and steps == list(range(1, len(steps) + 1)) and len(steps) >= 3, steps
+    assert json.loads((out / "adapter_config.json").read_text())["r"] == 8
+    assert (out / "adapter_model.safetensors").stat().st_size > 0

@@ -55,6 +55,7 @@ class Session:
         self.task = None
         self.storage_ready = False
         self.cli_trainer = None   # the Trainer of a `bitlora train --backend browser` run
+        self.cli_done = None      # set when its segment in flight (cli-train) has returned
         self.hold = None          # tests only: a Hold the page's training waits at
         self.generating = False   # a Generate is running (one at a time; training waits for it)
         self.stop_generating = False
@@ -872,7 +873,13 @@ async def on_cli_train(msg: dict) -> None:
     trainer = S.cli_trainer
     every, seen = trainer.config.save_every, len(trainer.metrics)
     until = (trainer.step // every + 1) * every if every else None
-    await trainer.atrain(until_step=until)
+    S.cli_done = asyncio.Event()
+    try:
+        await trainer.atrain(until_step=until)
+    finally:
+        S.cli_done.set()
+    if trainer.control.stopped:   # cli-stop answers for this segment
+        return
     out = {"type": "cli-trained", "id": msg.get("id"), "step": trainer.step, "rows": [json.dumps(r) for r in trainer.metrics[seen:]]}
     if trainer.step == until:          # a checkpoint was written at this step
         out["checkpoint"] = _pack(trainer.checkpoint_dir)
@@ -880,6 +887,22 @@ async def on_cli_train(msg: dict) -> None:
         await trainer.asave_adapter(CLI + "/adapter")
         out["adapter"] = _pack(CLI + "/adapter")
     post(out)
+
+
+async def on_cli_stop(msg: dict) -> None:
+    """-> `cli-stopped`: the CLI's Ctrl+C. Stop the run at the end of the step in flight
+    and answer its metrics rows and the adapter so far (None before any step finished)."""
+    trainer = S.cli_trainer
+    adapter = None
+    if trainer is not None:
+        trainer.stop()
+        if S.cli_done is not None:
+            await S.cli_done.wait()
+        if trainer.metrics:
+            await trainer.asave_adapter(CLI + "/adapter")
+            adapter = _pack(CLI + "/adapter")
+    post({"type": "cli-stopped", "id": msg.get("id"), "step": trainer.step if trainer else 0,
+          "rows": [json.dumps(r) for r in trainer.metrics] if trainer else [], "adapter": adapter})
 
 
 HANDLERS = {
@@ -898,6 +921,7 @@ HANDLERS = {
     "export": on_export,
     "cli-setup": on_cli_setup,
     "cli-train": on_cli_train,
+    "cli-stop": on_cli_stop,
 }
 
 
