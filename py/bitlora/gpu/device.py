@@ -542,9 +542,7 @@ class Device:
         self._not_recording("submit")
         reads, self._pending_reads = self._pending_reads, []
         try:
-            self._flush_ops()
-            self._end_pass()
-            encoder, self._encoder = self._encoder, None
+            encoder = self._take_encoder()
             if encoder is not None:
                 self.backend.submit(encoder)
         except BaseException as e:
@@ -563,15 +561,21 @@ class Device:
         self._not_recording("discard")
         reads, self._pending_reads = self._pending_reads, []
         try:
-            self._flush_ops()
-            self._end_pass()
-            encoder, self._encoder = self._encoder, None
+            encoder = self._take_encoder()
             if encoder is not None:
                 self.backend.discard(encoder)
         finally:
             self._drop_recorded(reads, GPUError("discarded unsubmitted (Device.discard)"))
             self._params = bytearray()
             self._params_sent = 0
+
+    def _take_encoder(self):
+        """Encode the queued dispatches, end the pass and hand over this submit's command
+        encoder (None where nothing is recorded); the next command starts a new one."""
+        self._flush_ops()
+        self._end_pass()
+        encoder, self._encoder = self._encoder, None
+        return encoder
 
     def _drop_recorded(self, reads: list, error: BaseException) -> None:
         """Forget what is recorded and unsubmitted; its pending reads fail with `error`."""
