@@ -104,7 +104,7 @@ def train_in_browser(cfg, session=None, on_checkpoint=None) -> int:
     from bitlora.metrics import MetricsWriter
 
     from .browser import BrowserError, BrowserSession
-    from .train_native import replacing_earlier_run
+    from .train_native import out_folder_problem, replacing_earlier_run
 
     try:
         model_path, model_name = cfg.model, _model_name(cfg.model)
@@ -129,10 +129,9 @@ def train_in_browser(cfg, session=None, on_checkpoint=None) -> int:
     setup = {"type": "cli-setup", "model_files": model_files, "data": data, "init_adapter": init,
              "resume": resume, "config": config, "model_name": model_name}
     ckpt_dir = os.path.join(cfg.out, "checkpoint")
-    try:
-        os.makedirs(cfg.out, exist_ok=True)
-    except OSError as e:   # a file of that name, no permission, ...
-        return _fail(f"--out {cfg.out}: cannot make the output folder ({e.strerror or e})")
+    problem = out_folder_problem(cfg.out)
+    if problem:
+        return _fail(problem)
     mw, last = None, [{"step": 0}]    # metrics rows go to the file once each, in step order
 
     def write_rows(rows):

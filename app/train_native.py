@@ -13,6 +13,22 @@ def _fail(msg: str) -> int:
     return 2
 
 
+def out_folder_problem(out: str) -> str | None:
+    """Make --out and write a file in it, before any model loads: why it cannot be used,
+    or None."""
+    import tempfile
+    try:
+        os.makedirs(out, exist_ok=True)
+    except OSError as e:   # a file of that name, no permission, ...
+        return f"--out {out}: cannot make the output folder ({e.strerror or e})"
+    try:
+        with tempfile.TemporaryFile(dir=out):
+            pass
+    except OSError as e:
+        return f"--out {out}: cannot write in the output folder ({e.strerror or e})"
+    return None
+
+
 def replacing_earlier_run(cfg, ckpt_dir: str):
     """For a fresh run into an OUT that holds an earlier run: say what it holds and
     that it stays until this run's first step lands; returns what then removes the
@@ -43,10 +59,9 @@ def train_native(cfg) -> int:
     from bitlora.model import load_model
     from bitlora.train import Trainer
 
-    try:
-        os.makedirs(cfg.out, exist_ok=True)
-    except OSError as e:   # a file of that name, no permission, ...
-        return _fail(f"--out {cfg.out}: cannot make the output folder ({e.strerror or e})")
+    problem = out_folder_problem(cfg.out)
+    if problem:
+        return _fail(problem)
     try:
         with tqdm(total=0, unit="B", unit_scale=True, desc="loading model", leave=False) as bar:
             def progress(done, total):

@@ -349,3 +349,20 @@ def test_browser_ctrl_c_saves_the_adapter_so_far(tmp_path):
     assert steps and steps == list(range(1, len(steps) + 1)) and len(steps) >= 3, steps
     assert json.loads((out / "adapter_config.json").read_text())["r"] == 8
     assert (out / "adapter_model.safetensors").stat().st_size > 0
+
+
+def test_out_folder_problem_is_found_before_any_model_loads(tmp_path, monkeypatch):
+    """--out that cannot be made or written in is refused up front with the reason (it
+    was found only after the model had loaded, as a bare errno line)."""
+    import tempfile
+
+    from bitlora.app.train_native import out_folder_problem
+    assert out_folder_problem(str(tmp_path / "new")) is None and (tmp_path / "new").is_dir()
+    (tmp_path / "afile").write_text("")
+    assert "cannot make the output folder" in out_folder_problem(str(tmp_path / "afile"))
+
+    def refuse(*a, **k):
+        raise PermissionError(1, "Operation not permitted")
+    monkeypatch.setattr(tempfile, "TemporaryFile", refuse)   # what an immutable folder answers (root too)
+    assert out_folder_problem(str(tmp_path / "new")) == \
+        f"--out {tmp_path / 'new'}: cannot write in the output folder (Operation not permitted)"
