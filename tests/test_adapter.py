@@ -225,6 +225,10 @@ def test_state_errors(tmp_path):
     (tmp_path / checkpoint_state.STATE_FILE).write_bytes(safetensors_io.dumps({"a": ((1,), [1.0])}))
     with pytest.raises(ValueError, match="not a bitlora training state"):
         checkpoint_state.load_state(tmp_path)
+    (tmp_path / "metrics.jsonl").write_text('{"step": 1, "loss": 2.0}\n')   # --resume naming the wrong file
+    for read in (checkpoint_state.load_state, checkpoint_state.load_config):
+        with pytest.raises(ValueError, match=r"not a bitlora training state \(give a checkpoint folder"):
+            read(tmp_path / "metrics.jsonl")
     a = _state_args()
     a["exp_avg"].popitem()
     with pytest.raises(ValueError, match="exp_avg"):

@@ -71,6 +71,13 @@ def save_state(ckpt_dir, *, step: int, params: dict, exp_avg: dict, exp_avg_sq: 
     return path
 
 
+def _not_a_state(path, e: Exception) -> ValueError:
+    """--resume named a file that is no safetensors file (e.g. metrics.jsonl)."""
+    why = str(e).removeprefix(f"{path}: ")
+    return ValueError(f"{path}: not a bitlora training state (give a checkpoint folder, or its "
+                      f"{STATE_FILE}): {why}")
+
+
 def load_state(path) -> TrainState:
     """Read a checkpoint folder (or the state file itself). Raises ValueError with the
     reason if it is missing or not ours."""
@@ -79,7 +86,10 @@ def load_state(path) -> TrainState:
     if not os.path.exists(path):
         raise ValueError(f"{path}: no training state to resume from")
     with open(path, "rb") as f:
-        tensors, meta = safetensors.loads(f.read(), str(path))
+        try:
+            tensors, meta = safetensors.loads(f.read(), str(path))
+        except ValueError as e:   # FormatError too: not a safetensors file at all
+            raise _not_a_state(path, e) from None
     try:
         info = json.loads(meta["bitlora"])
     except (KeyError, ValueError):
@@ -112,6 +122,8 @@ def load_config(path) -> dict:
     src = FileSource(path)
     try:
         _, meta = safetensors.parse_header(src)
+    except ValueError as e:
+        raise _not_a_state(path, e) from None
     finally:
         src.close()
     try:
