@@ -29,14 +29,30 @@ def out_folder_problem(out: str) -> str | None:
     return None
 
 
+def _earlier_run(out: str, ckpt_dir: str) -> str | None:
+    """What of an earlier run folder `out` holds (its steps in metrics.jsonl, its adapter,
+    its checkpoint), in words; None where there is none."""
+    from bitlora.formats.peft import WEIGHTS_FILE
+    from bitlora.metrics import read_metrics
+
+    found = []
+    path = os.path.join(out, "metrics.jsonl")
+    steps = [r.get("step", 0) for r in read_metrics(path)] if os.path.exists(path) else []
+    if steps:
+        found.append(f"metrics to step {max(steps)}")
+    if os.path.exists(os.path.join(out, WEIGHTS_FILE)):
+        found.append("an adapter")
+    if os.path.isdir(ckpt_dir):
+        found.append("a checkpoint")
+    return ", ".join(found) or None
+
+
 def replacing_earlier_run(cfg, ckpt_dir: str):
     """For a fresh run into an OUT that holds an earlier run: say what it holds and
     that it stays until this run's first step lands; returns what then removes the
     earlier run's checkpoint (MetricsWriter's on_replace), so a later --resume cannot
     mix the two runs. None for a resumed run or a new folder."""
-    from bitlora.metrics import earlier_run
-
-    held = None if cfg.resume else earlier_run(cfg.out)
+    held = None if cfg.resume else _earlier_run(cfg.out, ckpt_dir)
     if held is None:
         return None
     hint = f" (to continue that run instead: --resume {ckpt_dir})" if os.path.isdir(ckpt_dir) else ""

@@ -25,10 +25,9 @@ import pathlib
 import time
 
 from bitlora import gpu
-
-from . import count
 from bitlora.bitnet import SHAPES
 
+from . import count
 from .steps import case_bench_generate
 from .train import _online_bitnet, _sync, comparison_device
 

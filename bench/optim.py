@@ -30,12 +30,11 @@ import struct
 import time
 
 from bitlora import gpu
-
-from . import count
 from bitlora.ops import adamw as adamw_ops
 from bitlora.ops import grad_norm as gn
 from bitlora.optim import AdamW, ParamArena
 
+from . import count
 
 REFERENCE_WGSL = """
 struct P { n4: u32 };

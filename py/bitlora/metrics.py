@@ -56,22 +56,6 @@ class MetricsWriter:
             f.flush()
 
 
-def earlier_run(out: str) -> str | None:
-    """What of an earlier run a fresh run into folder `out` would replace (its steps in
-    metrics.jsonl, its adapter, its checkpoint), in words; None where there is none."""
-    found = []
-    path = os.path.join(out, "metrics.jsonl")
-    if os.path.exists(path):
-        steps = [r.get("step", 0) for r in read_metrics(path)]
-        if steps:
-            found.append(f"metrics to step {max(steps)}")
-    if os.path.exists(os.path.join(out, "adapter_model.safetensors")):
-        found.append("an adapter")
-    if os.path.isdir(os.path.join(out, "checkpoint")):
-        found.append("a checkpoint")
-    return ", ".join(found) or None
-
-
 def _line(record: dict) -> str:
     # NaN / Inf are not JSON: write null so every line stays parseable everywhere.
     clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in record.items()}
